@@ -1,0 +1,27 @@
+//! Errors of the model maths and data parsing.
+
+use thiserror::Error;
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ModelError {
+    #[error("a model needs at least an input and an output layer, got {0} layer sizes")]
+    TooFewLayers(usize),
+    #[error("layer {index} has width 0")]
+    ZeroWidth { index: usize },
+    #[error("{what}: expected {expected}, got {got}")]
+    ShapeMismatch {
+        what: &'static str,
+        expected: usize,
+        got: usize,
+    },
+    #[error("label {label} at sample {index} is out of range for {classes} classes")]
+    LabelOutOfRange {
+        index: usize,
+        label: u8,
+        classes: usize,
+    },
+    #[error("batch is empty")]
+    EmptyBatch,
+    #[error("invalid IDX data: {0}")]
+    Idx(String),
+}

@@ -1,0 +1,34 @@
+//! Test-set evaluation.
+
+use crate::data::Dataset;
+use crate::error::ModelError;
+use crate::mlp::Mlp;
+
+/// Evaluation is done in chunks so memory stays bounded for any test-set size.
+const EVAL_CHUNK: usize = 500;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Evaluation {
+    /// Fraction of samples whose argmax prediction is the label.
+    pub accuracy: f64,
+    /// Mean cross-entropy.
+    pub loss: f64,
+}
+
+pub fn evaluate(mlp: &Mlp, params: &[f32], data: &Dataset) -> Result<Evaluation, ModelError> {
+    if data.is_empty() {
+        return Err(ModelError::EmptyBatch);
+    }
+    let (mut loss, mut correct) = (0.0f64, 0usize);
+    for start in (0..data.len()).step_by(EVAL_CHUNK) {
+        let (x, labels) = data.batch(start..(start + EVAL_CHUNK).min(data.len()));
+        let (l, c) = mlp.loss_sum_and_correct(params, x.view(), &labels)?;
+        loss += f64::from(l);
+        correct += c;
+    }
+    let n = data.len() as f64;
+    Ok(Evaluation {
+        accuracy: correct as f64 / n,
+        loss: loss / n,
+    })
+}

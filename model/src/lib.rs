@@ -1,0 +1,35 @@
+//! crowdtrain's model maths, shared by the coordinator, the native worker and the browser.
+//!
+//! Plain Rust on ndarray with no I/O, so it builds for `wasm32-unknown-unknown` unchanged:
+//! the gradient a tab computes is the gradient the coordinator would have computed.
+//!
+//! # Layout
+//! - [`params`]: [`ParamLayout`], the named tensors behind a flat `f32` vector (the wire form).
+//! - [`mlp`]: [`Mlp`], forward and backward of a ReLU multi-layer perceptron.
+//! - [`loss`]: softmax cross-entropy.
+//! - [`grad`]: [`GradientSum`], the streaming sample-weighted mean the coordinator aggregates with.
+//! - [`optim`]: the [`Optimizer`] trait with SGD, momentum and Adam.
+//! - [`data`]: [`Dataset`] (IDX parsing, seeded split), shard assignment and batch selection.
+//! - [`eval`]: test accuracy and loss.
+//! - [`rng`]: a small seeded generator, so initial weights depend only on the seed.
+
+pub mod data;
+pub mod error;
+pub mod eval;
+pub mod grad;
+pub mod loss;
+pub mod mlp;
+pub mod optim;
+pub mod params;
+pub mod rng;
+mod scalar;
+
+pub use data::{assign_shards, batch_positions, Dataset};
+pub use error::ModelError;
+pub use eval::{evaluate, Evaluation};
+pub use grad::GradientSum;
+pub use mlp::Mlp;
+pub use optim::{Adam, Momentum, Optimizer, OptimizerKind, Sgd};
+pub use params::{ParamLayout, TensorSpec};
+pub use rng::SplitMix64;
+pub use scalar::Scalar;

@@ -1,0 +1,161 @@
+//! Optimizers, run by the coordinator on the averaged gradient.
+//!
+//! Each works in place on the flat parameter vector. None of them does weight decay or
+//! gradient clipping; the coordinator validates gradients (finite, right shape) first.
+
+/// Which optimizer, with its hyper-parameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum OptimizerKind {
+    Sgd { lr: f32 },
+    Momentum { lr: f32, momentum: f32 },
+    Adam { lr: f32, beta1: f32, beta2: f32, eps: f32 },
+}
+
+impl OptimizerKind {
+    /// Builds the optimizer for `len` parameters.
+    pub fn build(self, len: usize) -> Box<dyn Optimizer + Send> {
+        match self {
+            Self::Sgd { lr } => Box::new(Sgd { lr }),
+            Self::Momentum { lr, momentum } => Box::new(Momentum::new(lr, momentum, len)),
+            Self::Adam {
+                lr,
+                beta1,
+                beta2,
+                eps,
+            } => Box::new(Adam::new(lr, beta1, beta2, eps, len)),
+        }
+    }
+}
+
+pub trait Optimizer: std::fmt::Debug {
+    /// Applies one update to `params` from the (averaged) gradient `grads`.
+    fn step(&mut self, params: &mut [f32], grads: &[f32]);
+}
+
+/// Plain SGD: `p -= lr · g`.
+#[derive(Debug, Clone)]
+pub struct Sgd {
+    pub lr: f32,
+}
+
+impl Optimizer for Sgd {
+    fn step(&mut self, params: &mut [f32], grads: &[f32]) {
+        for (p, &g) in params.iter_mut().zip(grads) {
+            *p -= self.lr * g;
+        }
+    }
+}
+
+/// SGD with (heavy-ball) momentum: `v = μ·v + g; p -= lr · v`.
+#[derive(Debug, Clone)]
+pub struct Momentum {
+    pub lr: f32,
+    pub momentum: f32,
+    velocity: Vec<f32>,
+}
+
+impl Momentum {
+    pub fn new(lr: f32, momentum: f32, len: usize) -> Self {
+        Self {
+            lr,
+            momentum,
+            velocity: vec![0.0; len],
+        }
+    }
+}
+
+impl Optimizer for Momentum {
+    fn step(&mut self, params: &mut [f32], grads: &[f32]) {
+        for ((p, v), &g) in params.iter_mut().zip(&mut self.velocity).zip(grads) {
+            *v = self.momentum * *v + g;
+            *p -= self.lr * *v;
+        }
+    }
+}
+
+/// Adam (Kingma & Ba, 2015) with bias correction.
+#[derive(Debug, Clone)]
+pub struct Adam {
+    pub lr: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+    m: Vec<f32>,
+    v: Vec<f32>,
+    t: i32,
+}
+
+impl Adam {
+    pub fn new(lr: f32, beta1: f32, beta2: f32, eps: f32, len: usize) -> Self {
+        Self {
+            lr,
+            beta1,
+            beta2,
+            eps,
+            m: vec![0.0; len],
+            v: vec![0.0; len],
+            t: 0,
+        }
+    }
+}
+
+impl Optimizer for Adam {
+    fn step(&mut self, params: &mut [f32], grads: &[f32]) {
+        self.t = self.t.saturating_add(1);
+        let c1 = 1.0 - self.beta1.powi(self.t);
+        let c2 = 1.0 - self.beta2.powi(self.t);
+        let step = self.lr / c1;
+        let (b1, b2) = (self.beta1, self.beta2);
+        for (((p, m), v), &g) in params.iter_mut().zip(&mut self.m).zip(&mut self.v).zip(grads) {
+            *m = b1 * *m + (1.0 - b1) * g;
+            *v = b2 * *v + (1.0 - b2) * g * g;
+            *p -= step * *m / ((*v / c2).sqrt() + self.eps);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sgd_and_momentum_match_their_formulas() {
+        let mut p = vec![1.0, -2.0];
+        Sgd { lr: 0.5 }.step(&mut p, &[2.0, 2.0]);
+        assert_eq!(p, [0.0, -3.0]);
+
+        let mut m = Momentum::new(0.1, 0.9, 1);
+        let mut p = vec![0.0];
+        m.step(&mut p, &[1.0]); // v = 1
+        m.step(&mut p, &[1.0]); // v = 1.9
+        assert!((p[0] - -(0.1 + 0.19)).abs() < 1e-7);
+    }
+
+    #[test]
+    fn adam_first_step_moves_each_weight_by_lr() {
+        // With bias correction, the first Adam step is lr · sign(g) (up to eps).
+        let mut adam = Adam::new(0.01, 0.9, 0.999, 1e-8, 3);
+        let mut p = vec![0.0, 0.0, 5.0];
+        adam.step(&mut p, &[3.0, -0.001, 0.0]);
+        assert!((p[0] - -0.01).abs() < 1e-6);
+        assert!((p[1] - 0.01).abs() < 1e-5);
+        assert_eq!(p[2], 5.0);
+    }
+
+    #[test]
+    fn every_optimizer_minimises_a_quadratic() {
+        for kind in [
+            OptimizerKind::Sgd { lr: 0.1 },
+            OptimizerKind::Momentum { lr: 0.05, momentum: 0.9 },
+            OptimizerKind::Adam { lr: 0.05, beta1: 0.9, beta2: 0.999, eps: 1e-8 },
+        ] {
+            let mut opt = kind.build(2);
+            let mut p = vec![3.0f32, -4.0];
+            for _ in 0..500 {
+                let g = p.clone(); // gradient of |p|²/2
+                opt.step(&mut p, &g);
+            }
+            assert!(p.iter().all(|v| v.abs() < 1e-2), "{kind:?}: {p:?}");
+        }
+    }
+}

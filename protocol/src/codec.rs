@@ -1,0 +1,384 @@
+//! Binary encoding of the messages.
+//!
+//! Every frame is `magic "CT" | version u16 | tag u8 | payload`, all integers little-endian.
+//! Tensors are a `u32` element count followed by raw little-endian `f32`s; strings and byte
+//! blobs are length-prefixed. `docs/PROTOCOL.md` has the full table.
+//!
+//! Decoding never trusts a length field: every length is checked against the bytes actually
+//! left in the frame *before* anything is allocated, so a lying header costs nothing, and
+//! memory use is bounded by the frame size (which the transport caps).
+
+use thiserror::Error;
+
+use crate::ids::{Round, WorkerId};
+use crate::message::{
+    CoordinatorToWorker, ErrorCode, Gradient, Hello, ModelSpec, Shard, Weights, Welcome,
+    WorkerKind, WorkerToCoordinator,
+};
+use crate::PROTOCOL_VERSION;
+
+const MAGIC: [u8; 2] = *b"CT";
+/// Bytes before the payload: magic, version, tag.
+pub const HEADER_LEN: usize = 5;
+
+const TAG_HELLO: u8 = 0x01;
+const TAG_GRADIENT: u8 = 0x02;
+const TAG_WELCOME: u8 = 0x81;
+const TAG_SHARD: u8 = 0x82;
+const TAG_WEIGHTS: u8 = 0x83;
+const TAG_ERROR: u8 = 0x84;
+
+/// Why a frame was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum DecodeError {
+    #[error("frame too short: needed {needed} more bytes at offset {offset}")]
+    Truncated { offset: usize, needed: usize },
+    #[error("not a crowdtrain frame (bad magic bytes)")]
+    BadMagic,
+    #[error("protocol version {got} is not supported (this side speaks {expected})")]
+    VersionMismatch { got: u16, expected: u16 },
+    #[error("unknown message tag {0:#04x} for this direction")]
+    UnknownTag(u8),
+    #[error("invalid value {value} for field {field}")]
+    InvalidValue { field: &'static str, value: u64 },
+    #[error("field {0} is not valid UTF-8")]
+    InvalidUtf8(&'static str),
+    #[error("{0} trailing bytes after the message")]
+    TrailingBytes(usize),
+}
+
+impl DecodeError {
+    /// The wire error code to answer this failure with.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Self::VersionMismatch { .. } => ErrorCode::VersionMismatch,
+            _ => ErrorCode::Malformed,
+        }
+    }
+}
+
+// ---------------------------------------------------------------- encoding
+
+struct Writer {
+    buf: Vec<u8>,
+}
+
+impl Writer {
+    fn new(tag: u8, payload_hint: usize) -> Self {
+        let mut buf = Vec::with_capacity(HEADER_LEN + payload_hint);
+        buf.extend_from_slice(&MAGIC);
+        buf.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+        buf.push(tag);
+        Self { buf }
+    }
+    fn u8(&mut self, v: u8) {
+        self.buf.push(v);
+    }
+    fn u16(&mut self, v: u16) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u32(&mut self, v: u32) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+    fn f32(&mut self, v: f32) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+    /// Strings are capped at `u16::MAX` bytes; longer ones are cut at a char boundary.
+    fn str(&mut self, s: &str) {
+        let mut end = s.len().min(u16::MAX as usize);
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.u16(end as u16);
+        self.buf.extend_from_slice(&s.as_bytes()[..end]);
+    }
+    fn opt_str(&mut self, s: Option<&str>) {
+        match s {
+            None => self.u8(0),
+            Some(s) => {
+                self.u8(1);
+                self.str(s);
+            }
+        }
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.u32(len_u32(b.len()));
+        self.buf.extend_from_slice(b);
+    }
+    fn f32s(&mut self, v: &[f32]) {
+        self.u32(len_u32(v.len()));
+        let start = self.buf.len();
+        self.buf.resize(start + v.len() * 4, 0);
+        for (out, x) in self.buf[start..].chunks_exact_mut(4).zip(v) {
+            out.copy_from_slice(&x.to_le_bytes());
+        }
+    }
+}
+
+fn len_u32(len: usize) -> u32 {
+    u32::try_from(len).expect("a message field over 4 GiB cannot be encoded")
+}
+
+/// Encodes a message sent by a worker.
+pub fn encode_from_worker(msg: &WorkerToCoordinator) -> Vec<u8> {
+    match msg {
+        WorkerToCoordinator::Hello(h) => {
+            let mut w = Writer::new(TAG_HELLO, 16);
+            w.u8(match h.kind {
+                None => 0,
+                Some(WorkerKind::Browser) => 1,
+                Some(WorkerKind::Native) => 2,
+            });
+            w.opt_str(h.join_token.as_deref());
+            w.opt_str(h.resume_token.as_deref());
+            w.buf
+        }
+        WorkerToCoordinator::Gradient(g) => {
+            let mut w = Writer::new(TAG_GRADIENT, 20 + g.grads.len() * 4);
+            w.u64(g.round.0);
+            w.u32(g.samples);
+            w.f32(g.loss);
+            w.f32s(&g.grads);
+            w.buf
+        }
+    }
+}
+
+/// Encodes a message sent by the coordinator.
+pub fn encode_from_coordinator(msg: &CoordinatorToWorker) -> Vec<u8> {
+    match msg {
+        CoordinatorToWorker::Welcome(m) => {
+            let mut w = Writer::new(TAG_WELCOME, 32 + m.resume_token.len());
+            w.u32(m.worker_id.0);
+            w.str(&m.resume_token);
+            w.u32(len_u32(m.model.layers.len()));
+            for &width in &m.model.layers {
+                w.u32(width);
+            }
+            w.u32(m.batch_size);
+            w.buf
+        }
+        CoordinatorToWorker::Shard(s) => {
+            let mut w = Writer::new(TAG_SHARD, 16 + s.labels.len() + s.pixels.len());
+            w.u32(s.first_index);
+            w.u32(s.features);
+            w.bytes(&s.labels);
+            w.bytes(&s.pixels);
+            w.buf
+        }
+        CoordinatorToWorker::Weights(m) => encode_weights(m.round, &m.params),
+        CoordinatorToWorker::Error { code, message } => {
+            let mut w = Writer::new(TAG_ERROR, 4 + message.len());
+            w.u16(code.to_u16());
+            w.str(message);
+            w.buf
+        }
+    }
+}
+
+/// Encodes a `Weights` frame straight from a parameter slice, so the coordinator can encode
+/// once per round without first copying the parameters into a message.
+pub fn encode_weights(round: Round, params: &[f32]) -> Vec<u8> {
+    let mut w = Writer::new(TAG_WEIGHTS, 12 + params.len() * 4);
+    w.u64(round.0);
+    w.f32s(params);
+    w.buf
+}
+
+/// Offset of the first parameter byte inside an encoded `Weights` frame.
+pub const WEIGHTS_DATA_OFFSET: usize = HEADER_LEN + 8 + 4;
+
+// ---------------------------------------------------------------- decoding
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        let left = self.buf.len() - self.pos;
+        if n > left {
+            return Err(DecodeError::Truncated {
+                offset: self.pos,
+                needed: n - left,
+            });
+        }
+        let out = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(out)
+    }
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+        let mut out = [0; N];
+        out.copy_from_slice(self.take(N)?);
+        Ok(out)
+    }
+    fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16, DecodeError> {
+        self.array().map(u16::from_le_bytes)
+    }
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        self.array().map(u32::from_le_bytes)
+    }
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        self.array().map(u64::from_le_bytes)
+    }
+    fn f32(&mut self) -> Result<f32, DecodeError> {
+        self.array().map(f32::from_le_bytes)
+    }
+    fn str(&mut self, field: &'static str) -> Result<String, DecodeError> {
+        let len = self.u16()? as usize;
+        let raw = self.take(len)?;
+        std::str::from_utf8(raw)
+            .map(str::to_owned)
+            .map_err(|_| DecodeError::InvalidUtf8(field))
+    }
+    fn opt_str(&mut self, field: &'static str) -> Result<Option<String>, DecodeError> {
+        match self.u8()? {
+            0 => Ok(None),
+            1 => self.str(field).map(Some),
+            v => Err(DecodeError::InvalidValue {
+                field,
+                value: v.into(),
+            }),
+        }
+    }
+    /// A `u32` count followed by `count * elem_size` bytes, checked before use.
+    fn counted(&mut self, elem_size: usize) -> Result<(usize, &'a [u8]), DecodeError> {
+        let count = self.u32()? as usize;
+        // count <= u32::MAX and elem_size <= 4, so this cannot overflow a 64-bit usize;
+        // checked anyway for 32-bit targets (wasm32).
+        let len = count.checked_mul(elem_size).ok_or(DecodeError::InvalidValue {
+            field: "length",
+            value: count as u64,
+        })?;
+        Ok((count, self.take(len)?))
+    }
+    fn bytes(&mut self) -> Result<Vec<u8>, DecodeError> {
+        self.counted(1).map(|(_, b)| b.to_vec())
+    }
+    fn f32s(&mut self) -> Result<Vec<f32>, DecodeError> {
+        let (_, raw) = self.counted(4)?;
+        Ok(raw
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+    fn finish(self) -> Result<(), DecodeError> {
+        match self.buf.len() - self.pos {
+            0 => Ok(()),
+            n => Err(DecodeError::TrailingBytes(n)),
+        }
+    }
+}
+
+/// Checks magic and version and returns the tag and a reader positioned on the payload.
+fn header(frame: &[u8]) -> Result<(u8, Reader<'_>), DecodeError> {
+    let mut r = Reader { buf: frame, pos: 0 };
+    if r.array::<2>()? != MAGIC {
+        return Err(DecodeError::BadMagic);
+    }
+    let version = r.u16()?;
+    if version != PROTOCOL_VERSION {
+        return Err(DecodeError::VersionMismatch {
+            got: version,
+            expected: PROTOCOL_VERSION,
+        });
+    }
+    let tag = r.u8()?;
+    Ok((tag, r))
+}
+
+/// Decodes a frame received from a worker.
+pub fn decode_from_worker(frame: &[u8]) -> Result<WorkerToCoordinator, DecodeError> {
+    let (tag, mut r) = header(frame)?;
+    let msg = match tag {
+        TAG_HELLO => {
+            let kind = match r.u8()? {
+                0 => None,
+                1 => Some(WorkerKind::Browser),
+                2 => Some(WorkerKind::Native),
+                v => {
+                    return Err(DecodeError::InvalidValue {
+                        field: "kind",
+                        value: v.into(),
+                    })
+                }
+            };
+            WorkerToCoordinator::Hello(Hello {
+                kind,
+                join_token: r.opt_str("join_token")?,
+                resume_token: r.opt_str("resume_token")?,
+            })
+        }
+        TAG_GRADIENT => WorkerToCoordinator::Gradient(Gradient {
+            round: Round(r.u64()?),
+            samples: r.u32()?,
+            loss: r.f32()?,
+            grads: r.f32s()?,
+        }),
+        other => return Err(DecodeError::UnknownTag(other)),
+    };
+    r.finish()?;
+    Ok(msg)
+}
+
+/// Decodes a frame received from the coordinator.
+pub fn decode_from_coordinator(frame: &[u8]) -> Result<CoordinatorToWorker, DecodeError> {
+    let (tag, mut r) = header(frame)?;
+    let msg = match tag {
+        TAG_WELCOME => {
+            let worker_id = WorkerId(r.u32()?);
+            let resume_token = r.str("resume_token")?;
+            let (count, raw) = r.counted(4)?;
+            let layers = raw
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect::<Vec<_>>();
+            debug_assert_eq!(layers.len(), count);
+            CoordinatorToWorker::Welcome(Welcome {
+                worker_id,
+                resume_token,
+                model: ModelSpec { layers },
+                batch_size: r.u32()?,
+            })
+        }
+        TAG_SHARD => {
+            let first_index = r.u32()?;
+            let features = r.u32()?;
+            let labels = r.bytes()?;
+            let pixels = r.bytes()?;
+            if labels.len() as u64 * u64::from(features) != pixels.len() as u64 {
+                return Err(DecodeError::InvalidValue {
+                    field: "pixels.len",
+                    value: pixels.len() as u64,
+                });
+            }
+            CoordinatorToWorker::Shard(Shard {
+                first_index,
+                features,
+                labels,
+                pixels,
+            })
+        }
+        TAG_WEIGHTS => CoordinatorToWorker::Weights(Weights {
+            round: Round(r.u64()?),
+            params: r.f32s()?,
+        }),
+        TAG_ERROR => CoordinatorToWorker::Error {
+            code: ErrorCode::from_u16(r.u16()?),
+            message: r.str("message")?,
+        },
+        other => return Err(DecodeError::UnknownTag(other)),
+    };
+    r.finish()?;
+    Ok(msg)
+}
+
+#[cfg(test)]
+mod tests;

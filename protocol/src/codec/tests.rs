@@ -1,0 +1,281 @@
+use proptest::prelude::*;
+
+use super::*;
+
+fn all_worker_messages() -> Vec<WorkerToCoordinator> {
+    vec![
+        WorkerToCoordinator::Hello(Hello::default()),
+        WorkerToCoordinator::Hello(Hello {
+            kind: Some(WorkerKind::Browser),
+            join_token: Some("sesame".into()),
+            resume_token: Some("r-\u{e9}t\u{e9}".into()),
+        }),
+        WorkerToCoordinator::Hello(Hello {
+            kind: Some(WorkerKind::Native),
+            join_token: None,
+            resume_token: Some(String::new()),
+        }),
+        WorkerToCoordinator::Gradient(Gradient {
+            round: Round(u64::MAX - 3),
+            samples: 32,
+            loss: 2.302_585,
+            grads: vec![0.0, -1.5, f32::MIN_POSITIVE, 1e30, -0.0],
+        }),
+        WorkerToCoordinator::Gradient(Gradient {
+            round: Round(0),
+            samples: 0,
+            loss: 0.0,
+            grads: vec![],
+        }),
+    ]
+}
+
+fn all_coordinator_messages() -> Vec<CoordinatorToWorker> {
+    vec![
+        CoordinatorToWorker::Welcome(Welcome {
+            worker_id: WorkerId(7),
+            resume_token: "abc123".into(),
+            model: ModelSpec {
+                layers: vec![784, 128, 10],
+            },
+            batch_size: 32,
+        }),
+        CoordinatorToWorker::Shard(Shard {
+            first_index: 4000,
+            features: 3,
+            labels: vec![1, 9],
+            pixels: vec![0, 128, 255, 1, 2, 3],
+        }),
+        CoordinatorToWorker::Weights(Weights {
+            round: Round(12),
+            params: (0..1000).map(|i| i as f32 * 0.25 - 3.0).collect(),
+        }),
+        CoordinatorToWorker::Error {
+            code: ErrorCode::ShapeMismatch,
+            message: "gradient has 3 values, the model has 101770".into(),
+        },
+        CoordinatorToWorker::Error {
+            code: ErrorCode::Other(4242),
+            message: String::new(),
+        },
+    ]
+}
+
+#[test]
+fn every_worker_message_round_trips() {
+    for msg in all_worker_messages() {
+        let bytes = encode_from_worker(&msg);
+        assert_eq!(decode_from_worker(&bytes).as_ref(), Ok(&msg), "{msg:?}");
+    }
+}
+
+#[test]
+fn every_coordinator_message_round_trips() {
+    for msg in all_coordinator_messages() {
+        let bytes = encode_from_coordinator(&msg);
+        assert_eq!(decode_from_coordinator(&bytes).as_ref(), Ok(&msg), "{msg:?}");
+    }
+}
+
+#[test]
+fn nan_and_infinity_survive_the_codec_bit_for_bit() {
+    // Validation is the coordinator's job; the codec must not hide what was sent.
+    let grads = vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY];
+    let bytes = encode_from_worker(&WorkerToCoordinator::Gradient(Gradient {
+        round: Round(1),
+        samples: 1,
+        loss: f32::NAN,
+        grads: grads.clone(),
+    }));
+    let WorkerToCoordinator::Gradient(g) = decode_from_worker(&bytes).expect("decodes") else {
+        panic!("not a gradient")
+    };
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&g.grads), bits(&grads));
+    assert!(g.loss.is_nan());
+}
+
+#[test]
+fn weights_fast_path_matches_the_message_encoding() {
+    let params = vec![1.0, 2.0, -3.5];
+    let via_msg = encode_from_coordinator(&CoordinatorToWorker::Weights(Weights {
+        round: Round(5),
+        params: params.clone(),
+    }));
+    assert_eq!(encode_weights(Round(5), &params), via_msg);
+    assert_eq!(
+        &via_msg[WEIGHTS_DATA_OFFSET..WEIGHTS_DATA_OFFSET + 4],
+        &1.0f32.to_le_bytes()
+    );
+}
+
+#[test]
+fn tensors_are_raw_little_endian_f32() {
+    let bytes = encode_weights(Round(1), &[1.0]);
+    // header (5) + round (8) + count (4) + one f32
+    assert_eq!(bytes.len(), 5 + 8 + 4 + 4);
+    assert_eq!(&bytes[..2], b"CT");
+    assert_eq!(&bytes[bytes.len() - 4..], &[0x00, 0x00, 0x80, 0x3f]);
+}
+
+#[test]
+fn every_strict_prefix_of_every_message_is_truncated() {
+    for msg in all_worker_messages() {
+        let bytes = encode_from_worker(&msg);
+        for cut in 0..bytes.len() {
+            let err = decode_from_worker(&bytes[..cut]).expect_err("prefix must fail");
+            assert!(
+                matches!(err, DecodeError::Truncated { .. }),
+                "{msg:?} cut at {cut}: {err}"
+            );
+        }
+    }
+    for msg in all_coordinator_messages() {
+        let bytes = encode_from_coordinator(&msg);
+        for cut in 0..bytes.len() {
+            assert!(decode_from_coordinator(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+    }
+}
+
+#[test]
+fn hand_written_bad_frames_are_rejected_with_the_right_error() {
+    let good = encode_from_worker(&WorkerToCoordinator::Hello(Hello::default()));
+    assert_eq!(decode_from_worker(b"hello"), Err(DecodeError::BadMagic));
+    assert_eq!(
+        decode_from_worker(&[]),
+        Err(DecodeError::Truncated {
+            offset: 0,
+            needed: 2
+        })
+    );
+
+    let mut wrong_version = good.clone();
+    wrong_version[2..4].copy_from_slice(&999u16.to_le_bytes());
+    let err = decode_from_worker(&wrong_version).expect_err("version");
+    assert_eq!(
+        err,
+        DecodeError::VersionMismatch {
+            got: 999,
+            expected: PROTOCOL_VERSION
+        }
+    );
+    assert_eq!(err.code(), ErrorCode::VersionMismatch);
+
+    let mut unknown_tag = good.clone();
+    unknown_tag[4] = 0x7f;
+    assert_eq!(
+        decode_from_worker(&unknown_tag),
+        Err(DecodeError::UnknownTag(0x7f))
+    );
+
+    // A coordinator-only message sent by a worker is an unknown tag in that direction.
+    let welcome = encode_from_coordinator(&all_coordinator_messages()[0]);
+    assert_eq!(
+        decode_from_worker(&welcome),
+        Err(DecodeError::UnknownTag(TAG_WELCOME))
+    );
+
+    let mut trailing = good.clone();
+    trailing.push(0);
+    assert_eq!(
+        decode_from_worker(&trailing),
+        Err(DecodeError::TrailingBytes(1))
+    );
+
+    let mut bad_kind = good.clone();
+    bad_kind[5] = 9;
+    assert!(matches!(
+        decode_from_worker(&bad_kind),
+        Err(DecodeError::InvalidValue { field: "kind", .. })
+    ));
+
+    let bad_utf8 = [b'C', b'T', 1, 0, TAG_HELLO, 0, 1, 2, 0, 0xff, 0xfe, 0];
+    assert_eq!(
+        decode_from_worker(&bad_utf8),
+        Err(DecodeError::InvalidUtf8("join_token"))
+    );
+}
+
+#[test]
+fn a_lying_length_field_is_truncated_not_allocated() {
+    // A gradient header claiming u32::MAX floats (16 GiB) in a 21-byte frame.
+    let mut frame = encode_from_worker(&WorkerToCoordinator::Gradient(Gradient {
+        round: Round(1),
+        samples: 1,
+        loss: 0.0,
+        grads: vec![],
+    }));
+    let count_at = frame.len() - 4;
+    frame[count_at..].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert_eq!(
+        decode_from_worker(&frame),
+        Err(DecodeError::Truncated {
+            offset: frame.len(),
+            needed: u32::MAX as usize * 4
+        })
+    );
+
+    // A shard whose pixel count disagrees with labels * features.
+    let mut shard = encode_from_coordinator(&CoordinatorToWorker::Shard(Shard {
+        first_index: 0,
+        features: 2,
+        labels: vec![1],
+        pixels: vec![1, 2],
+    }));
+    shard[9] = 3; // features = 3
+    assert!(matches!(
+        decode_from_coordinator(&shard),
+        Err(DecodeError::InvalidValue { .. })
+    ));
+}
+
+#[test]
+fn error_codes_round_trip_and_fatality_is_documented() {
+    for code in 0..=20u16 {
+        assert_eq!(ErrorCode::from_u16(code).to_u16(), code);
+    }
+    assert!(ErrorCode::Malformed.is_fatal());
+    assert!(ErrorCode::NonFinite.is_fatal());
+    assert!(!ErrorCode::RoundNotOpen.is_fatal());
+    assert!(!ErrorCode::Duplicate.is_fatal());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4096))]
+
+    #[test]
+    fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+        let _ = decode_from_worker(&bytes);
+        let _ = decode_from_coordinator(&bytes);
+    }
+
+    #[test]
+    fn random_payloads_behind_a_valid_header_never_panic(
+        tag in prop_oneof![Just(TAG_HELLO), Just(TAG_GRADIENT), Just(TAG_WELCOME),
+                           Just(TAG_SHARD), Just(TAG_WEIGHTS), Just(TAG_ERROR), any::<u8>()],
+        payload in proptest::collection::vec(any::<u8>(), 0..128),
+    ) {
+        let mut frame = vec![b'C', b'T'];
+        frame.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+        frame.push(tag);
+        frame.extend_from_slice(&payload);
+        // Whatever decodes must re-encode to the same bytes: nothing is silently skipped.
+        if let Ok(msg) = decode_from_worker(&frame) {
+            prop_assert_eq!(encode_from_worker(&msg), frame.clone());
+        }
+        if let Ok(msg) = decode_from_coordinator(&frame) {
+            prop_assert_eq!(encode_from_coordinator(&msg), frame);
+        }
+    }
+
+    #[test]
+    fn gradients_round_trip(round in any::<u64>(), samples in any::<u32>(), loss in any::<f32>(),
+                            grads in proptest::collection::vec(any::<f32>(), 0..64)) {
+        let msg = WorkerToCoordinator::Gradient(Gradient { round: Round(round), samples, loss, grads });
+        let bytes = encode_from_worker(&msg);
+        let back = decode_from_worker(&bytes).expect("round trip");
+        // Compare through the encoding so NaN payloads compare bit-for-bit.
+        prop_assert_eq!(encode_from_worker(&back), bytes);
+    }
+}

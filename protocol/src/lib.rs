@@ -1,0 +1,29 @@
+//! The crowdtrain wire protocol.
+//!
+//! Workers (browser tabs or native processes) and the coordinator exchange the messages of
+//! [`message`] as binary WebSocket frames, encoded by [`codec`]. This crate is plain Rust with
+//! no I/O and no async, so the coordinator, the native worker and the wasm32 browser worker
+//! all link the very same code. `docs/PROTOCOL.md` is the prose specification.
+//!
+//! # Layout
+//! - [`message`]: the two enums, one per direction, and their payload types.
+//! - [`codec`]: `encode` / `decode` to and from bytes, and [`DecodeError`].
+//! - [`ids`]: the `WorkerId` and `Round` newtypes.
+
+pub mod codec;
+pub mod ids;
+pub mod message;
+
+pub use codec::{
+    decode_from_coordinator, decode_from_worker, encode_from_coordinator, encode_from_worker,
+    encode_weights, DecodeError,
+};
+pub use ids::{Round, WorkerId};
+pub use message::{
+    CoordinatorToWorker, ErrorCode, Gradient, Hello, ModelSpec, Shard, Weights, Welcome,
+    WorkerKind, WorkerToCoordinator,
+};
+
+/// Version of the wire format. Every frame starts with it; a peer speaking another version
+/// is refused with [`ErrorCode::VersionMismatch`]. Bump it on any incompatible change.
+pub const PROTOCOL_VERSION: u16 = 1;

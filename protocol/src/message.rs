@@ -1,0 +1,162 @@
+//! The messages, one enum per direction. Byte layout lives in [`crate::codec`].
+
+use crate::ids::{Round, WorkerId};
+
+/// Everything a worker may send.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkerToCoordinator {
+    Hello(Hello),
+    Gradient(Gradient),
+}
+
+/// Everything the coordinator may send.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CoordinatorToWorker {
+    Welcome(Welcome),
+    Shard(Shard),
+    Weights(Weights),
+    Error { code: ErrorCode, message: String },
+}
+
+/// Where a worker runs; the coordinator reports it and may treat kinds differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerKind {
+    Browser,
+    Native,
+}
+
+/// First frame of every session. The protocol version is in the frame header.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Hello {
+    pub kind: Option<WorkerKind>,
+    /// Admission token, if the coordinator requires one.
+    pub join_token: Option<String>,
+    /// Token from an earlier `Welcome`, to resume the same identity after a reconnect.
+    pub resume_token: Option<String>,
+}
+
+/// The model a worker must build: an MLP with these layer widths, input first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelSpec {
+    pub layers: Vec<u32>,
+}
+
+/// Answer to `Hello`: who the worker is and what it needs to compute gradients.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Welcome {
+    pub worker_id: WorkerId,
+    /// Present it in a later `Hello` to keep this identity.
+    pub resume_token: String,
+    pub model: ModelSpec,
+    /// Samples per gradient (the worker's minibatch size).
+    pub batch_size: u32,
+}
+
+/// The worker's part of the training data. Sent before the first `Weights` a worker must
+/// answer, and again whenever the coordinator re-balances the shards.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shard {
+    /// Position of the first sample in the coordinator's (shuffled) train split.
+    pub first_index: u32,
+    /// Input features per sample (784 for MNIST).
+    pub features: u32,
+    /// One class label per sample.
+    pub labels: Vec<u8>,
+    /// `labels.len() * features` pixel intensities, 0..=255, sample-major.
+    pub pixels: Vec<u8>,
+}
+
+/// Weights version `round`; the recipient answers with a `Gradient` for that round if it is
+/// a participant (it holds a shard).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Weights {
+    pub round: Round,
+    pub params: Vec<f32>,
+}
+
+/// A worker's contribution: the mean gradient over `samples` samples of its shard, computed
+/// on the weights of `round`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gradient {
+    pub round: Round,
+    pub samples: u32,
+    /// Mean training loss over those samples (reported, not trusted).
+    pub loss: f32,
+    pub grads: Vec<f32>,
+}
+
+/// Why the coordinator refused something. Fatal codes are followed by a close frame;
+/// non-fatal ones only drop the offending gradient.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// The frame did not decode.
+    Malformed,
+    /// The frame's protocol version is not ours.
+    VersionMismatch,
+    /// A valid message at the wrong time or of the wrong kind (e.g. a text frame, a gradient
+    /// before `Hello`, a second `Hello`).
+    UnexpectedMessage,
+    /// A gradient whose length is not the model's parameter count, or a sample count that
+    /// is zero or larger than the batch.
+    ShapeMismatch,
+    /// A gradient or loss containing NaN or infinity.
+    NonFinite,
+    /// A gradient for a round that is not open (non-fatal: dropped).
+    RoundNotOpen,
+    /// A gradient from a worker that is not a participant of the open round (non-fatal).
+    NotParticipant,
+    /// A second gradient for the same round (non-fatal: dropped).
+    Duplicate,
+    /// The worker did not keep up with the frames sent to it.
+    TooSlow,
+    /// The coordinator is shutting down.
+    ShuttingDown,
+    /// The join token was missing or wrong.
+    Unauthorized,
+    /// A code this version does not know.
+    Other(u16),
+}
+
+impl ErrorCode {
+    pub fn to_u16(self) -> u16 {
+        match self {
+            Self::Malformed => 1,
+            Self::VersionMismatch => 2,
+            Self::UnexpectedMessage => 3,
+            Self::ShapeMismatch => 4,
+            Self::NonFinite => 5,
+            Self::RoundNotOpen => 6,
+            Self::NotParticipant => 7,
+            Self::Duplicate => 8,
+            Self::TooSlow => 9,
+            Self::ShuttingDown => 10,
+            Self::Unauthorized => 11,
+            Self::Other(code) => code,
+        }
+    }
+
+    pub fn from_u16(code: u16) -> Self {
+        match code {
+            1 => Self::Malformed,
+            2 => Self::VersionMismatch,
+            3 => Self::UnexpectedMessage,
+            4 => Self::ShapeMismatch,
+            5 => Self::NonFinite,
+            6 => Self::RoundNotOpen,
+            7 => Self::NotParticipant,
+            8 => Self::Duplicate,
+            9 => Self::TooSlow,
+            10 => Self::ShuttingDown,
+            11 => Self::Unauthorized,
+            other => Self::Other(other),
+        }
+    }
+
+    /// Whether the coordinator closes the session after sending this code.
+    pub fn is_fatal(self) -> bool {
+        !matches!(
+            self,
+            Self::RoundNotOpen | Self::NotParticipant | Self::Duplicate
+        )
+    }
+}

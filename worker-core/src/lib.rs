@@ -1,0 +1,168 @@
+//! The worker's side of training, as a sans-IO state machine.
+//!
+//! A worker's whole job is: say `Hello`, keep the `Welcome` and `Shard` it is given, and
+//! answer every `Weights` with a `Gradient` computed by [`model`] on the batch that
+//! [`model::batch_positions`] picks for that round. [`WorkerCore`] does exactly that on
+//! decoded frames and returns the frame to send; the transport around it (tokio-tungstenite
+//! in the native `worker`, web-sys in the browser) only moves bytes. Both therefore run the
+//! very same training code.
+
+use model::{batch_positions, Dataset, Mlp, ModelError};
+use protocol::{
+    decode_from_coordinator, encode_from_worker, CoordinatorToWorker, DecodeError, ErrorCode,
+    Gradient, Hello, Round, Shard, Weights, Welcome, WorkerId, WorkerKind, WorkerToCoordinator,
+};
+use thiserror::Error;
+
+/// Why a worker stopped.
+#[derive(Debug, Error)]
+pub enum WorkerError {
+    #[error("coordinator sent an undecodable frame: {0}")]
+    Decode(#[from] DecodeError),
+    #[error("coordinator refused this worker ({code:?}): {message}")]
+    Rejected { code: ErrorCode, message: String },
+    #[error("coordinator broke the protocol: {0}")]
+    Protocol(&'static str),
+    #[error("model error: {0}")]
+    Model(#[from] ModelError),
+}
+
+/// What the worker has done so far, for logs and the volunteer's page.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Stats {
+    pub worker_id: Option<WorkerId>,
+    /// The latest round whose weights were received.
+    pub round: Option<Round>,
+    pub gradients_sent: u64,
+    pub samples_computed: u64,
+    pub last_loss: Option<f32>,
+    /// Samples in the current shard.
+    pub shard_len: usize,
+    /// The latest non-fatal error the coordinator reported.
+    pub last_warning: Option<String>,
+}
+
+#[derive(Debug)]
+struct Joined {
+    mlp: Mlp,
+    batch_size: usize,
+    shard: Option<Dataset>,
+}
+
+#[derive(Debug)]
+pub struct WorkerCore {
+    hello: Hello,
+    joined: Option<Joined>,
+    resume_token: Option<String>,
+    stats: Stats,
+}
+
+impl WorkerCore {
+    pub fn new(kind: WorkerKind, join_token: Option<String>) -> Self {
+        Self {
+            hello: Hello {
+                kind: Some(kind),
+                join_token,
+                resume_token: None,
+            },
+            joined: None,
+            resume_token: None,
+            stats: Stats::default(),
+        }
+    }
+
+    /// The first frame to send on a (re)connection. After a `Welcome` it carries the resume
+    /// token, so a reconnect asks for the same identity.
+    pub fn hello_frame(&self) -> Vec<u8> {
+        let mut hello = self.hello.clone();
+        hello.resume_token.clone_from(&self.resume_token);
+        encode_from_worker(&WorkerToCoordinator::Hello(hello))
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Handles one binary frame from the coordinator; returns the frame to answer with.
+    pub fn handle_frame(&mut self, frame: &[u8]) -> Result<Option<Vec<u8>>, WorkerError> {
+        let msg = decode_from_coordinator(frame)?;
+        Ok(self
+            .handle(msg)?
+            .map(|reply| encode_from_worker(&WorkerToCoordinator::Gradient(reply))))
+    }
+
+    /// Handles one decoded message; returns the gradient to send, if any.
+    pub fn handle(&mut self, msg: CoordinatorToWorker) -> Result<Option<Gradient>, WorkerError> {
+        match msg {
+            CoordinatorToWorker::Welcome(welcome) => self.on_welcome(welcome).map(|()| None),
+            CoordinatorToWorker::Shard(shard) => self.on_shard(shard).map(|()| None),
+            CoordinatorToWorker::Weights(weights) => self.on_weights(weights),
+            CoordinatorToWorker::Error { code, message } if code.is_fatal() => {
+                Err(WorkerError::Rejected { code, message })
+            }
+            CoordinatorToWorker::Error { code, message } => {
+                self.stats.last_warning = Some(format!("{code:?}: {message}"));
+                Ok(None)
+            }
+        }
+    }
+
+    fn on_welcome(&mut self, welcome: Welcome) -> Result<(), WorkerError> {
+        let sizes: Vec<usize> = welcome.model.layers.iter().map(|&w| w as usize).collect();
+        let mlp = Mlp::new(&sizes)?;
+        if welcome.batch_size == 0 {
+            return Err(WorkerError::Protocol("Welcome with a batch size of 0"));
+        }
+        self.joined = Some(Joined {
+            mlp,
+            batch_size: welcome.batch_size as usize,
+            shard: None,
+        });
+        self.resume_token = Some(welcome.resume_token);
+        self.stats.worker_id = Some(welcome.worker_id);
+        self.stats.shard_len = 0;
+        Ok(())
+    }
+
+    fn on_shard(&mut self, shard: Shard) -> Result<(), WorkerError> {
+        let joined = self
+            .joined
+            .as_mut()
+            .ok_or(WorkerError::Protocol("Shard before Welcome"))?;
+        if shard.features as usize != joined.mlp.inputs() {
+            return Err(ModelError::ShapeMismatch {
+                what: "shard features",
+                expected: joined.mlp.inputs(),
+                got: shard.features as usize,
+            }
+            .into());
+        }
+        let data = Dataset::new(shard.features as usize, shard.pixels, shard.labels)?;
+        self.stats.shard_len = data.len();
+        joined.shard = Some(data);
+        Ok(())
+    }
+
+    fn on_weights(&mut self, weights: Weights) -> Result<Option<Gradient>, WorkerError> {
+        let joined = self
+            .joined
+            .as_ref()
+            .ok_or(WorkerError::Protocol("Weights before Welcome"))?;
+        self.stats.round = Some(weights.round);
+        // Without a shard this worker is not a participant yet (it joined mid-round).
+        let Some(shard) = joined.shard.as_ref().filter(|s| !s.is_empty()) else {
+            return Ok(None);
+        };
+        let (x, labels) = shard.batch(batch_positions(shard.len(), weights.round.0, joined.batch_size));
+        let (loss, grads) = joined.mlp.loss_and_grad(&weights.params, x.view(), &labels)?;
+        self.stats.gradients_sent += 1;
+        self.stats.samples_computed += labels.len() as u64;
+        self.stats.last_loss = Some(loss);
+        Ok(Some(Gradient {
+            round: weights.round,
+            samples: labels.len() as u32,
+            loss,
+            grads,
+        }))
+    }
+}
