@@ -113,6 +113,8 @@ pub enum ErrorCode {
     ShuttingDown,
     /// The join token was missing or wrong.
     Unauthorized,
+    /// The coordinator already has as many workers as it accepts.
+    Full,
     /// A code this version does not know.
     Other(u16),
 }
@@ -131,6 +133,7 @@ impl ErrorCode {
             Self::TooSlow => 9,
             Self::ShuttingDown => 10,
             Self::Unauthorized => 11,
+            Self::Full => 12,
             Self::Other(code) => code,
         }
     }
@@ -148,6 +151,7 @@ impl ErrorCode {
             9 => Self::TooSlow,
             10 => Self::ShuttingDown,
             11 => Self::Unauthorized,
+            12 => Self::Full,
             other => Self::Other(other),
         }
     }

@@ -1,0 +1,36 @@
+//! `coordinator`: parse flags, set up logging, bind, train until done or told to stop.
+
+use anyhow::Context;
+use clap::Parser;
+use server::{Cli, Config};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let config = match Config::try_from(cli) {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("error: {err}");
+            std::process::exit(2);
+        }
+    };
+    init_tracing(&config.log_level);
+    let addr = (config.host.as_str(), config.port);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding {}:{}", config.host, config.port))?;
+    let summary = server::run(listener, config, server::shutdown::signal()).await?;
+    tracing::info!(
+        rounds = summary.rounds,
+        test_accuracy = ?summary.test_accuracy,
+        "coordinator stopped"
+    );
+    Ok(())
+}
+
+fn init_tracing(level: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("server={level},coordinator={level},tower_http=warn")));
+    tracing_subscriber::fmt().with_env_filter(filter).init();
+}

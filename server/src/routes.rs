@@ -1,0 +1,91 @@
+//! HTTP surface: the WebSocket endpoint, the JSON API, the health check and static files.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use axum::extract::{State, WebSocketUpgrade};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use protocol::codec::WEIGHTS_DATA_OFFSET;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower_http::services::ServeDir;
+
+use crate::coordinator::{CoordinatorHandle, Published};
+use crate::session::{self, SessionCounters};
+
+/// Largest frame a worker may send: one gradient (4 bytes per parameter) plus headroom for
+/// the header. Set explicitly rather than left at the library's 64 MiB default, so a
+/// worker cannot make the coordinator buffer more than one model's worth per frame.
+pub fn max_message_size(param_count: usize) -> usize {
+    param_count * 4 + 64 * 1024
+}
+
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub coordinator: CoordinatorHandle,
+    pub published: Published,
+    pub shutdown: CancellationToken,
+    pub sessions: TaskTracker,
+    pub counters: Arc<SessionCounters>,
+}
+
+pub fn app(state: AppState, web_dir: &std::path::Path) -> Router {
+    Router::new()
+        .route("/ws", get(ws))
+        .route("/api/status", get(status))
+        .route("/api/params", get(params))
+        .route("/healthz", get(|| async { "ok" }))
+        .fallback_service(ServeDir::new(web_dir))
+        .with_state(state)
+}
+
+async fn ws(State(state): State<AppState>, upgrade: WebSocketUpgrade) -> Response {
+    if state.shutdown.is_cancelled() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
+    }
+    let limit = max_message_size(state.published.mlp.param_count());
+    upgrade
+        .max_message_size(limit)
+        .max_frame_size(limit)
+        .on_upgrade(move |socket| {
+            // Tracked so shutdown can wait for every session to send its close frame.
+            state.sessions.track_future(session::run(
+                socket,
+                state.coordinator,
+                state.shutdown,
+                state.counters,
+            ))
+        })
+}
+
+async fn status(State(state): State<AppState>) -> impl IntoResponse {
+    let mut status = state.published.status.borrow().clone();
+    status.sessions_rejected = state.counters.rejected.load(Ordering::Relaxed);
+    Json(status)
+}
+
+async fn params(State(state): State<AppState>) -> impl IntoResponse {
+    let snapshot = state.published.weights.borrow().clone();
+    let body = crate::safetensors::encode(
+        state.published.mlp.layout(),
+        &snapshot.frame[WEIGHTS_DATA_OFFSET..],
+        snapshot.round,
+    );
+    (
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"crowdtrain-round-{}.safetensors\"", snapshot.round),
+            ),
+            (
+                header::HeaderName::from_static("x-crowdtrain-round"),
+                snapshot.round.to_string(),
+            ),
+        ],
+        body,
+    )
+}

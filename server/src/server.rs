@@ -1,0 +1,143 @@
+//! Wiring: build the coordinator, serve HTTP, and own shutdown end to end.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+
+use crate::config::Config;
+use crate::coordinator::{Coordinator, Outcome, WeightsSnapshot};
+use crate::routes::{app, AppState};
+use crate::session::SessionCounters;
+use crate::status::Status;
+
+/// How long shutdown waits for sessions to send their close frames.
+const SESSION_DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("loading the embedded dataset: {0}")]
+    Dataset(#[source] model::ModelError),
+    #[error("building the model: {0}")]
+    Model(#[source] model::ModelError),
+    #[error("reading the listener address: {0}")]
+    Listener(#[source] std::io::Error),
+    #[error("HTTP server failed: {0}")]
+    Serve(#[source] std::io::Error),
+    #[error("a server task panicked: {0}")]
+    Join(#[from] tokio::task::JoinError),
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Summary {
+    pub rounds: u64,
+    pub test_accuracy: Option<f64>,
+    pub test_loss: Option<f64>,
+    pub reached_target: bool,
+}
+
+/// A started coordinator: its address, its live status, and the task to wait on.
+#[derive(Debug)]
+pub struct RunningServer {
+    pub addr: SocketAddr,
+    pub status: watch::Receiver<Status>,
+    /// The latest weights (what `/api/params` serves), also readable after the server stopped.
+    pub weights: watch::Receiver<WeightsSnapshot>,
+    /// Cancelling this stops the server as a signal would.
+    pub shutdown: CancellationToken,
+    task: JoinHandle<Result<Summary, ServerError>>,
+}
+
+impl RunningServer {
+    /// Waits until the server has stopped (training finished or shutdown requested).
+    pub async fn wait(self) -> Result<Summary, ServerError> {
+        self.task.await?
+    }
+}
+
+/// Starts the coordinator on `listener`. It stops when `signal` completes, or by itself when
+/// `--max-rounds` / `--target-accuracy` is reached.
+pub async fn start(
+    listener: TcpListener,
+    config: Config,
+    signal: impl Future<Output = ()> + Send + 'static,
+) -> Result<RunningServer, ServerError> {
+    let addr = listener.local_addr().map_err(ServerError::Listener)?;
+    let data = crate::dataset::load_default(config.seed).map_err(ServerError::Dataset)?;
+    let shutdown = CancellationToken::new();
+    let web_dir = config.web_dir.clone();
+    let (coordinator, handle, events, published) =
+        Coordinator::new(config, data, shutdown.clone()).map_err(ServerError::Model)?;
+    let status = published.status.clone();
+    let weights = published.weights.clone();
+    let sessions = TaskTracker::new();
+    let state = AppState {
+        coordinator: handle,
+        published,
+        shutdown: shutdown.clone(),
+        sessions: sessions.clone(),
+        counters: Arc::new(SessionCounters::default()),
+    };
+    let router = app(state, &web_dir);
+
+    let coordinator_task = tokio::spawn(coordinator.run(events));
+    {
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = signal => shutdown.cancel(),
+                () = shutdown.cancelled() => {}
+            }
+        });
+    }
+    info!(%addr, "coordinator listening; volunteers open http://{addr}/");
+    let task = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            let serve = axum::serve(listener, router)
+                .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+            let served = serve.await;
+            // Serving stopped: make sure everything else stops too, then drain sessions.
+            shutdown.cancel();
+            sessions.close();
+            if tokio::time::timeout(SESSION_DRAIN_TIMEOUT, sessions.wait())
+                .await
+                .is_err()
+            {
+                warn!("some sessions did not close in time");
+            }
+            let outcome: Outcome = coordinator_task.await?;
+            served.map_err(ServerError::Serve)?;
+            Ok(Summary {
+                rounds: outcome.rounds,
+                test_accuracy: outcome.evaluation.map(|e| e.accuracy),
+                test_loss: outcome.evaluation.map(|e| e.loss),
+                reached_target: outcome.reached_target,
+            })
+        }
+    });
+    Ok(RunningServer {
+        addr,
+        status,
+        weights,
+        shutdown,
+        task,
+    })
+}
+
+/// Starts the coordinator and waits for it to stop.
+pub async fn run(
+    listener: TcpListener,
+    config: Config,
+    signal: impl Future<Output = ()> + Send + 'static,
+) -> Result<Summary, ServerError> {
+    start(listener, config, signal).await?.wait().await
+}

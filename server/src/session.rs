@@ -1,0 +1,296 @@
+//! One task per WebSocket: the only place that touches a worker's bytes.
+//!
+//! The session reads `Hello`, asks the coordinator to admit the worker, then loops over three
+//! things: frames from the socket (decoded and validated here, so nothing malformed reaches
+//! the training state), frames from its outbox (written to the socket), and shutdown. Any
+//! bad frame ends the session with an `Error` frame and a close frame; the coordinator only
+//! sees a `Leave`.
+//!
+//! The loop is generic over the socket (`Stream` + `Sink` of axum messages) so tests could
+//! drive it with channels.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ws::{CloseFrame, Message};
+use futures_util::{Sink, SinkExt, Stream, StreamExt};
+use protocol::{
+    decode_from_worker, encode_from_coordinator, CoordinatorToWorker, ErrorCode, Gradient,
+    WorkerToCoordinator,
+};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, instrument};
+
+use crate::coordinator::{CoordinatorHandle, Joined, Outbound, OUTBOX_CAPACITY};
+
+/// A connection that has not said `Hello` by then is closed: it holds a socket and a task.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// WebSocket close codes (RFC 6455 §7.4.1).
+const CLOSE_GOING_AWAY: u16 = 1001;
+const CLOSE_POLICY: u16 = 1008;
+
+#[derive(Debug)]
+enum End {
+    /// The peer closed or the socket failed.
+    PeerGone,
+    /// Shutdown: close politely.
+    Shutdown,
+    /// Bad input or refusal: send an `Error` frame, then close.
+    Refuse(ErrorCode, String),
+}
+
+/// Shared counters the sessions update.
+#[derive(Debug, Default)]
+pub struct SessionCounters {
+    /// Sessions closed because of bad input from the worker.
+    pub rejected: AtomicU64,
+}
+
+#[instrument(name = "session", skip_all)]
+pub async fn run<S, E>(
+    mut socket: S,
+    coordinator: CoordinatorHandle,
+    shutdown: CancellationToken,
+    counters: Arc<SessionCounters>,
+) where
+    S: Stream<Item = Result<Message, E>> + Sink<Message> + Unpin,
+    E: std::fmt::Display,
+{
+    let (outbox, mut inbox) = mpsc::channel(OUTBOX_CAPACITY);
+    let (joined, end) = match handshake(&mut socket, &coordinator, &shutdown, outbox).await {
+        Ok(joined) => {
+            let end = serve(&mut socket, &coordinator, &shutdown, &mut inbox, joined).await;
+            (Some(joined), end)
+        }
+        Err(end) => (None, end),
+    };
+    if let Some(joined) = joined {
+        coordinator.leave(joined.worker).await;
+    }
+    match end {
+        End::PeerGone => {}
+        End::Shutdown => {
+            let _ = socket.send(close(CLOSE_GOING_AWAY, "coordinator shutting down")).await;
+        }
+        End::Refuse(code, message) => {
+            if code.is_fatal() && code != ErrorCode::ShuttingDown {
+                counters.rejected.fetch_add(1, Ordering::Relaxed);
+            }
+            info!(worker = ?joined.map(|j| j.worker), ?code, %message, "closing session");
+            let frame = encode_from_coordinator(&CoordinatorToWorker::Error {
+                code,
+                message: message.clone(),
+            });
+            let _ = socket.send(Message::Binary(frame.into())).await;
+            let reason = if code == ErrorCode::ShuttingDown {
+                CLOSE_GOING_AWAY
+            } else {
+                CLOSE_POLICY
+            };
+            let _ = socket.send(close(reason, &message)).await;
+        }
+    }
+}
+
+fn close(code: u16, reason: &str) -> Message {
+    // Close reasons are limited to 123 bytes.
+    let mut end = reason.len().min(123);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    Message::Close(Some(CloseFrame {
+        code,
+        reason: reason[..end].into(),
+    }))
+}
+
+async fn handshake<S, E>(
+    socket: &mut S,
+    coordinator: &CoordinatorHandle,
+    shutdown: &CancellationToken,
+    outbox: mpsc::Sender<Outbound>,
+) -> Result<Joined, End>
+where
+    S: Stream<Item = Result<Message, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    let first = tokio::select! {
+        () = shutdown.cancelled() => return Err(End::Shutdown),
+        first = tokio::time::timeout(HELLO_TIMEOUT, next_binary(socket)) => first,
+    };
+    let frame = match first {
+        Err(_) => {
+            return Err(End::Refuse(
+                ErrorCode::UnexpectedMessage,
+                format!("no Hello within {HELLO_TIMEOUT:?}"),
+            ))
+        }
+        Ok(frame) => frame?,
+    };
+    let hello = match decode_from_worker(&frame) {
+        Ok(WorkerToCoordinator::Hello(hello)) => hello,
+        Ok(WorkerToCoordinator::Gradient(_)) => {
+            return Err(End::Refuse(
+                ErrorCode::UnexpectedMessage,
+                "the first frame must be Hello".into(),
+            ))
+        }
+        Err(err) => return Err(End::Refuse(err.code(), err.to_string())),
+    };
+    match coordinator.join(hello, outbox).await {
+        Ok(Ok(joined)) => Ok(joined),
+        Ok(Err((code, message))) => Err(End::Refuse(code, message)),
+        Err(_) => Err(End::Refuse(
+            ErrorCode::ShuttingDown,
+            "coordinator stopped".into(),
+        )),
+    }
+}
+
+/// The next binary frame; anything else ends the session.
+async fn next_binary<S, E>(socket: &mut S) -> Result<bytes::Bytes, End>
+where
+    S: Stream<Item = Result<Message, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    loop {
+        match socket.next().await {
+            Some(Ok(Message::Binary(bytes))) => return Ok(bytes),
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+            Some(Ok(Message::Text(_))) => {
+                return Err(End::Refuse(
+                    ErrorCode::UnexpectedMessage,
+                    "text frames are not part of the protocol; send binary frames".into(),
+                ))
+            }
+            Some(Ok(Message::Close(_))) | None => return Err(End::PeerGone),
+            Some(Err(err)) => {
+                debug!(%err, "socket error");
+                return Err(End::PeerGone);
+            }
+        }
+    }
+}
+
+async fn serve<S, E>(
+    socket: &mut S,
+    coordinator: &CoordinatorHandle,
+    shutdown: &CancellationToken,
+    inbox: &mut mpsc::Receiver<Outbound>,
+    joined: Joined,
+) -> End
+where
+    S: Stream<Item = Result<Message, E>> + Sink<Message> + Unpin,
+    E: std::fmt::Display,
+{
+    loop {
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return End::Shutdown,
+            out = inbox.recv() => match out {
+                Some(Outbound::Frame(frame)) => {
+                    if socket.send(Message::Binary(frame)).await.is_err() {
+                        return End::PeerGone;
+                    }
+                }
+                Some(Outbound::Close(code, message)) => return End::Refuse(code, message),
+                // The coordinator dropped this worker (it stopped reading) or is stopping.
+                None if shutdown.is_cancelled() => return End::Shutdown,
+                None => return End::Refuse(
+                    ErrorCode::TooSlow,
+                    "dropped: this worker did not read its frames".into(),
+                ),
+            },
+            frame = next_binary(socket) => {
+                let frame = match frame {
+                    Ok(frame) => frame,
+                    Err(end) => return end,
+                };
+                let gradient = match decode_from_worker(&frame) {
+                    Ok(WorkerToCoordinator::Gradient(g)) => g,
+                    Ok(WorkerToCoordinator::Hello(_)) => {
+                        return End::Refuse(ErrorCode::UnexpectedMessage, "Hello was already received".into())
+                    }
+                    Err(err) => return End::Refuse(err.code(), err.to_string()),
+                };
+                if let Err((code, message)) = validate(&gradient, &joined) {
+                    return End::Refuse(code, message);
+                }
+                if coordinator.gradient(joined.worker, gradient).await.is_err() {
+                    return End::Shutdown;
+                }
+            }
+        }
+    }
+}
+
+/// Checks that do not need the training state: shape, sample count, finiteness.
+pub fn validate(g: &Gradient, joined: &Joined) -> Result<(), (ErrorCode, String)> {
+    if g.grads.len() != joined.param_count {
+        return Err((
+            ErrorCode::ShapeMismatch,
+            format!(
+                "gradient has {} values, the model has {} parameters",
+                g.grads.len(),
+                joined.param_count
+            ),
+        ));
+    }
+    if g.samples == 0 || g.samples > joined.batch_size {
+        return Err((
+            ErrorCode::ShapeMismatch,
+            format!(
+                "sample count {} is outside 1..={} (the batch size)",
+                g.samples, joined.batch_size
+            ),
+        ));
+    }
+    if !g.loss.is_finite() {
+        return Err((ErrorCode::NonFinite, format!("loss is {}", g.loss)));
+    }
+    if let Some(i) = g.grads.iter().position(|v| !v.is_finite()) {
+        return Err((
+            ErrorCode::NonFinite,
+            format!("gradient value {i} is {}", g.grads[i]),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use protocol::{Round, WorkerId};
+
+    use super::*;
+
+    #[test]
+    fn validation_names_the_problem() {
+        let joined = Joined {
+            worker: WorkerId(1),
+            param_count: 3,
+            batch_size: 8,
+        };
+        let g = |grads: Vec<f32>, samples, loss| Gradient {
+            round: Round(0),
+            samples,
+            loss,
+            grads,
+        };
+        assert!(validate(&g(vec![0.0; 3], 8, 1.0), &joined).is_ok());
+        let cases = [
+            (g(vec![0.0; 2], 1, 1.0), ErrorCode::ShapeMismatch, "2 values"),
+            (g(vec![0.0; 3], 0, 1.0), ErrorCode::ShapeMismatch, "sample count 0"),
+            (g(vec![0.0; 3], 9, 1.0), ErrorCode::ShapeMismatch, "sample count 9"),
+            (g(vec![0.0; 3], 1, f32::NAN), ErrorCode::NonFinite, "loss is NaN"),
+            (g(vec![0.0, f32::INFINITY, 0.0], 1, 1.0), ErrorCode::NonFinite, "value 1 is inf"),
+        ];
+        for (grad, code, needle) in cases {
+            let (got, msg) = validate(&grad, &joined).expect_err("invalid");
+            assert_eq!(got, code);
+            assert!(msg.contains(needle), "{msg}");
+        }
+    }
+}

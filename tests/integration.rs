@@ -1,0 +1,1 @@
+//! Integration tests (placeholder while the harness is written).

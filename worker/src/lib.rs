@@ -1,0 +1,95 @@
+//! The native worker: [`worker_core::WorkerCore`] over a tokio-tungstenite WebSocket.
+//!
+//! This file only moves bytes; every training decision is the shared core's, the very code
+//! the browser runs. Operators with spare machines run the `worker` binary; the tests and
+//! benchmarks call [`run`] directly.
+
+use futures_util::{SinkExt, StreamExt};
+use protocol::WorkerKind;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info};
+pub use worker_core::{Stats, WorkerCore, WorkerError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("connecting to {url}: {source}")]
+    Connect {
+        url: String,
+        #[source]
+        source: tokio_tungstenite::tungstenite::Error,
+    },
+    #[error("WebSocket error: {0}")]
+    Socket(#[from] tokio_tungstenite::tungstenite::Error),
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+}
+
+/// How a session ended without error.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ended {
+    /// The coordinator closed the connection (e.g. it is shutting down or training is done).
+    ClosedByCoordinator { code: Option<u16>, reason: String },
+    /// `shutdown` was cancelled.
+    Stopped,
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub url: String,
+    pub join_token: Option<String>,
+}
+
+/// Connects, joins and trains until the coordinator closes the connection, `shutdown` is
+/// cancelled, or something fails. Returns what the worker did.
+pub async fn run(options: &Options, shutdown: CancellationToken) -> Result<(Ended, Stats), RunError> {
+    let mut core = WorkerCore::new(WorkerKind::Native, options.join_token.clone());
+    let (mut ws, _) = tokio_tungstenite::connect_async(options.url.as_str())
+        .await
+        .map_err(|source| RunError::Connect {
+            url: options.url.clone(),
+            source,
+        })?;
+    ws.send(Message::Binary(core.hello_frame().into())).await?;
+    let ended = loop {
+        let msg = tokio::select! {
+            () = shutdown.cancelled() => {
+                let _ = ws.close(None).await;
+                break Ended::Stopped;
+            }
+            msg = ws.next() => msg,
+        };
+        match msg {
+            Some(Ok(Message::Binary(frame))) => {
+                if let Some(reply) = core.handle_frame(&frame)? {
+                    ws.send(Message::Binary(reply.into())).await?;
+                    let stats = core.stats();
+                    if stats.gradients_sent % 100 == 1 {
+                        info!(
+                            worker = ?stats.worker_id,
+                            round = ?stats.round,
+                            gradients = stats.gradients_sent,
+                            loss = ?stats.last_loss,
+                            "training"
+                        );
+                    }
+                }
+            }
+            Some(Ok(Message::Close(frame))) => {
+                break Ended::ClosedByCoordinator {
+                    code: frame.as_ref().map(|f| u16::from(f.code)),
+                    reason: frame.map(|f| f.reason.to_string()).unwrap_or_default(),
+                };
+            }
+            Some(Ok(other)) => debug!(?other, "ignoring non-binary frame"),
+            Some(Err(err)) => return Err(err.into()),
+            None => {
+                break Ended::ClosedByCoordinator {
+                    code: None,
+                    reason: "connection dropped".into(),
+                }
+            }
+        }
+    };
+    Ok((ended, core.stats().clone()))
+}
