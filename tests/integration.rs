@@ -1,1 +1,32 @@
-//! Integration tests (placeholder while the harness is written).
+//! Integration tests: a real coordinator on port 0, real WebSockets, real workers.
+//!
+//! Synchronisation is by explicit events only: the coordinator's status watch channel, the
+//! frames a client receives, a process exiting. Timeouts exist only so a broken build fails
+//! instead of hanging.
+
+#[path = "integration/util.rs"]
+mod util;
+
+/// Four native workers train the default model to ≥ 93 % test accuracy.
+#[path = "integration/training.rs"]
+mod training;
+
+/// The parameter server's promise: distributed sync SGD equals single-process minibatch SGD.
+#[path = "integration/equivalence.rs"]
+mod equivalence;
+
+/// Workers dying mid-round and joining late.
+#[path = "integration/churn.rs"]
+mod churn;
+
+/// Garbage, wrong versions, bad shapes, NaN: refused, and the model is untouched.
+#[path = "integration/bad_input.rs"]
+mod bad_input;
+
+/// `/api/status`, `/api/params`, `/healthz`, static files.
+#[path = "integration/http.rs"]
+mod http;
+
+/// SIGTERM to the real binary with workers connected.
+#[path = "integration/shutdown.rs"]
+mod shutdown;

@@ -124,7 +124,10 @@ impl Dataset {
         let mut order: Vec<usize> = (0..self.len()).collect();
         SplitMix64::new(seed).shuffle(&mut order);
         let train_len = train_len.min(self.len());
-        (self.select(&order[..train_len]), self.select(&order[train_len..]))
+        (
+            self.select(&order[..train_len]),
+            self.select(&order[train_len..]),
+        )
     }
 
     /// The samples at `positions` as an `f32` matrix scaled to `[0, 1]`, plus their labels.

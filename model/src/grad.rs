@@ -98,16 +98,25 @@ mod tests {
         for n in [1usize, 2, 3, 7] {
             let len = 1000;
             let grads: Vec<Vec<f32>> = (0..n)
-                .map(|_| (0..len).map(|_| (rng.next_f64() * 2.0 - 1.0) as f32).collect())
+                .map(|_| {
+                    (0..len)
+                        .map(|_| (rng.next_f64() * 2.0 - 1.0) as f32)
+                        .collect()
+                })
                 .collect();
             // Deliberately unequal sample counts.
-            let samples: Vec<u32> = (0..n).map(|k| 1 + 13 * k as u32 + (k as u32 % 2) * 50).collect();
+            let samples: Vec<u32> = (0..n)
+                .map(|k| 1 + 13 * k as u32 + (k as u32 % 2) * 50)
+                .collect();
             let mut sum = GradientSum::new(len);
             for (g, &s) in grads.iter().zip(&samples) {
                 sum.accumulate(g, s);
             }
             assert_eq!(sum.contributions(), n);
-            assert_eq!(sum.samples(), samples.iter().map(|&s| u64::from(s)).sum::<u64>());
+            assert_eq!(
+                sum.samples(),
+                samples.iter().map(|&s| u64::from(s)).sum::<u64>()
+            );
             let mean = sum.take_mean().expect("non-empty");
             let reference = naive_weighted_mean(&grads, &samples);
             let worst = mean

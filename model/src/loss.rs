@@ -24,9 +24,9 @@ pub fn softmax_cross_entropy<T: Scalar>(
         let shifted_label = row[label] - max;
         row.mapv_inplace(|v| (v - max).exp());
         let sum = row.sum();
-        total = total + (sum.ln() - shifted_label);
+        total += sum.ln() - shifted_label;
         row.mapv_inplace(|v| v / sum * inv_n);
-        row[label] = row[label] - inv_n;
+        row[label] -= inv_n;
     }
     Ok((total * inv_n, grad))
 }
@@ -42,16 +42,16 @@ pub fn cross_entropy_sum_and_correct<T: Scalar>(
     let mut total = T::zero();
     let mut correct = 0;
     for (row, &label) in logits.axis_iter(Axis(0)).zip(labels) {
-        let (argmax, max) = row
-            .iter()
-            .enumerate()
-            .fold((0, T::neg_infinity()), |(bi, bv), (i, &v)| {
-                if v > bv {
-                    (i, v)
-                } else {
-                    (bi, bv)
-                }
-            });
+        let (argmax, max) =
+            row.iter()
+                .enumerate()
+                .fold((0, T::neg_infinity()), |(bi, bv), (i, &v)| {
+                    if v > bv {
+                        (i, v)
+                    } else {
+                        (bi, bv)
+                    }
+                });
         let log_sum = row.iter().fold(T::zero(), |s, &v| s + (v - max).exp()).ln();
         total = total + log_sum - (row[label as usize] - max);
         correct += usize::from(argmax == label as usize);

@@ -139,7 +139,10 @@ impl Mlp {
     ) -> Result<Array2<T>, ModelError> {
         self.check_params(params)?;
         self.check_input(&x)?;
-        Ok(self.forward_all(params, x).pop().expect("at least one layer"))
+        Ok(self
+            .forward_all(params, x)
+            .pop()
+            .expect("at least one layer"))
     }
 
     /// Mean cross-entropy over the batch and its gradient with respect to every parameter,
@@ -156,7 +159,10 @@ impl Mlp {
         let (loss, mut dz) = softmax_cross_entropy(zs[self.layers() - 1].view(), labels)?;
         let mut grads = vec![T::zero(); self.param_count()];
         for l in (0..self.layers()).rev() {
-            let (w_spec, b_spec) = (&self.layout.tensors()[2 * l], &self.layout.tensors()[2 * l + 1]);
+            let (w_spec, b_spec) = (
+                &self.layout.tensors()[2 * l],
+                &self.layout.tensors()[2 * l + 1],
+            );
             let (w_grad, b_grad) = grads[w_spec.offset..].split_at_mut(w_spec.len());
             let mut dw = ArrayViewMut2::from_shape((w_spec.shape[0], w_spec.shape[1]), w_grad)
                 .expect("layout shapes match their ranges");

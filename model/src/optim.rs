@@ -6,9 +6,19 @@
 /// Which optimizer, with its hyper-parameters.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum OptimizerKind {
-    Sgd { lr: f32 },
-    Momentum { lr: f32, momentum: f32 },
-    Adam { lr: f32, beta1: f32, beta2: f32, eps: f32 },
+    Sgd {
+        lr: f32,
+    },
+    Momentum {
+        lr: f32,
+        momentum: f32,
+    },
+    Adam {
+        lr: f32,
+        beta1: f32,
+        beta2: f32,
+        eps: f32,
+    },
 }
 
 impl OptimizerKind {
@@ -106,7 +116,12 @@ impl Optimizer for Adam {
         let c2 = 1.0 - self.beta2.powi(self.t);
         let step = self.lr / c1;
         let (b1, b2) = (self.beta1, self.beta2);
-        for (((p, m), v), &g) in params.iter_mut().zip(&mut self.m).zip(&mut self.v).zip(grads) {
+        for (((p, m), v), &g) in params
+            .iter_mut()
+            .zip(&mut self.m)
+            .zip(&mut self.v)
+            .zip(grads)
+        {
             *m = b1 * *m + (1.0 - b1) * g;
             *v = b2 * *v + (1.0 - b2) * g * g;
             *p -= step * *m / ((*v / c2).sqrt() + self.eps);
@@ -146,8 +161,16 @@ mod tests {
     fn every_optimizer_minimises_a_quadratic() {
         for kind in [
             OptimizerKind::Sgd { lr: 0.1 },
-            OptimizerKind::Momentum { lr: 0.05, momentum: 0.9 },
-            OptimizerKind::Adam { lr: 0.05, beta1: 0.9, beta2: 0.999, eps: 1e-8 },
+            OptimizerKind::Momentum {
+                lr: 0.05,
+                momentum: 0.9,
+            },
+            OptimizerKind::Adam {
+                lr: 0.05,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+            },
         ] {
             let mut opt = kind.build(2);
             let mut p = vec![3.0f32, -4.0];

@@ -5,7 +5,15 @@ use ndarray::{LinalgScalar, ScalarOperand};
 use num_traits::{Float, FromPrimitive, NumAssign};
 
 pub trait Scalar:
-    Float + FromPrimitive + NumAssign + LinalgScalar + ScalarOperand + std::fmt::Debug + Send + Sync + 'static
+    Float
+    + FromPrimitive
+    + NumAssign
+    + LinalgScalar
+    + ScalarOperand
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
 {
 }
 

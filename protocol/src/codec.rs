@@ -253,10 +253,12 @@ impl<'a> Reader<'a> {
         let count = self.u32()? as usize;
         // count <= u32::MAX and elem_size <= 4, so this cannot overflow a 64-bit usize;
         // checked anyway for 32-bit targets (wasm32).
-        let len = count.checked_mul(elem_size).ok_or(DecodeError::InvalidValue {
-            field: "length",
-            value: count as u64,
-        })?;
+        let len = count
+            .checked_mul(elem_size)
+            .ok_or(DecodeError::InvalidValue {
+                field: "length",
+                value: count as u64,
+            })?;
         Ok((count, self.take(len)?))
     }
     fn bytes(&mut self) -> Result<Vec<u8>, DecodeError> {

@@ -133,7 +133,9 @@ pub enum ConfigError {
     TargetAccuracy(f64),
     #[error("--min-workers must be at least 1")]
     MinWorkers,
-    #[error("--min-workers ({min}) is larger than --max-workers ({max}): no round could ever start")]
+    #[error(
+        "--min-workers ({min}) is larger than --max-workers ({max}): no round could ever start"
+    )]
     MinAboveMax { min: usize, max: usize },
     #[error("--join-token must not be empty")]
     EmptyJoinToken,
@@ -157,11 +159,7 @@ impl TryFrom<Cli> for Config {
                 max: MAX_HIDDEN_LAYERS,
             });
         }
-        if let Some(&bad) = cli
-            .hidden
-            .iter()
-            .find(|&&w| w == 0 || w > MAX_HIDDEN_WIDTH)
-        {
+        if let Some(&bad) = cli.hidden.iter().find(|&&w| w == 0 || w > MAX_HIDDEN_WIDTH) {
             return Err(ConfigError::HiddenWidth {
                 got: bad,
                 max: MAX_HIDDEN_WIDTH,
@@ -285,13 +283,34 @@ mod tests {
     #[test]
     fn flags_are_applied() {
         let c = parse(&[
-            "--hidden", "64,32", "--optimizer", "momentum", "--momentum", "0.5", "--lr", "0.2",
-            "--max-rounds", "7", "--target-accuracy", "0.9", "--port", "0",
+            "--hidden",
+            "64,32",
+            "--optimizer",
+            "momentum",
+            "--momentum",
+            "0.5",
+            "--lr",
+            "0.2",
+            "--max-rounds",
+            "7",
+            "--target-accuracy",
+            "0.9",
+            "--port",
+            "0",
         ])
         .expect("valid");
         assert_eq!(c.layers, [784, 64, 32, 10]);
-        assert_eq!(c.optimizer, OptimizerKind::Momentum { lr: 0.2, momentum: 0.5 });
-        assert_eq!((c.max_rounds, c.target_accuracy, c.port), (Some(7), Some(0.9), 0));
+        assert_eq!(
+            c.optimizer,
+            OptimizerKind::Momentum {
+                lr: 0.2,
+                momentum: 0.5
+            }
+        );
+        assert_eq!(
+            (c.max_rounds, c.target_accuracy, c.port),
+            (Some(7), Some(0.9), 0)
+        );
     }
 
     #[test]
@@ -301,7 +320,10 @@ mod tests {
             (&["--hidden", "1,2,3,4,5,6,7,8,9"], "at most 8"),
             (&["--lr", "0"], "--lr"),
             (&["--lr", "NaN"], "--lr"),
-            (&["--momentum", "0.9"], "only applies to --optimizer momentum"),
+            (
+                &["--momentum", "0.9"],
+                "only applies to --optimizer momentum",
+            ),
             (&["--optimizer", "momentum", "--momentum", "1.0"], "[0, 1)"),
             (&["--batch-size", "0"], "--batch-size"),
             (&["--batch-size", "9000"], "--batch-size"),
@@ -309,7 +331,10 @@ mod tests {
             (&["--max-rounds", "0"], "--max-rounds"),
             (&["--target-accuracy", "1.5"], "--target-accuracy"),
             (&["--min-workers", "0"], "--min-workers"),
-            (&["--min-workers", "5", "--max-workers", "2"], "no round could ever start"),
+            (
+                &["--min-workers", "5", "--max-workers", "2"],
+                "no round could ever start",
+            ),
             (&["--join-token", ""], "--join-token"),
             (&["--log-level", "loud"], "--log-level"),
             (&["--web-dir", "/definitely/not/here"], "--web-dir"),

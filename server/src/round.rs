@@ -102,7 +102,11 @@ impl OpenRound {
 
     /// Accumulates `gradient` from `worker`. Shape and finiteness are the session's checks;
     /// this one checks that the gradient belongs here.
-    pub fn accept(&mut self, worker: WorkerId, gradient: &Gradient) -> Result<Progress, RoundError> {
+    pub fn accept(
+        &mut self,
+        worker: WorkerId,
+        gradient: &Gradient,
+    ) -> Result<Progress, RoundError> {
         if gradient.round != self.round {
             return Err(RoundError::NotOpen {
                 got: gradient.round,
@@ -168,14 +172,23 @@ mod tests {
 
     fn open(ids: &[u32]) -> (OpenRound, Instant) {
         let now = Instant::now();
-        (OpenRound::new(Round(4), ids.iter().map(|&i| WorkerId(i)), 3, now), now)
+        (
+            OpenRound::new(Round(4), ids.iter().map(|&i| WorkerId(i)), 3, now),
+            now,
+        )
     }
 
     #[test]
     fn completes_when_every_participant_answered_and_weights_by_samples() {
         let (mut r, t0) = open(&[1, 2]);
-        assert_eq!(r.accept(WorkerId(1), &grad(4, 1.0, 1)), Ok(Progress::Waiting));
-        assert_eq!(r.accept(WorkerId(2), &grad(4, 4.0, 3)), Ok(Progress::Complete));
+        assert_eq!(
+            r.accept(WorkerId(1), &grad(4, 1.0, 1)),
+            Ok(Progress::Waiting)
+        );
+        assert_eq!(
+            r.accept(WorkerId(2), &grad(4, 4.0, 3)),
+            Ok(Progress::Complete)
+        );
         let closed = r.close(t0 + Duration::from_millis(250));
         assert_eq!(closed.mean_gradient, Some(vec![3.25; 3])); // (1·1 + 4·3) / 4
         assert_eq!((closed.samples, closed.contributors), (4, 2));
@@ -188,30 +201,55 @@ mod tests {
         let (mut r, t0) = open(&[1, 2]);
         assert_eq!(
             r.accept(WorkerId(1), &grad(3, 9.0, 1)),
-            Err(RoundError::NotOpen { got: Round(3), current: Round(4) })
+            Err(RoundError::NotOpen {
+                got: Round(3),
+                current: Round(4)
+            })
         );
-        assert_eq!(r.accept(WorkerId(9), &grad(4, 9.0, 1)), Err(RoundError::NotParticipant(WorkerId(9))));
-        assert_eq!(r.accept(WorkerId(1), &grad(4, 1.0, 1)), Ok(Progress::Waiting));
-        assert_eq!(r.accept(WorkerId(1), &grad(4, 9.0, 1)), Err(RoundError::Duplicate(WorkerId(1))));
-        assert_eq!(r.accept(WorkerId(2), &grad(4, 1.0, 1)), Ok(Progress::Complete));
+        assert_eq!(
+            r.accept(WorkerId(9), &grad(4, 9.0, 1)),
+            Err(RoundError::NotParticipant(WorkerId(9)))
+        );
+        assert_eq!(
+            r.accept(WorkerId(1), &grad(4, 1.0, 1)),
+            Ok(Progress::Waiting)
+        );
+        assert_eq!(
+            r.accept(WorkerId(1), &grad(4, 9.0, 1)),
+            Err(RoundError::Duplicate(WorkerId(1)))
+        );
+        assert_eq!(
+            r.accept(WorkerId(2), &grad(4, 1.0, 1)),
+            Ok(Progress::Complete)
+        );
         assert_eq!(r.close(t0).mean_gradient, Some(vec![1.0; 3]));
-        assert_eq!(RoundError::Duplicate(WorkerId(1)).code(), ErrorCode::Duplicate);
+        assert_eq!(
+            RoundError::Duplicate(WorkerId(1)).code(),
+            ErrorCode::Duplicate
+        );
     }
 
     #[test]
     fn a_leaver_is_not_waited_for_but_its_answer_counts() {
         let (mut r, t0) = open(&[1, 2, 3]);
-        assert_eq!(r.accept(WorkerId(1), &grad(4, 2.0, 1)), Ok(Progress::Waiting));
+        assert_eq!(
+            r.accept(WorkerId(1), &grad(4, 2.0, 1)),
+            Ok(Progress::Waiting)
+        );
         assert_eq!(r.remove(WorkerId(1)), Progress::Waiting); // answered, then left
         assert_eq!(r.remove(WorkerId(3)), Progress::Waiting);
-        assert_eq!(r.accept(WorkerId(2), &grad(4, 4.0, 1)), Ok(Progress::Complete));
+        assert_eq!(
+            r.accept(WorkerId(2), &grad(4, 4.0, 1)),
+            Ok(Progress::Complete)
+        );
         assert_eq!(r.close(t0).mean_gradient, Some(vec![3.0; 3]));
     }
 
     #[test]
     fn last_pending_leaving_completes_and_everyone_leaving_abandons() {
         let (mut r, _) = open(&[1, 2]);
-        r.accept(WorkerId(1), &grad(4, 1.0, 1)).expect("participant");
+        r.accept(WorkerId(1), &grad(4, 1.0, 1))
+            .expect("participant");
         assert_eq!(r.remove(WorkerId(2)), Progress::Complete);
 
         let (mut r, _) = open(&[1, 2]);

@@ -79,7 +79,10 @@ async fn params(State(state): State<AppState>) -> impl IntoResponse {
             (header::CONTENT_TYPE, "application/octet-stream".to_string()),
             (
                 header::CONTENT_DISPOSITION,
-                format!("attachment; filename=\"crowdtrain-round-{}.safetensors\"", snapshot.round),
+                format!(
+                    "attachment; filename=\"crowdtrain-round-{}.safetensors\"",
+                    snapshot.round
+                ),
             ),
             (
                 header::HeaderName::from_static("x-crowdtrain-round"),

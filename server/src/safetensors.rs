@@ -24,7 +24,7 @@ pub fn encode(layout: &ParamLayout, data: &[u8], round: u64) -> Vec<u8> {
     }
     let mut header = Value::Object(header).to_string().into_bytes();
     // Pad with spaces so the data starts 8-byte aligned, as the reference implementation does.
-    while header.len() % 8 != 0 {
+    while !header.len().is_multiple_of(8) {
         header.push(b' ');
     }
     let mut out = Vec::with_capacity(8 + header.len() + data.len());

@@ -73,7 +73,9 @@ pub async fn run<S, E>(
     match end {
         End::PeerGone => {}
         End::Shutdown => {
-            let _ = socket.send(close(CLOSE_GOING_AWAY, "coordinator shutting down")).await;
+            let _ = socket
+                .send(close(CLOSE_GOING_AWAY, "coordinator shutting down"))
+                .await;
         }
         End::Refuse(code, message) => {
             if code.is_fatal() && code != ErrorCode::ShuttingDown {
@@ -281,11 +283,31 @@ mod tests {
         };
         assert!(validate(&g(vec![0.0; 3], 8, 1.0), &joined).is_ok());
         let cases = [
-            (g(vec![0.0; 2], 1, 1.0), ErrorCode::ShapeMismatch, "2 values"),
-            (g(vec![0.0; 3], 0, 1.0), ErrorCode::ShapeMismatch, "sample count 0"),
-            (g(vec![0.0; 3], 9, 1.0), ErrorCode::ShapeMismatch, "sample count 9"),
-            (g(vec![0.0; 3], 1, f32::NAN), ErrorCode::NonFinite, "loss is NaN"),
-            (g(vec![0.0, f32::INFINITY, 0.0], 1, 1.0), ErrorCode::NonFinite, "value 1 is inf"),
+            (
+                g(vec![0.0; 2], 1, 1.0),
+                ErrorCode::ShapeMismatch,
+                "2 values",
+            ),
+            (
+                g(vec![0.0; 3], 0, 1.0),
+                ErrorCode::ShapeMismatch,
+                "sample count 0",
+            ),
+            (
+                g(vec![0.0; 3], 9, 1.0),
+                ErrorCode::ShapeMismatch,
+                "sample count 9",
+            ),
+            (
+                g(vec![0.0; 3], 1, f32::NAN),
+                ErrorCode::NonFinite,
+                "loss is NaN",
+            ),
+            (
+                g(vec![0.0, f32::INFINITY, 0.0], 1, 1.0),
+                ErrorCode::NonFinite,
+                "value 1 is inf",
+            ),
         ];
         for (grad, code, needle) in cases {
             let (got, msg) = validate(&grad, &joined).expect_err("invalid");

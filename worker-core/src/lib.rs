@@ -153,8 +153,14 @@ impl WorkerCore {
         let Some(shard) = joined.shard.as_ref().filter(|s| !s.is_empty()) else {
             return Ok(None);
         };
-        let (x, labels) = shard.batch(batch_positions(shard.len(), weights.round.0, joined.batch_size));
-        let (loss, grads) = joined.mlp.loss_and_grad(&weights.params, x.view(), &labels)?;
+        let (x, labels) = shard.batch(batch_positions(
+            shard.len(),
+            weights.round.0,
+            joined.batch_size,
+        ));
+        let (loss, grads) = joined
+            .mlp
+            .loss_and_grad(&weights.params, x.view(), &labels)?;
         self.stats.gradients_sent += 1;
         self.stats.samples_computed += labels.len() as u64;
         self.stats.last_loss = Some(loss);

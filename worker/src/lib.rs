@@ -42,7 +42,10 @@ pub struct Options {
 
 /// Connects, joins and trains until the coordinator closes the connection, `shutdown` is
 /// cancelled, or something fails. Returns what the worker did.
-pub async fn run(options: &Options, shutdown: CancellationToken) -> Result<(Ended, Stats), RunError> {
+pub async fn run(
+    options: &Options,
+    shutdown: CancellationToken,
+) -> Result<(Ended, Stats), RunError> {
     let mut core = WorkerCore::new(WorkerKind::Native, options.join_token.clone());
     let (mut ws, _) = tokio_tungstenite::connect_async(options.url.as_str())
         .await

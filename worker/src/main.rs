@@ -21,8 +21,9 @@ struct Cli {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("worker={}", cli.log_level)));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!("worker={}", cli.log_level))
+    });
     tracing_subscriber::fmt().with_env_filter(filter).init();
     let shutdown = CancellationToken::new();
     tokio::spawn({

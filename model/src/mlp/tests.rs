@@ -2,7 +2,12 @@ use ndarray::Array2;
 
 use super::*;
 
-fn random_batch(rng: &mut SplitMix64, n: usize, d: usize, classes: usize) -> (Array2<f64>, Vec<u8>) {
+fn random_batch(
+    rng: &mut SplitMix64,
+    n: usize,
+    d: usize,
+    classes: usize,
+) -> (Array2<f64>, Vec<u8>) {
     let x = Array2::from_shape_fn((n, d), |_| rng.next_f64() * 2.0 - 1.0);
     let labels = (0..n).map(|_| rng.below(classes) as u8).collect();
     (x, labels)
@@ -34,7 +39,11 @@ fn gradient_check_against_central_differences() {
         let denom = analytic[i].abs().max(numeric.abs()).max(1e-8);
         let rel = (analytic[i] - numeric).abs() / denom;
         // Tiny gradients are dominated by cancellation; judge them absolutely.
-        let err = if denom < 1e-6 { (analytic[i] - numeric).abs() } else { rel };
+        let err = if denom < 1e-6 {
+            (analytic[i] - numeric).abs()
+        } else {
+            rel
+        };
         worst = worst.max(err);
     }
     assert!(worst < 1e-3, "max relative error {worst}");
@@ -67,26 +76,45 @@ fn init_is_deterministic_and_he_scaled() {
     let bound = (6.0f32 / 784.0).sqrt();
     let w0 = &a[mlp.layout().tensors()[0].range()];
     assert!(w0.iter().all(|w| w.abs() <= bound));
-    assert!(a[mlp.layout().tensors()[1].range()].iter().all(|&b| b == 0.0));
-    let names: Vec<_> = mlp.layout().tensors().iter().map(|t| t.name.as_str()).collect();
+    assert!(a[mlp.layout().tensors()[1].range()]
+        .iter()
+        .all(|&b| b == 0.0));
+    let names: Vec<_> = mlp
+        .layout()
+        .tensors()
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect();
     assert_eq!(names, ["l0.weight", "l0.bias", "l1.weight", "l1.bias"]);
 }
 
 #[test]
 fn shapes_are_checked() {
     assert_eq!(Mlp::new(&[3]), Err(ModelError::TooFewLayers(1)));
-    assert_eq!(Mlp::new(&[3, 0, 2]), Err(ModelError::ZeroWidth { index: 1 }));
+    assert_eq!(
+        Mlp::new(&[3, 0, 2]),
+        Err(ModelError::ZeroWidth { index: 1 })
+    );
     let mlp = Mlp::new(&[3, 2]).expect("valid");
     let x = Array2::<f32>::zeros((2, 3));
     assert!(matches!(
         mlp.loss_and_grad(&[0.0f32; 7], x.view(), &[0, 1]),
-        Err(ModelError::ShapeMismatch { what: "parameters", .. })
+        Err(ModelError::ShapeMismatch {
+            what: "parameters",
+            ..
+        })
     ));
     let wrong_x = Array2::<f32>::zeros((2, 4));
     assert!(matches!(
         mlp.forward(&[0.0f32; 8], wrong_x.view()),
-        Err(ModelError::ShapeMismatch { what: "input features", .. })
+        Err(ModelError::ShapeMismatch {
+            what: "input features",
+            ..
+        })
     ));
     let empty = Array2::<f32>::zeros((0, 3));
-    assert_eq!(mlp.forward(&[0.0f32; 8], empty.view()), Err(ModelError::EmptyBatch));
+    assert_eq!(
+        mlp.forward(&[0.0f32; 8], empty.view()),
+        Err(ModelError::EmptyBatch)
+    );
 }

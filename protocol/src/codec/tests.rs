@@ -18,7 +18,7 @@ fn all_worker_messages() -> Vec<WorkerToCoordinator> {
         WorkerToCoordinator::Gradient(Gradient {
             round: Round(u64::MAX - 3),
             samples: 32,
-            loss: 2.302_585,
+            loss: 2.5,
             grads: vec![0.0, -1.5, f32::MIN_POSITIVE, 1e30, -0.0],
         }),
         WorkerToCoordinator::Gradient(Gradient {
@@ -73,7 +73,11 @@ fn every_worker_message_round_trips() {
 fn every_coordinator_message_round_trips() {
     for msg in all_coordinator_messages() {
         let bytes = encode_from_coordinator(&msg);
-        assert_eq!(decode_from_coordinator(&bytes).as_ref(), Ok(&msg), "{msg:?}");
+        assert_eq!(
+            decode_from_coordinator(&bytes).as_ref(),
+            Ok(&msg),
+            "{msg:?}"
+        );
     }
 }
 
@@ -133,7 +137,10 @@ fn every_strict_prefix_of_every_message_is_truncated() {
     for msg in all_coordinator_messages() {
         let bytes = encode_from_coordinator(&msg);
         for cut in 0..bytes.len() {
-            assert!(decode_from_coordinator(&bytes[..cut]).is_err(), "cut at {cut}");
+            assert!(
+                decode_from_coordinator(&bytes[..cut]).is_err(),
+                "cut at {cut}"
+            );
         }
     }
 }

@@ -1,0 +1,47 @@
+use crate::util::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_native_workers_reach_93_percent() {
+    let server = start_server(&[
+        "--min-workers",
+        "4",
+        "--target-accuracy",
+        "0.93",
+        "--max-rounds",
+        "3000",
+    ])
+    .await;
+    let workers: Vec<_> = (0..4).map(|_| spawn_worker(server.addr)).collect();
+    let started = std::time::Instant::now();
+    let summary = guard("training to 93 %", server.wait())
+        .await
+        .expect("server ran");
+    let elapsed = started.elapsed();
+    println!(
+        "reached {:?} test accuracy in {} rounds, {:.1} s",
+        summary.test_accuracy,
+        summary.rounds,
+        elapsed.as_secs_f64()
+    );
+    assert!(
+        summary.reached_target,
+        "stopped at {} rounds: {summary:?}",
+        summary.rounds
+    );
+    assert!(summary.test_accuracy.expect("evaluated") >= 0.93);
+    for (task, _) in workers {
+        let (ended, stats) = guard("worker end", task).await.expect("worker task");
+        // Every worker was told the coordinator is going away, and contributed to most rounds.
+        assert!(
+            matches!(
+                ended,
+                worker::Ended::ClosedByCoordinator {
+                    code: Some(1001),
+                    ..
+                }
+            ),
+            "{ended:?}"
+        );
+        assert!(stats.gradients_sent >= summary.rounds - 1, "{stats:?}");
+    }
+}

@@ -1,0 +1,234 @@
+//! Test harness: start a coordinator on port 0, native workers, raw protocol clients, and a
+//! minimal HTTP client.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use protocol::{
+    decode_from_coordinator, encode_from_worker, CoordinatorToWorker, ErrorCode, Hello, WorkerKind,
+    WorkerToCoordinator,
+};
+use server::{Config, RunningServer, Status};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tokio_util::sync::CancellationToken;
+
+/// Upper bound on any single wait: a guard against hangs, never a synchronisation device.
+pub const GUARD: Duration = Duration::from_secs(120);
+
+pub async fn guard<T>(what: &str, fut: impl Future<Output = T>) -> T {
+    tokio::time::timeout(GUARD, fut)
+        .await
+        .unwrap_or_else(|_| panic!("timed out after {GUARD:?} waiting for {what}"))
+}
+
+/// Starts a coordinator on 127.0.0.1:0 with these extra flags.
+pub async fn start_server(flags: &[&str]) -> RunningServer {
+    let args = ["coordinator", "--port", "0", "--log-level", "warn"]
+        .into_iter()
+        .chain(flags.iter().copied());
+    let config = Config::from_args(args).expect("test flags are valid");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind port 0");
+    server::start(listener, config, std::future::pending())
+        .await
+        .expect("server starts")
+}
+
+pub fn ws_url(addr: SocketAddr) -> String {
+    format!("ws://{addr}/ws")
+}
+
+/// Waits until the published status satisfies `pred` and returns it.
+pub async fn wait_status(
+    status: &mut watch::Receiver<Status>,
+    what: &str,
+    pred: impl FnMut(&Status) -> bool,
+) -> Status {
+    guard(what, status.wait_for(pred))
+        .await
+        .expect("coordinator alive")
+        .clone()
+}
+
+/// A native worker (the `worker` crate, as the binary runs it) on its own task.
+pub fn spawn_worker(
+    addr: SocketAddr,
+) -> (
+    JoinHandle<(worker::Ended, worker::Stats)>,
+    CancellationToken,
+) {
+    let cancel = CancellationToken::new();
+    let options = worker::Options {
+        url: ws_url(addr),
+        join_token: None,
+    };
+    let task = tokio::spawn({
+        let cancel = cancel.clone();
+        async move { worker::run(&options, cancel).await.expect("worker runs") }
+    });
+    (task, cancel)
+}
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// A protocol-level client the test drives frame by frame.
+pub struct RawClient {
+    pub ws: Ws,
+}
+
+impl RawClient {
+    pub async fn connect(addr: SocketAddr) -> Self {
+        let (ws, _) = guard("connect", tokio_tungstenite::connect_async(ws_url(addr)))
+            .await
+            .expect("websocket connects");
+        Self { ws }
+    }
+
+    pub async fn send_raw(&mut self, msg: Message) {
+        self.ws.send(msg).await.expect("send");
+    }
+
+    pub async fn send(&mut self, msg: &WorkerToCoordinator) {
+        self.send_raw(Message::Binary(encode_from_worker(msg).into()))
+            .await;
+    }
+
+    pub async fn hello(&mut self) {
+        self.send(&WorkerToCoordinator::Hello(Hello {
+            kind: Some(WorkerKind::Native),
+            ..Hello::default()
+        }))
+        .await;
+    }
+
+    /// The next protocol message, or `None` once the coordinator closed the connection.
+    pub async fn recv(&mut self) -> Option<CoordinatorToWorker> {
+        loop {
+            match guard("a frame", self.ws.next()).await {
+                Some(Ok(Message::Binary(frame))) => {
+                    return Some(
+                        decode_from_coordinator(&frame).expect("coordinator frames decode"),
+                    )
+                }
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return None,
+                Some(Ok(_)) => continue,
+            }
+        }
+    }
+
+    /// Expects an `Error` frame with `code`, returns its message.
+    pub async fn expect_error(&mut self, code: ErrorCode) -> String {
+        loop {
+            match self.recv().await {
+                Some(CoordinatorToWorker::Error { code: got, message }) => {
+                    assert_eq!(got, code, "error message: {message}");
+                    return message;
+                }
+                Some(_) => continue,
+                None => panic!("connection closed before an {code:?} error"),
+            }
+        }
+    }
+
+    /// Expects the coordinator to close the connection (after any remaining frames).
+    pub async fn expect_closed(&mut self) {
+        while let Some(msg) = self.recv().await {
+            if let CoordinatorToWorker::Error { code, .. } = msg {
+                panic!("unexpected error {code:?} before close");
+            }
+        }
+    }
+}
+
+/// A worker whose gradients the test sends when it decides: the shared worker core over a
+/// raw client.
+pub struct ManualWorker {
+    pub client: RawClient,
+    pub core: worker_core::WorkerCore,
+}
+
+impl ManualWorker {
+    pub async fn join(addr: SocketAddr) -> Self {
+        let mut client = RawClient::connect(addr).await;
+        let core = worker_core::WorkerCore::new(WorkerKind::Native, None);
+        client
+            .send_raw(Message::Binary(core.hello_frame().into()))
+            .await;
+        Self { client, core }
+    }
+
+    /// Reads frames until the core produces a gradient frame; returns it unsent.
+    pub async fn next_gradient(&mut self) -> Vec<u8> {
+        loop {
+            let frame = match guard("weights", self.client.ws.next()).await {
+                Some(Ok(Message::Binary(frame))) => frame,
+                Some(Ok(_)) => continue,
+                other => panic!("connection ended while waiting for weights: {other:?}"),
+            };
+            if let Some(reply) = self.core.handle_frame(&frame).expect("valid frames") {
+                return reply;
+            }
+        }
+    }
+
+    pub async fn send(&mut self, frame: Vec<u8>) {
+        self.client.send_raw(Message::Binary(frame.into())).await;
+    }
+}
+
+/// A minimal HTTP/1.0 GET (no client library needed): status code, headers, body.
+pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String, Vec<u8>) {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut raw = Vec::new();
+    guard("http response", stream.read_to_end(&mut raw))
+        .await
+        .expect("read");
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("header end");
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status code");
+    (code, head, raw[split + 4..].to_vec())
+}
+
+pub async fn get_status_json(addr: SocketAddr) -> serde_json::Value {
+    let (code, _, body) = http_get(addr, "/api/status").await;
+    assert_eq!(code, 200);
+    serde_json::from_slice(&body).expect("status is JSON")
+}
+
+/// Parses a safetensors file into `(name, shape, values)` in file order.
+pub fn parse_safetensors(bytes: &[u8]) -> (serde_json::Value, Vec<f32>) {
+    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).expect("header");
+    let values = bytes[8 + n..]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    (header, values)
+}
+
+/// The parameters of a weights snapshot as floats.
+pub fn snapshot_params(snapshot: &server::coordinator::WeightsSnapshot) -> Vec<f32> {
+    match decode_from_coordinator(&snapshot.frame).expect("weights frame") {
+        CoordinatorToWorker::Weights(w) => w.params,
+        other => panic!("not weights: {other:?}"),
+    }
+}
