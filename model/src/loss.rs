@@ -22,9 +22,9 @@ pub fn softmax_cross_entropy<T: Scalar>(
         let label = label as usize;
         // log p(label) = (z_label - max) - ln(sum exp(z - max)), finite even when p underflows.
         let shifted_label = row[label] - max;
-        row.mapv_inplace(|v| (v - max).exp());
+        row.mapv_inplace(|v| (v - max).exp_portable());
         let sum = row.sum();
-        total += sum.ln() - shifted_label;
+        total += sum.ln_portable() - shifted_label;
         row.mapv_inplace(|v| v / sum * inv_n);
         row[label] -= inv_n;
     }
@@ -52,7 +52,10 @@ pub fn cross_entropy_sum_and_correct<T: Scalar>(
                         (bi, bv)
                     }
                 });
-        let log_sum = row.iter().fold(T::zero(), |s, &v| s + (v - max).exp()).ln();
+        let log_sum = row
+            .iter()
+            .fold(T::zero(), |s, &v| s + (v - max).exp_portable())
+            .ln_portable();
         total = total + log_sum - (row[label as usize] - max);
         correct += usize::from(argmax == label as usize);
     }

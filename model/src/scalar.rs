@@ -15,7 +15,27 @@ pub trait Scalar:
     + Sync
     + 'static
 {
+    /// `e^x` from the pure-Rust `libm`, so every target rounds identically (the platform's
+    /// `exp` differs in the last bit between glibc and wasm32).
+    fn exp_portable(self) -> Self;
+    /// Natural logarithm from `libm`, for the same reason.
+    fn ln_portable(self) -> Self;
 }
 
-impl Scalar for f32 {}
-impl Scalar for f64 {}
+impl Scalar for f32 {
+    fn exp_portable(self) -> Self {
+        libm::expf(self)
+    }
+    fn ln_portable(self) -> Self {
+        libm::logf(self)
+    }
+}
+
+impl Scalar for f64 {
+    fn exp_portable(self) -> Self {
+        libm::exp(self)
+    }
+    fn ln_portable(self) -> Self {
+        libm::log(self)
+    }
+}

@@ -1,0 +1,55 @@
+//! The browser worker: a thin `#[wasm_bindgen]` shell around the shared worker core.
+//!
+//! `web/worker.js` runs this in a Web Worker, so training never blocks the page. All training
+//! decisions are `worker_core::WorkerCore`'s, the same code the native worker runs; this crate
+//! only owns the WebSocket ([`transport`]) and the reconnect loop ([`worker`]).
+//!
+//! JavaScript surface (kept small on purpose):
+//! ```js
+//! const w = new BrowserWorker("ws://host/ws", event => postMessage(event));
+//! w.start();   // connect and train; reconnects with backoff until stopped
+//! w.stop();    // leave the swarm (closes the socket)
+//! ```
+
+mod transport;
+mod worker;
+
+use std::rc::Rc;
+
+use wasm_bindgen::prelude::*;
+
+/// A training worker bound to one coordinator URL.
+#[wasm_bindgen]
+pub struct BrowserWorker {
+    inner: Rc<worker::Inner>,
+}
+
+#[wasm_bindgen]
+impl BrowserWorker {
+    /// `on_event` receives plain objects: `{ state, workerId, round, gradients, loss,
+    /// samplesPerSec, shardLen, message, retryInMs }` (fields present when known).
+    #[wasm_bindgen(constructor)]
+    pub fn new(url: String, on_event: js_sys::Function) -> BrowserWorker {
+        // Panics reach the console with their message instead of "unreachable".
+        console_error_panic_hook::set_once();
+        BrowserWorker {
+            inner: Rc::new(worker::Inner::new(url, on_event)),
+        }
+    }
+
+    /// Starts (or resumes) training. Does nothing if already running.
+    pub fn start(&self) {
+        worker::start(&self.inner);
+    }
+
+    /// Stops training and leaves the swarm. `start` resumes.
+    pub fn stop(&self) {
+        worker::stop(&self.inner);
+    }
+}
+
+impl std::fmt::Debug for BrowserWorker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrowserWorker").finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,218 @@
+//! The browser worker's loop: connect, run the shared core on every frame, reconnect with
+//! backoff when the coordinator goes away, until stopped.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use js_sys::{Object, Reflect};
+use protocol::WorkerKind;
+use wasm_bindgen::prelude::*;
+use web_sys::WebSocket;
+use worker_core::WorkerCore;
+
+use crate::transport::{Socket, SocketEvent};
+
+/// Reconnect backoff: doubles from the first value up to the cap.
+const BACKOFF_FIRST_MS: u32 = 500;
+const BACKOFF_MAX_MS: u32 = 10_000;
+/// Weight of the newest measurement in the samples/s moving average.
+const RATE_SMOOTHING: f64 = 0.2;
+
+#[wasm_bindgen]
+extern "C" {
+    #[wasm_bindgen(js_name = setTimeout)]
+    fn set_timeout(callback: &js_sys::Function, ms: i32) -> JsValue;
+    #[wasm_bindgen(js_namespace = performance, js_name = now)]
+    fn performance_now() -> f64;
+}
+
+pub struct Inner {
+    url: String,
+    on_event: js_sys::Function,
+    /// Bumped by every start and stop; a loop runs only while its generation is current.
+    generation: Cell<u32>,
+    running: Cell<bool>,
+    /// The open socket of the current generation, so `stop` can close it.
+    current: RefCell<Option<(u32, WebSocket)>>,
+}
+
+impl Inner {
+    pub fn new(url: String, on_event: js_sys::Function) -> Self {
+        Self {
+            url,
+            on_event,
+            generation: Cell::new(0),
+            running: Cell::new(false),
+            current: RefCell::new(None),
+        }
+    }
+
+    fn is_current(&self, generation: u32) -> bool {
+        self.running.get() && self.generation.get() == generation
+    }
+
+    fn emit(&self, state: &str, fields: &[(&str, JsValue)]) {
+        let event = Object::new();
+        let _ = Reflect::set(&event, &"state".into(), &state.into());
+        for (key, value) in fields {
+            let _ = Reflect::set(&event, &(*key).into(), value);
+        }
+        let _ = self.on_event.call1(&JsValue::NULL, &event);
+    }
+}
+
+pub fn start(inner: &Rc<Inner>) {
+    if inner.running.get() {
+        return;
+    }
+    let generation = inner.generation.get().wrapping_add(1);
+    inner.generation.set(generation);
+    inner.running.set(true);
+    wasm_bindgen_futures::spawn_local(run(inner.clone(), generation));
+}
+
+pub fn stop(inner: &Rc<Inner>) {
+    inner.running.set(false);
+    inner.generation.set(inner.generation.get().wrapping_add(1));
+    if let Some((_, ws)) = inner.current.borrow_mut().take() {
+        let _ = ws.close_with_code_and_reason(1000, "volunteer paused");
+    }
+}
+
+async fn run(inner: Rc<Inner>, generation: u32) {
+    // One core for the whole run: after a reconnect its Hello carries the resume token.
+    let mut core = WorkerCore::new(WorkerKind::Browser, None);
+    let mut rate = Rate::default();
+    let mut backoff = BACKOFF_FIRST_MS;
+    while inner.is_current(generation) {
+        inner.emit("connecting", &[]);
+        let reason = match Socket::connect(&inner.url).await {
+            Ok(mut socket) => {
+                backoff = BACKOFF_FIRST_MS;
+                *inner.current.borrow_mut() = Some((generation, socket.handle()));
+                let reason = session(&inner, &mut core, &mut socket, &mut rate).await;
+                let mut current = inner.current.borrow_mut();
+                if current.as_ref().is_some_and(|(g, _)| *g == generation) {
+                    *current = None;
+                }
+                reason
+            }
+            Err(reason) => reason,
+        };
+        if !inner.is_current(generation) {
+            break;
+        }
+        inner.emit(
+            "disconnected",
+            &[("message", reason.into()), ("retryInMs", backoff.into())],
+        );
+        sleep(backoff).await;
+        backoff = (backoff * 2).min(BACKOFF_MAX_MS);
+    }
+    inner.emit("paused", &[]);
+}
+
+/// One connection's life; returns why it ended.
+async fn session(
+    inner: &Inner,
+    core: &mut WorkerCore,
+    socket: &mut Socket,
+    rate: &mut Rate,
+) -> String {
+    if let Err(e) = socket.send(&core.hello_frame()) {
+        return e;
+    }
+    inner.emit("connected", &[]);
+    while let Some(event) = socket.next().await {
+        let frame = match event {
+            SocketEvent::Frame(frame) => frame,
+            SocketEvent::Closed { code, reason } => {
+                return format!(
+                    "connection closed ({code}{}{reason})",
+                    if reason.is_empty() { "" } else { ": " }
+                )
+            }
+        };
+        let started = performance_now();
+        match core.handle_frame(&frame) {
+            Ok(Some(reply)) => {
+                let elapsed_ms = performance_now() - started;
+                if let Err(e) = socket.send(&reply) {
+                    return e;
+                }
+                let stats = core.stats();
+                let samples = stats.samples_computed;
+                rate.update(samples, elapsed_ms);
+                inner.emit(
+                    "training",
+                    &[
+                        (
+                            "workerId",
+                            stats.worker_id.map_or(JsValue::NULL, |w| w.0.into()),
+                        ),
+                        (
+                            "round",
+                            stats.round.map_or(JsValue::NULL, |r| (r.0 as f64).into()),
+                        ),
+                        ("gradients", (stats.gradients_sent as f64).into()),
+                        ("loss", stats.last_loss.map_or(JsValue::NULL, |l| l.into())),
+                        ("samplesPerSec", rate.per_sec.into()),
+                        ("shardLen", (stats.shard_len as u32).into()),
+                    ],
+                );
+            }
+            Ok(None) => {
+                let stats = core.stats();
+                inner.emit(
+                    "connected",
+                    &[
+                        (
+                            "workerId",
+                            stats.worker_id.map_or(JsValue::NULL, |w| w.0.into()),
+                        ),
+                        (
+                            "round",
+                            stats.round.map_or(JsValue::NULL, |r| (r.0 as f64).into()),
+                        ),
+                        (
+                            "message",
+                            stats.last_warning.clone().map_or(JsValue::NULL, Into::into),
+                        ),
+                    ],
+                );
+            }
+            Err(err) => return err.to_string(),
+        }
+    }
+    "connection lost".into()
+}
+
+/// Samples per second of gradient computation, smoothed.
+#[derive(Default)]
+struct Rate {
+    last_samples: u64,
+    per_sec: f64,
+}
+
+impl Rate {
+    fn update(&mut self, samples_total: u64, elapsed_ms: f64) {
+        let samples = samples_total.saturating_sub(self.last_samples) as f64;
+        self.last_samples = samples_total;
+        if elapsed_ms <= 0.0 {
+            return;
+        }
+        let now = samples / (elapsed_ms / 1000.0);
+        self.per_sec = if self.per_sec == 0.0 {
+            now
+        } else {
+            RATE_SMOOTHING * now + (1.0 - RATE_SMOOTHING) * self.per_sec
+        };
+    }
+}
+
+async fn sleep(ms: u32) {
+    let promise = js_sys::Promise::new(&mut |resolve, _| {
+        set_timeout(&resolve, ms as i32);
+    });
+    let _ = wasm_bindgen_futures::JsFuture::from(promise).await;
+}

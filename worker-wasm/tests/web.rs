@@ -1,0 +1,113 @@
+//! Runs in headless Chromium (`wasm-pack test --headless --chrome`): the wasm build of the
+//! shared core against the native build's results, which `build.rs` computed on the host.
+
+#![cfg(target_arch = "wasm32")]
+
+#[path = "../src/fixture.rs"]
+mod fixture;
+
+use protocol::{
+    decode_from_coordinator, decode_from_worker, encode_from_coordinator, encode_from_worker,
+    CoordinatorToWorker, Shard, Weights, WorkerKind,
+};
+use wasm_bindgen_test::*;
+use worker_core::WorkerCore;
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+static NATIVE_GRADIENT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/native_gradient.bin"));
+static NATIVE_WORKER_FRAMES: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/native_worker_frames.bin"));
+static NATIVE_COORDINATOR_FRAMES: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/native_coordinator_frames.bin"));
+
+fn floats(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+#[wasm_bindgen_test]
+fn wasm_gradient_equals_the_native_gradient() {
+    let (loss, grads) = fixture::gradient();
+    let wasm = fixture::gradient_bytes(loss, &grads);
+    assert_eq!(wasm.len(), NATIVE_GRADIENT.len(), "same parameter count");
+    if wasm == NATIVE_GRADIENT {
+        console_log!(
+            "wasm gradient == native gradient: BITWISE identical ({} values)",
+            grads.len() + 1
+        );
+        return;
+    }
+    // Native x86_64 runs matrixmultiply's AVX2+FMA kernel (one rounding per multiply-add);
+    // wasm32 runs its scalar kernel. Without FMA on the native side the two must agree exactly.
+    assert!(
+        option_env!("CROWDTRAIN_REFERENCE_WITHOUT_FMA").is_none(),
+        "the native reference was computed without FMA, so it must be bitwise identical"
+    );
+    let native = floats(NATIVE_GRADIENT);
+    let wasm = floats(&wasm);
+    let (mut max_diff, mut differing) = (0.0f32, 0);
+    for (a, b) in wasm.iter().zip(&native) {
+        if a.to_bits() != b.to_bits() {
+            differing += 1;
+            max_diff = max_diff.max((a - b).abs());
+        }
+    }
+    console_log!(
+        "wasm gradient vs native: NOT bitwise; {differing} of {} values differ, max abs diff {max_diff:e}",
+        native.len()
+    );
+    assert!(max_diff < 1e-6, "max abs diff {max_diff}");
+}
+
+#[wasm_bindgen_test]
+fn wasm_decodes_what_native_encodes_and_encodes_the_same_bytes() {
+    let worker_frames = fixture::unpack(NATIVE_WORKER_FRAMES);
+    for (frame, expected) in worker_frames.iter().zip(fixture::worker_messages()) {
+        assert_eq!(decode_from_worker(frame).expect("decodes"), expected);
+        // Byte-identical encoding means native decodes what wasm encodes.
+        assert_eq!(&encode_from_worker(&expected), frame);
+    }
+    let coordinator_frames = fixture::unpack(NATIVE_COORDINATOR_FRAMES);
+    assert_eq!(
+        coordinator_frames.len(),
+        fixture::coordinator_messages().len()
+    );
+    for (frame, expected) in coordinator_frames
+        .iter()
+        .zip(fixture::coordinator_messages())
+    {
+        assert_eq!(decode_from_coordinator(frame).expect("decodes"), expected);
+        assert_eq!(&encode_from_coordinator(&expected), frame);
+    }
+}
+
+#[wasm_bindgen_test]
+fn the_worker_core_answers_weights_with_a_gradient_in_the_browser() {
+    let (_, params, data) = fixture::inputs();
+    let mut core = WorkerCore::new(WorkerKind::Browser, None);
+    let welcome = &fixture::coordinator_messages()[0];
+    core.handle(welcome.clone()).expect("welcome");
+    core.handle(CoordinatorToWorker::Shard(Shard {
+        first_index: 0,
+        features: data.features() as u32,
+        labels: data.labels().to_vec(),
+        pixels: data.pixels().to_vec(),
+    }))
+    .expect("shard");
+    let gradient = core
+        .handle(CoordinatorToWorker::Weights(Weights {
+            round: protocol::Round(0),
+            params,
+        }))
+        .expect("weights")
+        .expect("a participant answers");
+    // Round 0 of a 32-sample shard with batch 32 is exactly the fixture batch.
+    let (loss, grads) = fixture::gradient();
+    assert_eq!(gradient.samples, 32);
+    assert_eq!(gradient.loss.to_bits(), loss.to_bits());
+    assert_eq!(gradient.grads, grads);
+    assert_eq!(core.stats().gradients_sent, 1);
+}
