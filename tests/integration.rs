@@ -30,3 +30,7 @@ mod http;
 /// SIGTERM to the real binary with workers connected.
 #[path = "integration/shutdown.rs"]
 mod shutdown;
+
+/// Real headless Chromium tabs training through the served page and the wasm worker.
+#[path = "integration/browser.rs"]
+mod browser;

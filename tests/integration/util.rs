@@ -32,13 +32,18 @@ pub async fn guard<T>(what: &str, fut: impl Future<Output = T>) -> T {
 
 /// Starts a coordinator on 127.0.0.1:0 with these extra flags.
 pub async fn start_server(flags: &[&str]) -> RunningServer {
+    start_server_at(SocketAddr::from(([127, 0, 0, 1], 0)), flags).await
+}
+
+/// Starts a coordinator on `addr` (to restart one where its workers expect it).
+pub async fn start_server_at(addr: SocketAddr, flags: &[&str]) -> RunningServer {
     let args = ["coordinator", "--port", "0", "--log-level", "warn"]
         .into_iter()
         .chain(flags.iter().copied());
     let config = Config::from_args(args).expect("test flags are valid");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+    let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .expect("bind port 0");
+        .unwrap_or_else(|e| panic!("bind {addr}: {e}"));
     server::start(listener, config, std::future::pending())
         .await
         .expect("server starts")

@@ -1,0 +1,145 @@
+//! End to end with real headless Chromium: the page served by the coordinator, the wasm
+//! worker in a Web Worker, real WebSockets. `scripts/test.sh` builds `web/pkg` first.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Instant;
+
+use server::Status;
+
+use crate::util::*;
+
+/// One headless Chromium process showing one page; killed (tab closed) on drop.
+pub struct Browser {
+    child: tokio::process::Child,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    pub fn open(url: &str) -> Self {
+        let pkg = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web/pkg/worker_wasm_bg.wasm");
+        assert!(
+            pkg.exists(),
+            "{} is missing: build the browser worker first (scripts/test.sh does: \
+             wasm-pack build --target web --release --out-dir ../web/pkg worker-wasm)",
+            pkg.display()
+        );
+        let profile = tempfile::tempdir().expect("profile dir");
+        let chrome = std::env::var("CHROME").unwrap_or_else(|_| "chromium".into());
+        let child = tokio::process::Command::new(&chrome)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--disable-dev-shm-usage",
+                "--disable-background-timer-throttling",
+                "--disable-renderer-backgrounding",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg(url)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {chrome} (apt-get install chromium): {e}"));
+        Self {
+            child,
+            _profile: profile,
+        }
+    }
+
+    /// Closes the tab abruptly, as a volunteer closing the window would.
+    pub async fn close(mut self) {
+        self.child.kill().await.expect("kill chromium");
+    }
+}
+
+fn page(addr: SocketAddr) -> String {
+    format!("http://{addr}/")
+}
+
+fn browsers(s: &Status) -> usize {
+    s.worker_list.iter().filter(|w| w.kind == "browser").count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tabs_train_to_90_percent_and_survive_a_closed_tab() {
+    let server = start_server(&["--eval-interval", "10"]).await;
+    let mut status = server.status.clone();
+    let first = Browser::open(&page(server.addr));
+    let second = Browser::open(&page(server.addr));
+    wait_status(&mut status, "both tabs to join", |s| browsers(s) == 2).await;
+    let started = Instant::now();
+    let start_round = status.borrow().round;
+
+    let s = wait_status(&mut status, "90 % test accuracy from the tabs", |s| {
+        s.test_accuracy.is_some_and(|a| a >= 0.90)
+    })
+    .await;
+    println!(
+        "two tabs: {:.1} % test accuracy at round {} ({} rounds since both joined), {:.1} s",
+        s.test_accuracy.unwrap_or_default() * 100.0,
+        s.round,
+        s.round - start_round,
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        browsers(&s),
+        s.workers,
+        "only browser workers: {:?}",
+        s.worker_list
+    );
+    assert!(
+        s.worker_list.iter().all(|w| w.gradients > 0),
+        "both tabs contributed"
+    );
+
+    // Close one tab mid-training: rounds keep completing with the other.
+    first.close().await;
+    let s = wait_status(&mut status, "the closed tab to leave", |s| s.workers == 1).await;
+    let after_close = s.round;
+    let s = wait_status(&mut status, "rounds to keep completing", |s| {
+        s.round >= after_close + 20
+    })
+    .await;
+    assert_eq!(browsers(&s), 1);
+
+    second.close().await;
+    server.shutdown.cancel();
+    server.wait().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tabs_reconnect_by_themselves_after_a_coordinator_restart() {
+    let server = start_server(&[]).await;
+    let addr = server.addr;
+    let mut status = server.status.clone();
+    let tabs = [Browser::open(&page(addr)), Browser::open(&page(addr))];
+    wait_status(&mut status, "two training tabs", |s| {
+        browsers(s) == 2 && s.round >= 10
+    })
+    .await;
+
+    server.shutdown.cancel();
+    server.wait().await.expect("clean stop");
+
+    // A new coordinator on the same address; nobody touches the tabs.
+    let restarted = start_server_at(addr, &[]).await;
+    let mut status = restarted.status.clone();
+    let s = wait_status(&mut status, "the tabs to rejoin and train", |s| {
+        browsers(s) == 2 && s.round >= 10 && s.worker_list.iter().all(|w| w.gradients > 0)
+    })
+    .await;
+    assert_eq!(s.workers, 2);
+    for tab in tabs {
+        tab.close().await;
+    }
+    restarted.shutdown.cancel();
+    restarted.wait().await.expect("clean stop");
+}
