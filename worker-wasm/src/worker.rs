@@ -87,6 +87,8 @@ async fn run(inner: Rc<Inner>, generation: u32) {
     while inner.is_current(generation) {
         inner.emit("connecting", &[]);
         let reason = match Socket::connect(&inner.url).await {
+            // Stopped while connecting: dropping the socket closes it.
+            Ok(_) if !inner.is_current(generation) => break,
             Ok(mut socket) => {
                 backoff = BACKOFF_FIRST_MS;
                 *inner.current.borrow_mut() = Some((generation, socket.handle()));

@@ -1,0 +1,39 @@
+//! Browser worker speed, on demand (not part of the test command; a benchmark, not a test):
+//! `cd worker-wasm && wasm-pack test --release --headless --chrome --test speed -- --nocapture`
+//! Native counterpart: `cargo run --release -p model --example gradient_speed`.
+
+#![cfg(target_arch = "wasm32")]
+
+#[path = "../src/fixture.rs"]
+mod fixture;
+
+use wasm_bindgen_test::*;
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+fn now_ms() -> f64 {
+    js_sys::Date::now()
+}
+
+#[wasm_bindgen_test]
+fn gradient_samples_per_second() {
+    let (mlp, params, data) = fixture::inputs();
+    let n = fixture::BATCH;
+    let mut runs = Vec::new();
+    for _ in 0..5 {
+        let iters = 200;
+        let start = now_ms();
+        for _ in 0..iters {
+            let (x, labels) = data.batch(0..n);
+            let (loss, _) = mlp.loss_and_grad(&params, x.view(), &labels).expect("ok");
+            assert!(loss.is_finite());
+        }
+        runs.push((iters * n) as f64 / ((now_ms() - start) / 1000.0));
+    }
+    runs.sort_by(f64::total_cmp);
+    console_log!(
+        "wasm gradient, 784-128-10, batch {n}: median {:.0} samples/s (runs: {:?})",
+        runs[2],
+        runs.iter().map(|r| r.round()).collect::<Vec<_>>()
+    );
+}
