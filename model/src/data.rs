@@ -92,6 +92,11 @@ impl Dataset {
         self.labels.iter().max().map_or(0, |&m| m as usize + 1)
     }
 
+    /// `(features, pixels, labels)`, giving up ownership without copying.
+    pub fn into_parts(self) -> (usize, Vec<u8>, Vec<u8>) {
+        (self.features, self.pixels, self.labels)
+    }
+
     /// The samples at `indices`, in that order.
     pub fn select(&self, indices: &[usize]) -> Self {
         let mut pixels = Vec::with_capacity(indices.len() * self.features);

@@ -403,12 +403,12 @@ impl Coordinator {
                 continue;
             }
             worker.shard = Some(range.clone());
-            let slice = self.data.train.slice(range.clone());
+            let (features, pixels, labels) = self.data.train.slice(range.clone()).into_parts();
             let frame = encode_from_coordinator(&CoordinatorToWorker::Shard(Shard {
                 first_index: range.start as u32,
-                features: slice.features() as u32,
-                labels: slice.labels().to_vec(),
-                pixels: slice.pixels().to_vec(),
+                features: features as u32,
+                labels,
+                pixels,
             }));
             self.send(id, Outbound::Frame(Bytes::from(frame)));
         }

@@ -8,7 +8,7 @@ use js_sys::{Object, Reflect};
 use protocol::WorkerKind;
 use wasm_bindgen::prelude::*;
 use web_sys::WebSocket;
-use worker_core::WorkerCore;
+use worker_core::{Stats, WorkerCore};
 
 use crate::transport::{Socket, SocketEvent};
 
@@ -136,57 +136,43 @@ async fn session(
             }
         };
         let started = performance_now();
-        match core.handle_frame(&frame) {
-            Ok(Some(reply)) => {
+        let reply = match core.handle_frame(&frame) {
+            Ok(reply) => reply,
+            Err(err) => return err.to_string(),
+        };
+        let mut fields = stats_fields(core.stats());
+        let state = match reply {
+            Some(reply) => {
                 let elapsed_ms = performance_now() - started;
                 if let Err(e) = socket.send(&reply) {
                     return e;
                 }
-                let stats = core.stats();
-                let samples = stats.samples_computed;
-                rate.update(samples, elapsed_ms);
-                inner.emit(
-                    "training",
-                    &[
-                        (
-                            "workerId",
-                            stats.worker_id.map_or(JsValue::NULL, |w| w.0.into()),
-                        ),
-                        (
-                            "round",
-                            stats.round.map_or(JsValue::NULL, |r| (r.0 as f64).into()),
-                        ),
-                        ("gradients", (stats.gradients_sent as f64).into()),
-                        ("loss", stats.last_loss.map_or(JsValue::NULL, |l| l.into())),
-                        ("samplesPerSec", rate.per_sec.into()),
-                        ("shardLen", (stats.shard_len as u32).into()),
-                    ],
-                );
+                rate.update(core.stats().samples_computed, elapsed_ms);
+                fields.push(("samplesPerSec", rate.per_sec.into()));
+                "training"
             }
-            Ok(None) => {
-                let stats = core.stats();
-                inner.emit(
-                    "connected",
-                    &[
-                        (
-                            "workerId",
-                            stats.worker_id.map_or(JsValue::NULL, |w| w.0.into()),
-                        ),
-                        (
-                            "round",
-                            stats.round.map_or(JsValue::NULL, |r| (r.0 as f64).into()),
-                        ),
-                        (
-                            "message",
-                            stats.last_warning.clone().map_or(JsValue::NULL, Into::into),
-                        ),
-                    ],
-                );
+            // Welcome, Shard, a non-fatal Error, or Weights before this worker has a shard.
+            None => {
+                let warning = core.stats().last_warning.clone();
+                fields.push(("message", warning.map_or(JsValue::NULL, Into::into)));
+                "connected"
             }
-            Err(err) => return err.to_string(),
-        }
+        };
+        inner.emit(state, &fields);
     }
     "connection lost".into()
+}
+
+/// What the page shows about this worker.
+fn stats_fields(stats: &Stats) -> Vec<(&'static str, JsValue)> {
+    let or_null = |v: Option<JsValue>| v.unwrap_or(JsValue::NULL);
+    vec![
+        ("workerId", or_null(stats.worker_id.map(|w| w.0.into()))),
+        ("round", or_null(stats.round.map(|r| (r.0 as f64).into()))),
+        ("gradients", (stats.gradients_sent as f64).into()),
+        ("loss", or_null(stats.last_loss.map(Into::into))),
+        ("shardLen", (stats.shard_len as u32).into()),
+    ]
 }
 
 /// Samples per second of gradient computation, smoothed.

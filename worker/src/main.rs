@@ -1,7 +1,12 @@
 //! `worker`: lend this machine to a crowdtrain coordinator.
 
+use std::time::Duration;
+
 use clap::Parser;
 use tokio_util::sync::CancellationToken;
+
+const BACKOFF_FIRST: Duration = Duration::from_millis(500);
+const BACKOFF_MAX: Duration = Duration::from_secs(10);
 
 /// Join a crowdtrain coordinator and compute gradients until it stops or Ctrl-C.
 #[derive(Debug, Parser)]
@@ -13,6 +18,10 @@ struct Cli {
     /// Join token, if the coordinator requires one.
     #[arg(long, env = "CROWDTRAIN_JOIN_TOKEN")]
     join_token: Option<String>,
+    /// Keep reconnecting (backoff 0.5 s doubling to 10 s) when the coordinator is unreachable
+    /// or closes the connection, until Ctrl-C.
+    #[arg(long)]
+    reconnect: bool,
     /// Log level: error, warn, info, debug or trace (RUST_LOG overrides it).
     #[arg(long, default_value = "info")]
     log_level: String,
@@ -37,12 +46,29 @@ async fn main() -> anyhow::Result<()> {
         url: cli.url,
         join_token: cli.join_token,
     };
-    let (ended, stats) = worker::run(&options, shutdown).await?;
-    tracing::info!(
-        ?ended,
-        gradients = stats.gradients_sent,
-        samples = stats.samples_computed,
-        "worker finished"
-    );
-    Ok(())
+    let mut backoff = BACKOFF_FIRST;
+    loop {
+        match worker::run(&options, shutdown.clone()).await {
+            Ok((ended, stats)) => {
+                tracing::info!(
+                    ?ended,
+                    gradients = stats.gradients_sent,
+                    samples = stats.samples_computed,
+                    "session ended"
+                );
+                backoff = BACKOFF_FIRST;
+                if ended == worker::Ended::Stopped || !cli.reconnect {
+                    return Ok(());
+                }
+            }
+            Err(err) if cli.reconnect => tracing::warn!(%err, "session failed"),
+            Err(err) => return Err(err.into()),
+        }
+        tracing::info!(retry_in = ?backoff, "reconnecting");
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            () = shutdown.cancelled() => return Ok(()),
+        }
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
 }
