@@ -3,11 +3,13 @@
 //! The coordinator adds each worker's gradient as it arrives into one running sum, so memory
 //! is O(parameters) whatever the number of workers: never a list of every gradient.
 
-/// Running `Σ samples_k · g_k` and `Σ samples_k`.
+/// Running `Σ w_k · g_k` and `Σ w_k`, where `w_k` is normally the sample count (async mode
+/// down-weights stale gradients, so weights may be fractional).
 #[derive(Debug, Clone)]
 pub struct GradientSum {
     sum: Vec<f32>,
     samples: u64,
+    weight: f64,
     contributions: usize,
 }
 
@@ -16,6 +18,7 @@ impl GradientSum {
         Self {
             sum: vec![0.0; len],
             samples: 0,
+            weight: 0.0,
             contributions: 0,
         }
     }
@@ -44,27 +47,33 @@ impl GradientSum {
     /// If `grads` has the wrong length: callers validate shapes first (the coordinator
     /// rejects such gradients before they get here).
     pub fn accumulate(&mut self, grads: &[f32], samples: u32) {
+        self.accumulate_weighted(grads, samples, samples as f32);
+    }
+
+    /// Adds a mean gradient over `samples` samples with an explicit weight.
+    pub fn accumulate_weighted(&mut self, grads: &[f32], samples: u32, weight: f32) {
         assert_eq!(grads.len(), self.sum.len(), "gradient length");
-        let w = samples as f32;
         // A plain zip loop over equal-length slices: the compiler vectorises it.
         for (s, &g) in self.sum.iter_mut().zip(grads) {
-            *s += w * g;
+            *s += weight * g;
         }
         self.samples += u64::from(samples);
+        self.weight += f64::from(weight);
         self.contributions += 1;
     }
 
     /// The weighted mean of everything accumulated, leaving the sum empty for the next
     /// round. `None` if nothing (or only zero samples) was accumulated.
     pub fn take_mean(&mut self) -> Option<Vec<f32>> {
-        let samples = std::mem::take(&mut self.samples);
+        self.samples = 0;
         self.contributions = 0;
+        let weight = std::mem::take(&mut self.weight);
         let len = self.sum.len();
         let mut mean = std::mem::replace(&mut self.sum, vec![0.0; len]);
-        if samples == 0 {
+        if weight <= 0.0 {
             return None;
         }
-        let inv = 1.0 / samples as f32;
+        let inv = (1.0 / weight) as f32;
         for v in &mut mean {
             *v *= inv;
         }
@@ -126,6 +135,15 @@ mod tests {
                 .fold(0.0, f64::max);
             assert!(worst < 1e-6, "n = {n}: max abs diff {worst}");
         }
+    }
+
+    #[test]
+    fn explicit_weights_divide_by_the_weight_not_the_samples() {
+        let mut sum = GradientSum::new(1);
+        sum.accumulate_weighted(&[4.0], 10, 1.0);
+        sum.accumulate_weighted(&[1.0], 10, 3.0);
+        assert_eq!(sum.samples(), 20);
+        assert_eq!(sum.take_mean(), Some(vec![1.75])); // (4·1 + 1·3) / 4
     }
 
     #[test]

@@ -115,6 +115,13 @@ pub enum ErrorCode {
     Unauthorized,
     /// The coordinator already has as many workers as it accepts.
     Full,
+    /// A gradient for a round that already closed (non-fatal: dropped and counted).
+    Late,
+    /// Async mode: a gradient computed on weights more than `--max-staleness` versions old
+    /// (non-fatal: dropped and counted).
+    Stale,
+    /// Another connection resumed this worker's identity with its token.
+    Replaced,
     /// A code this version does not know.
     Other(u16),
 }
@@ -134,6 +141,9 @@ impl ErrorCode {
             Self::ShuttingDown => 10,
             Self::Unauthorized => 11,
             Self::Full => 12,
+            Self::Late => 13,
+            Self::Stale => 14,
+            Self::Replaced => 15,
             Self::Other(code) => code,
         }
     }
@@ -152,6 +162,9 @@ impl ErrorCode {
             10 => Self::ShuttingDown,
             11 => Self::Unauthorized,
             12 => Self::Full,
+            13 => Self::Late,
+            14 => Self::Stale,
+            15 => Self::Replaced,
             other => Self::Other(other),
         }
     }
@@ -160,7 +173,7 @@ impl ErrorCode {
     pub fn is_fatal(self) -> bool {
         !matches!(
             self,
-            Self::RoundNotOpen | Self::NotParticipant | Self::Duplicate
+            Self::RoundNotOpen | Self::NotParticipant | Self::Duplicate | Self::Late | Self::Stale
         )
     }
 }

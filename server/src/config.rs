@@ -4,10 +4,13 @@
 //! bad combination is refused with a message instead of surfacing mid-training.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use model::OptimizerKind;
 use thiserror::Error;
+
+use crate::deadline::RoundTimeout;
 
 /// Samples in the default dataset's train split; the rest (2,000) is the test split.
 pub const TRAIN_SAMPLES: usize = 8000;
@@ -63,9 +66,42 @@ pub struct Cli {
     #[arg(long)]
     pub target_accuracy: Option<f64>,
 
-    /// Start a round only when at least this many workers are connected.
+    /// Training mode: sync (rounds with a barrier, deadline and quorum), async (apply
+    /// gradients as they arrive, staleness-bounded) or hogwild (apply at once, no checks).
+    #[arg(long, value_enum, default_value_t = ModeChoice::Sync)]
+    pub mode: ModeChoice,
+
+    /// Sync: open a round only with at least this many workers, and close it at its deadline
+    /// only with at least this many answers (the quorum).
     #[arg(long, default_value_t = 1)]
     pub min_workers: usize,
+
+    /// Sync: seconds a round waits for stragglers, or `auto` (1.5 × the 90th percentile of
+    /// recent answer times, clamped to 0.25-60 s).
+    #[arg(long, default_value = "auto")]
+    pub round_timeout: String,
+
+    /// Sync: a worker that misses this many deadlines in a row leaves the quorum until it
+    /// answers again.
+    #[arg(long, default_value_t = 3)]
+    pub miss_limit: u32,
+
+    /// Async: apply an update every B gradients (FedBuff-style buffer).
+    #[arg(long, default_value_t = 1)]
+    pub buffer: usize,
+
+    /// Async: reject gradients computed on weights more than S versions old; fresher stale
+    /// ones are down-weighted by 1 / (1 + staleness).
+    #[arg(long, default_value_t = 8)]
+    pub max_staleness: u64,
+
+    /// Seconds between WebSocket pings to each worker.
+    #[arg(long, default_value_t = 5.0)]
+    pub ping_interval: f64,
+
+    /// Seconds without any frame (pong or data) after which a worker is considered gone.
+    #[arg(long, default_value_t = 20.0)]
+    pub ping_timeout: f64,
 
     /// Require workers to present this token in Hello.
     #[arg(long, env = "CROWDTRAIN_JOIN_TOKEN")]
@@ -82,6 +118,44 @@ pub struct Cli {
     /// Log level: error, warn, info, debug or trace (RUST_LOG overrides it).
     #[arg(long, default_value = "info")]
     pub log_level: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModeChoice {
+    Sync,
+    Async,
+    Hogwild,
+}
+
+/// How gradients become updates.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Mode {
+    /// Rounds with a barrier, a deadline and a quorum.
+    Sync {
+        timeout: RoundTimeout,
+        miss_limit: u32,
+    },
+    /// Apply each buffer of `buffer` gradients as it fills; reject staleness above the bound.
+    Async { buffer: usize, max_staleness: u64 },
+    /// Apply every gradient at once, whatever weights it was computed on.
+    Hogwild,
+}
+
+impl Mode {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Sync { .. } => "sync",
+            Self::Async { .. } => "async",
+            Self::Hogwild => "hogwild",
+        }
+    }
+}
+
+/// WebSocket liveness: ping every `interval`; silent for `timeout` means gone.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Liveness {
+    pub interval: Duration,
+    pub timeout: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -105,6 +179,8 @@ pub struct Config {
     pub max_rounds: Option<u64>,
     pub target_accuracy: Option<f64>,
     pub min_workers: usize,
+    pub mode: Mode,
+    pub liveness: Liveness,
     pub join_token: Option<String>,
     pub max_workers: usize,
     pub web_dir: PathBuf,
@@ -137,6 +213,19 @@ pub enum ConfigError {
         "--min-workers ({min}) is larger than --max-workers ({max}): no round could ever start"
     )]
     MinAboveMax { min: usize, max: usize },
+    #[error("--round-timeout must be `auto` or seconds in (0, 3600], got {0:?}")]
+    RoundTimeout(String),
+    #[error("--miss-limit must be at least 1")]
+    MissLimit,
+    #[error("--buffer must be between 1 and 10000, got {0}")]
+    Buffer(usize),
+    #[error("{flag} only applies to --mode {mode}")]
+    FlagForOtherMode {
+        flag: &'static str,
+        mode: &'static str,
+    },
+    #[error("--ping-interval and --ping-timeout must be positive seconds with the interval shorter than the timeout, got {interval} and {timeout}")]
+    Ping { interval: f64, timeout: f64 },
     #[error("--join-token must not be empty")]
     EmptyJoinToken,
     #[error("--log-level must be one of error, warn, info, debug, trace; got {0:?}")]
@@ -222,6 +311,20 @@ impl TryFrom<Cli> for Config {
         if cli.join_token.as_deref() == Some("") {
             return Err(ConfigError::EmptyJoinToken);
         }
+        let mode = mode(&cli)?;
+        let (interval, timeout) = (cli.ping_interval, cli.ping_timeout);
+        if !(interval.is_finite()
+            && timeout.is_finite()
+            && interval > 0.0
+            && interval < timeout
+            && timeout <= 3600.0)
+        {
+            return Err(ConfigError::Ping { interval, timeout });
+        }
+        let liveness = Liveness {
+            interval: Duration::from_secs_f64(interval),
+            timeout: Duration::from_secs_f64(timeout),
+        };
         let log_level = cli.log_level.to_ascii_lowercase();
         if !["error", "warn", "info", "debug", "trace"].contains(&log_level.as_str()) {
             return Err(ConfigError::LogLevel(cli.log_level));
@@ -243,11 +346,66 @@ impl TryFrom<Cli> for Config {
             max_rounds: cli.max_rounds,
             target_accuracy: cli.target_accuracy,
             min_workers: cli.min_workers,
+            mode,
+            liveness,
             join_token: cli.join_token,
             max_workers: cli.max_workers,
             web_dir: cli.web_dir,
             log_level,
         })
+    }
+}
+
+/// Checks the mode's flags together. Flags of another mode are refused rather than silently
+/// ignored (defaults are recognised by value, as clap does not say what was typed).
+fn mode(cli: &Cli) -> Result<Mode, ConfigError> {
+    let sync_flags = cli.round_timeout != "auto" || cli.miss_limit != 3;
+    let async_flags = cli.buffer != 1 || cli.max_staleness != 8;
+    match cli.mode {
+        ModeChoice::Sync => {
+            if async_flags {
+                return Err(ConfigError::FlagForOtherMode {
+                    flag: "--buffer/--max-staleness",
+                    mode: "async",
+                });
+            }
+            let timeout = match cli.round_timeout.as_str() {
+                "auto" => RoundTimeout::Auto,
+                raw => match raw.parse::<f64>() {
+                    Ok(secs) if secs > 0.0 && secs <= 3600.0 => {
+                        RoundTimeout::Fixed(Duration::from_secs_f64(secs))
+                    }
+                    _ => return Err(ConfigError::RoundTimeout(raw.to_string())),
+                },
+            };
+            if cli.miss_limit == 0 {
+                return Err(ConfigError::MissLimit);
+            }
+            Ok(Mode::Sync {
+                timeout,
+                miss_limit: cli.miss_limit,
+            })
+        }
+        ModeChoice::Async | ModeChoice::Hogwild if sync_flags => {
+            Err(ConfigError::FlagForOtherMode {
+                flag: "--round-timeout/--miss-limit",
+                mode: "sync",
+            })
+        }
+        ModeChoice::Async => {
+            if !(1..=10_000).contains(&cli.buffer) {
+                return Err(ConfigError::Buffer(cli.buffer));
+            }
+            Ok(Mode::Async {
+                buffer: cli.buffer,
+                max_staleness: cli.max_staleness,
+            })
+        }
+        ModeChoice::Hogwild if async_flags => Err(ConfigError::FlagForOtherMode {
+            flag: "--buffer/--max-staleness",
+            mode: "async",
+        }),
+        ModeChoice::Hogwild => Ok(Mode::Hogwild),
     }
 }
 
@@ -278,6 +436,40 @@ mod tests {
         assert_eq!(c.layers, [784, 128, 10]);
         assert!(matches!(c.optimizer, OptimizerKind::Adam { lr, .. } if lr == 0.001));
         assert_eq!((c.batch_size, c.eval_interval, c.min_workers), (32, 10, 1));
+        assert_eq!(
+            c.mode,
+            Mode::Sync {
+                timeout: RoundTimeout::Auto,
+                miss_limit: 3
+            }
+        );
+        assert_eq!(c.liveness.timeout, Duration::from_secs(20));
+    }
+
+    #[test]
+    fn modes_take_their_own_flags() {
+        let c = parse(&["--round-timeout", "0.5", "--miss-limit", "2"]).expect("valid");
+        let timeout = RoundTimeout::Fixed(Duration::from_millis(500));
+        assert_eq!(
+            c.mode,
+            Mode::Sync {
+                timeout,
+                miss_limit: 2
+            }
+        );
+        let c =
+            parse(&["--mode", "async", "--buffer", "4", "--max-staleness", "3"]).expect("valid");
+        assert_eq!(
+            c.mode,
+            Mode::Async {
+                buffer: 4,
+                max_staleness: 3
+            }
+        );
+        assert_eq!(
+            parse(&["--mode", "hogwild"]).expect("valid").mode,
+            Mode::Hogwild
+        );
     }
 
     #[test]
@@ -339,6 +531,20 @@ mod tests {
             (&["--log-level", "loud"], "--log-level"),
             (&["--web-dir", "/definitely/not/here"], "--web-dir"),
             (&["--optimizer", "rmsprop"], "invalid value 'rmsprop'"),
+            (&["--round-timeout", "soon"], "--round-timeout"),
+            (&["--round-timeout", "0"], "--round-timeout"),
+            (&["--miss-limit", "0"], "--miss-limit"),
+            (&["--buffer", "4"], "only applies to --mode async"),
+            (&["--mode", "async", "--buffer", "0"], "--buffer"),
+            (
+                &["--mode", "async", "--round-timeout", "2"],
+                "only applies to --mode sync",
+            ),
+            (
+                &["--mode", "hogwild", "--max-staleness", "2"],
+                "only applies to --mode async",
+            ),
+            (&["--ping-interval", "30"], "--ping-interval"),
         ];
         for (args, needle) in cases {
             let err = parse(args).expect_err(&format!("{args:?} must be refused"));

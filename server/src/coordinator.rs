@@ -7,7 +7,7 @@
 //! the per-session order (Welcome, Shard, then Weights) is guaranteed; the weights of a round
 //! are encoded once into a `Bytes` that every outbox shares.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::time::Instant;
 
@@ -21,10 +21,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::config::Config;
+use crate::aggregate::{Aggregator, AggregatorKind};
+use crate::config::{Config, Mode};
 use crate::dataset::Split;
-use crate::round::{OpenRound, Progress};
-use crate::status::{State, Status, WorkerStatus};
+use crate::deadline::{DeadlinePolicy, RoundTimeout};
+use crate::round::{OpenRound, Progress, RoundError};
+use crate::status::{RoundReport, State, Status, WorkerStatus};
 
 /// Events queued towards the coordinator. Gradients are the large ones (4 bytes per
 /// parameter), so this bound also bounds the memory held by gradients in flight.
@@ -53,17 +55,25 @@ pub enum Event {
     },
     Gradient {
         worker: WorkerId,
+        session: SessionId,
         gradient: Gradient,
     },
     Leave {
         worker: WorkerId,
+        session: SessionId,
     },
 }
+
+/// One connection of a worker. A worker resuming its identity gets a new session; events of
+/// the old one are ignored from then on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionId(pub u64);
 
 /// What a session needs to validate its worker's frames.
 #[derive(Debug, Clone, Copy)]
 pub struct Joined {
     pub worker: WorkerId,
+    pub session: SessionId,
     pub param_count: usize,
     pub batch_size: u32,
 }
@@ -96,16 +106,26 @@ impl CoordinatorHandle {
         rx.await.map_err(|_| Stopped)
     }
 
-    pub async fn gradient(&self, worker: WorkerId, gradient: Gradient) -> Result<(), Stopped> {
+    pub async fn gradient(&self, joined: &Joined, gradient: Gradient) -> Result<(), Stopped> {
         self.tx
-            .send(Event::Gradient { worker, gradient })
+            .send(Event::Gradient {
+                worker: joined.worker,
+                session: joined.session,
+                gradient,
+            })
             .await
             .map_err(|_| Stopped)
     }
 
-    pub async fn leave(&self, worker: WorkerId) {
+    pub async fn leave(&self, joined: &Joined) {
         // If the coordinator is gone there is nobody left to tell.
-        let _ = self.tx.send(Event::Leave { worker }).await;
+        let _ = self
+            .tx
+            .send(Event::Leave {
+                worker: joined.worker,
+                session: joined.session,
+            })
+            .await;
     }
 }
 
@@ -129,12 +149,31 @@ pub struct Outcome {
 struct Worker {
     kind: WorkerKind,
     outbox: mpsc::Sender<Outbound>,
-    /// The shard this worker holds (what was last sent to it).
+    session: SessionId,
+    /// The shard this connection holds (what was last sent on it).
     shard: Option<Range<usize>>,
     gradients: u64,
-    /// Handed out in `Welcome`; kept for reconnects (resumption is not implemented yet).
-    #[allow(dead_code)]
-    resume_token: String,
+    /// Sync: deadlines missed in a row; at `miss_limit` the worker leaves the quorum.
+    misses: u32,
+    /// Sync: counted in rounds' quorum (false once skipped, true again when it answers).
+    active: bool,
+    /// Async: weights were sent and no gradient came back yet (a second one is a duplicate).
+    awaiting: bool,
+}
+
+/// What a resume token stands for, kept after the worker leaves.
+#[derive(Debug, Clone, Copy)]
+struct Identity {
+    id: WorkerId,
+    gradients: u64,
+}
+
+/// Refused-gradient counts since the last round's log line.
+#[derive(Debug, Default, Clone, Copy)]
+struct RoundCounts {
+    late: u64,
+    stale: u64,
+    duplicate: u64,
 }
 
 pub struct Coordinator {
@@ -143,16 +182,28 @@ pub struct Coordinator {
     params: Vec<f32>,
     optimizer: Box<dyn Optimizer + Send>,
     data: Split,
-    /// Completed rounds = version of `params`.
+    /// Completed updates = version of `params`.
     version: u64,
+    /// Sync: the open round.
     round: Option<OpenRound>,
+    deadline: DeadlinePolicy,
+    /// Async and hogwild: gradients waiting for the next update.
+    buffer: Box<dyn Aggregator>,
+    buffer_loss: f64,
+    /// Async and hogwild: when the current version was published.
+    version_since: Instant,
     /// Frame for the current weights, shared by every outbox.
     weights_frame: Bytes,
     workers: BTreeMap<WorkerId, Worker>,
+    identities: HashMap<String, Identity>,
     next_worker: u32,
-    /// Workers whose outbox failed while sending; removed in `settle`.
+    next_session: u64,
+    /// Workers whose outbox failed while sending, or who left; removed in `settle`.
     dropped: Vec<WorkerId>,
+    /// Async: shards must be re-cut (a worker joined or left).
+    rebalance: bool,
     token_rng: SplitMix64,
+    counts: RoundCounts,
     status: Status,
     status_tx: watch::Sender<Status>,
     weights_tx: watch::Sender<WeightsSnapshot>,
@@ -189,7 +240,12 @@ impl Coordinator {
         let params: Vec<f32> = mlp.init(config.seed);
         let optimizer = config.optimizer.build(params.len());
         let weights_frame = Bytes::from(encode_weights(Round(0), &params));
+        let timeout = match config.mode {
+            Mode::Sync { timeout, .. } => timeout,
+            _ => RoundTimeout::Auto,
+        };
         let status = Status {
+            mode: config.mode.name(),
             model: config.layers.clone(),
             param_count: params.len(),
             optimizer: format!("{:?}", config.optimizer),
@@ -211,6 +267,7 @@ impl Coordinator {
             weights: weights_rx,
             mlp: mlp.clone(),
         };
+        let buffer = AggregatorKind::default().build(params.len());
         let coordinator = Self {
             config,
             mlp,
@@ -219,11 +276,19 @@ impl Coordinator {
             data,
             version: 0,
             round: None,
+            deadline: DeadlinePolicy::new(timeout),
+            buffer,
+            buffer_loss: 0.0,
+            version_since: now(),
             weights_frame,
             workers: BTreeMap::new(),
+            identities: HashMap::new(),
             next_worker: 1,
+            next_session: 1,
             dropped: Vec::new(),
+            rebalance: false,
             token_rng: SplitMix64::new(token_seed),
+            counts: RoundCounts::default(),
             status,
             status_tx,
             weights_tx,
@@ -234,9 +299,14 @@ impl Coordinator {
         Ok((coordinator, CoordinatorHandle { tx }, rx, published))
     }
 
-    /// Processes events until shutdown (or until training is done, which triggers shutdown).
+    /// Processes events and round deadlines until shutdown (or until training is done,
+    /// which triggers shutdown).
     pub async fn run(mut self, mut events: mpsc::Receiver<Event>) -> Outcome {
         loop {
+            let deadline = self
+                .round
+                .as_ref()
+                .map(|r| tokio::time::Instant::from_std(r.deadline()));
             tokio::select! {
                 biased;
                 () = self.shutdown.cancelled() => break,
@@ -244,6 +314,7 @@ impl Coordinator {
                     Some(event) => self.handle(event, now()),
                     None => break,
                 },
+                () = sleep_until(deadline) => self.tick(now()),
             }
         }
         self.outcome.unwrap_or(Outcome {
@@ -267,8 +338,53 @@ impl Coordinator {
                     self.dropped.push(worker);
                 }
             }
-            Event::Gradient { worker, gradient } => self.on_gradient(worker, gradient),
-            Event::Leave { worker } => self.dropped.push(worker),
+            Event::Gradient {
+                worker,
+                session,
+                gradient,
+            } => {
+                // A replaced session's gradients are ignored: the worker lives on elsewhere.
+                if self
+                    .workers
+                    .get(&worker)
+                    .is_some_and(|w| w.session == session)
+                {
+                    match self.config.mode {
+                        Mode::Sync { .. } => self.on_sync_gradient(worker, gradient, now),
+                        Mode::Async { .. } | Mode::Hogwild => {
+                            self.on_async_gradient(worker, gradient, now)
+                        }
+                    }
+                }
+            }
+            Event::Leave { worker, session } => {
+                if self
+                    .workers
+                    .get(&worker)
+                    .is_some_and(|w| w.session == session)
+                {
+                    self.dropped.push(worker);
+                }
+            }
+        }
+        self.settle(now);
+        self.publish();
+    }
+
+    /// A round deadline passed.
+    pub fn tick(&mut self, now: Instant) {
+        let extension = self.deadline.timeout();
+        if let Some(round) = self.round.as_mut() {
+            if round.tick(now, extension) == Progress::Extended {
+                self.status.deadline_extensions += 1;
+                info!(
+                    round = %round.round(),
+                    answered = round.answered(),
+                    quorum = self.config.min_workers,
+                    extended_by_ms = extension.as_millis() as u64,
+                    "deadline passed without quorum; round extended"
+                );
+            }
         }
         self.settle(now);
         self.publish();
@@ -290,7 +406,12 @@ impl Coordinator {
                 ));
             }
         }
-        if self.workers.len() >= self.config.max_workers {
+        let resumed = hello
+            .resume_token
+            .as_ref()
+            .and_then(|token| self.identities.get(token).map(|i| (token.clone(), *i)));
+        let is_resume = resumed.is_some();
+        if !is_resume && self.workers.len() >= self.config.max_workers {
             return Err((
                 ErrorCode::Full,
                 format!(
@@ -299,16 +420,40 @@ impl Coordinator {
                 ),
             ));
         }
-        let id = WorkerId(self.next_worker);
-        self.next_worker += 1;
-        let resume_token = format!(
-            "{:016x}{:016x}",
-            self.token_rng.next_u64(),
-            self.token_rng.next_u64()
-        );
+        let (resume_token, identity) = match resumed {
+            Some((token, identity)) => {
+                // Still connected (the old socket has not noticed it is dead): replace it.
+                if let Some(old) = self.workers.remove(&identity.id) {
+                    let _ = old.outbox.try_send(Outbound::Close(
+                        ErrorCode::Replaced,
+                        "this worker resumed on another connection".into(),
+                    ));
+                    if let Some(round) = self.round.as_mut() {
+                        round.remove(identity.id);
+                    }
+                }
+                self.status.resumed += 1;
+                (token, identity)
+            }
+            None => {
+                let id = WorkerId(self.next_worker);
+                self.next_worker += 1;
+                let token = format!(
+                    "{:016x}{:016x}",
+                    self.token_rng.next_u64(),
+                    self.token_rng.next_u64()
+                );
+                let identity = Identity { id, gradients: 0 };
+                self.identities.insert(token.clone(), identity);
+                (token, identity)
+            }
+        };
+        let id = identity.id;
+        let session = SessionId(self.next_session);
+        self.next_session += 1;
         let welcome = encode_from_coordinator(&CoordinatorToWorker::Welcome(Welcome {
             worker_id: id,
-            resume_token: resume_token.clone(),
+            resume_token,
             model: ModelSpec {
                 layers: self.config.layers.iter().map(|&w| w as u32).collect(),
             },
@@ -320,73 +465,170 @@ impl Coordinator {
             Worker {
                 kind,
                 outbox,
+                session,
                 shard: None,
-                gradients: 0,
-                resume_token,
+                gradients: identity.gradients,
+                misses: 0,
+                active: true,
+                awaiting: false,
             },
         );
         self.send(id, Outbound::Frame(Bytes::from(welcome)));
-        // Joining mid-round: the current weights at once; it takes part from the next round.
-        if self.round.is_some() {
-            self.send(id, Outbound::Frame(self.weights_frame.clone()));
+        match self.config.mode {
+            // Joining mid-round: the current weights at once; it takes part from the next round.
+            Mode::Sync { .. } => {
+                if self.round.is_some() {
+                    self.send(id, Outbound::Frame(self.weights_frame.clone()));
+                }
+            }
+            // Async: re-cut the shards (the newcomer's first), then its first pull.
+            Mode::Async { .. } | Mode::Hogwild => {
+                self.rebalance_shards();
+                self.send_weights(id);
+            }
         }
-        info!(worker = %id, ?kind, workers = self.workers.len(), "worker joined");
+        info!(worker = %id, ?kind, resumed = is_resume, workers = self.workers.len(), "worker joined");
         Ok(Joined {
             worker: id,
+            session,
             param_count: self.params.len(),
             batch_size: self.config.batch_size,
         })
     }
 
-    fn on_gradient(&mut self, worker: WorkerId, gradient: Gradient) {
-        let Some(round) = self.round.as_mut() else {
-            self.status.gradients_rejected += 1;
-            let msg = format!("round {} is not open (no round is open)", gradient.round);
-            self.send_error(worker, ErrorCode::RoundNotOpen, msg);
+    fn on_sync_gradient(&mut self, worker: WorkerId, gradient: Gradient, now: Instant) {
+        let result = match self.round.as_mut() {
+            None if gradient.round.0 < self.version => Err(RoundError::Late {
+                got: gradient.round,
+                current: Round(self.version),
+            }),
+            None => Err(RoundError::NotOpen {
+                got: gradient.round,
+                current: Round(self.version),
+            }),
+            Some(round) => {
+                let skipped = self
+                    .workers
+                    .get(&worker)
+                    .is_some_and(|w| !w.active && w.shard.is_some());
+                if skipped && gradient.round == round.round() {
+                    // A skipped worker answering again rejoins the quorum with this answer.
+                    round.admit(worker);
+                }
+                round.accept(worker, &gradient, now)
+            }
+        };
+        let answered_again = matches!(result, Ok(_) | Err(RoundError::Late { .. }));
+        if let (true, Some(w)) = (answered_again, self.workers.get_mut(&worker)) {
+            if !w.active {
+                info!(%worker, "worker answered again; back in the quorum");
+            }
+            w.misses = 0;
+            w.active = true;
+        }
+        match result {
+            Ok(_) => self.count_accepted(worker),
+            Err(err) => self.refuse(worker, err.code(), err.to_string()),
+        }
+    }
+
+    fn on_async_gradient(&mut self, worker: WorkerId, gradient: Gradient, now: Instant) {
+        let Some(w) = self.workers.get_mut(&worker) else {
             return;
         };
-        match round.accept(worker, &gradient) {
-            Ok(_) => {
-                self.status.gradients_accepted += 1;
-                if let Some(w) = self.workers.get_mut(&worker) {
-                    w.gradients += 1;
-                }
+        if !std::mem::take(&mut w.awaiting) {
+            let msg = format!("{worker} sent a second gradient for the weights it was sent");
+            self.refuse(worker, ErrorCode::Duplicate, msg);
+            return;
+        }
+        let staleness = self.version.checked_sub(gradient.round.0);
+        let weight = match (self.config.mode, staleness) {
+            (_, None) => {
+                let msg = format!(
+                    "version {} does not exist yet (current {})",
+                    gradient.round, self.version
+                );
+                self.refuse(worker, ErrorCode::RoundNotOpen, msg);
+                self.send_weights(worker);
+                return;
             }
-            Err(err) => {
-                debug!(%worker, %err, "gradient refused");
-                self.status.gradients_rejected += 1;
-                self.send_error(worker, err.code(), err.to_string());
+            (Mode::Async { max_staleness, .. }, Some(s)) if s > max_staleness => {
+                let msg = format!(
+                    "computed on version {}, {s} versions old (max {max_staleness})",
+                    gradient.round
+                );
+                self.refuse(worker, ErrorCode::Stale, msg);
+                self.send_weights(worker);
+                return;
+            }
+            // Stale within the bound: down-weighted by 1 / (1 + staleness).
+            (Mode::Async { .. }, Some(s)) => gradient.samples as f32 / (1 + s) as f32,
+            (_, Some(_)) => gradient.samples as f32,
+        };
+        self.buffer.add(&gradient.grads, gradient.samples, weight);
+        self.buffer_loss += f64::from(gradient.loss) * f64::from(gradient.samples);
+        self.count_accepted(worker);
+        let buffer = match self.config.mode {
+            Mode::Async { buffer, .. } => buffer,
+            _ => 1,
+        };
+        if self.buffer.contributions() >= buffer {
+            let answered = self.buffer.contributions();
+            let samples = self.buffer.samples();
+            let loss = self.buffer_loss / samples.max(1) as f64;
+            self.buffer_loss = 0.0;
+            if let Some(update) = self.buffer.take() {
+                let duration = now.saturating_duration_since(self.version_since);
+                self.version_since = now;
+                self.apply(&update, samples, loss, answered, &[], false, duration);
             }
         }
+        // Its next pull: the freshest weights.
+        self.send_weights(worker);
+    }
+
+    fn count_accepted(&mut self, worker: WorkerId) {
+        self.status.gradients_accepted += 1;
+        if let Some(w) = self.workers.get_mut(&worker) {
+            w.gradients += 1;
+        }
+    }
+
+    /// Drops a gradient with a (non-fatal) error frame, and counts it by reason.
+    fn refuse(&mut self, worker: WorkerId, code: ErrorCode, message: String) {
+        debug!(%worker, ?code, %message, "gradient refused");
+        match code {
+            ErrorCode::Late => self.counts.late += 1,
+            ErrorCode::Stale => self.counts.stale += 1,
+            ErrorCode::Duplicate => self.counts.duplicate += 1,
+            _ => {}
+        }
+        self.status.gradients_rejected += 1;
+        self.send_error(worker, code, message);
     }
 
     /// Applies removals, closes a finished round and opens the next one, until stable.
     fn settle(&mut self, now: Instant) {
         loop {
             while let Some(id) = self.dropped.pop() {
-                if self.workers.remove(&id).is_some() {
+                if let Some(w) = self.workers.remove(&id) {
                     info!(worker = %id, workers = self.workers.len(), "worker left");
+                    if let Some(identity) = self.identities.values_mut().find(|i| i.id == id) {
+                        identity.gradients = w.gradients;
+                    }
+                    self.rebalance = true;
                 }
                 if let Some(round) = self.round.as_mut() {
                     round.remove(id);
                 }
             }
-            match self.round.as_ref().map(OpenRound::progress) {
-                Some(Progress::Complete) => {
-                    let round = self.round.take().expect("checked above");
-                    self.close_round(round, now);
+            match self.config.mode {
+                Mode::Sync { .. } => self.settle_round(now),
+                Mode::Async { .. } | Mode::Hogwild => {
+                    if std::mem::take(&mut self.rebalance) && self.outcome.is_none() {
+                        self.rebalance_shards();
+                    }
                 }
-                Some(Progress::Abandoned) => {
-                    let round = self.round.take().expect("checked above");
-                    info!(round = %round.round(), "every participant left; restarting the round");
-                }
-                Some(Progress::Waiting) | None => {}
-            }
-            if self.round.is_none()
-                && self.outcome.is_none()
-                && self.workers.len() >= self.config.min_workers
-            {
-                self.open_round(now);
             }
             if self.dropped.is_empty() {
                 break;
@@ -394,7 +636,29 @@ impl Coordinator {
         }
     }
 
-    fn open_round(&mut self, now: Instant) {
+    fn settle_round(&mut self, now: Instant) {
+        match self.round.as_ref().map(OpenRound::progress) {
+            Some(Progress::Complete) => {
+                let round = self.round.take().expect("checked above");
+                self.close_round(round, now);
+            }
+            Some(Progress::Abandoned) => {
+                let round = self.round.take().expect("checked above");
+                info!(round = %round.round(), "every participant left; restarting the round");
+            }
+            Some(Progress::Waiting | Progress::Extended) | None => {}
+        }
+        if self.round.is_none()
+            && self.outcome.is_none()
+            && self.workers.len() >= self.config.min_workers
+        {
+            self.open_round(now);
+        }
+    }
+
+    /// Re-cuts the train split over the connected workers (ascending id) and sends each
+    /// worker whose shard changed its new one.
+    fn rebalance_shards(&mut self) {
         let ids: Vec<WorkerId> = self.workers.keys().copied().collect();
         let shards = model::assign_shards(ids.len(), self.data.train.len());
         for (&id, range) in ids.iter().zip(shards) {
@@ -412,38 +676,116 @@ impl Coordinator {
             }));
             self.send(id, Outbound::Frame(Bytes::from(frame)));
         }
+    }
+
+    fn open_round(&mut self, now: Instant) {
+        self.rebalance_shards();
+        let ids: Vec<WorkerId> = self.workers.keys().copied().collect();
+        let mut participants: Vec<WorkerId> = ids
+            .iter()
+            .copied()
+            .filter(|id| self.workers[id].active)
+            .collect();
+        if participants.len() < self.config.min_workers {
+            // Too few active workers for a quorum: give the skipped ones another chance.
+            participants.clone_from(&ids);
+        }
+        // Everyone gets the weights; skipped workers may answer and rejoin the quorum.
         for &id in &ids {
             self.send(id, Outbound::Frame(self.weights_frame.clone()));
         }
+        let timeout = self.deadline.timeout();
+        self.status.round_timeout_ms = Some(timeout.as_secs_f64() * 1e3);
         debug!(
             round = self.version,
-            participants = ids.len(),
+            participants = participants.len(),
             "round opened"
         );
         self.round = Some(OpenRound::new(
             Round(self.version),
-            ids,
-            self.params.len(),
+            participants,
+            AggregatorKind::default().build(self.params.len()),
             now,
+            timeout,
+            self.config.min_workers,
         ));
     }
 
     fn close_round(&mut self, round: OpenRound, now: Instant) {
         let closed = round.close(now);
-        let Some(mean) = closed.mean_gradient else {
+        for &latency in &closed.latencies {
+            self.deadline.record(latency);
+        }
+        let miss_limit = match self.config.mode {
+            Mode::Sync { miss_limit, .. } => miss_limit,
+            _ => u32::MAX,
+        };
+        for id in &closed.missed {
+            if let Some(w) = self.workers.get_mut(id) {
+                w.misses += 1;
+                if w.active && w.misses >= miss_limit {
+                    w.active = false;
+                    info!(worker = %id, misses = w.misses, "worker missed too many deadlines; skipped from the quorum until it answers");
+                }
+            }
+        }
+        if closed.deadline_hit {
+            self.status.deadline_closes += 1;
+        }
+        let Some(update) = closed.gradient else {
             return;
         };
-        self.optimizer.step(&mut self.params, &mean);
+        self.apply(
+            &update,
+            closed.samples,
+            closed.mean_loss,
+            closed.answered,
+            &closed.missed,
+            closed.deadline_hit,
+            closed.duration,
+        );
+    }
+
+    /// Steps the optimizer with `update`, publishes the new version, evaluates, logs, and
+    /// stops when a stop condition is met. Shared by every mode.
+    #[allow(clippy::too_many_arguments)]
+    fn apply(
+        &mut self,
+        update: &[f32],
+        samples: u64,
+        mean_loss: f64,
+        answered: usize,
+        missed: &[WorkerId],
+        deadline_hit: bool,
+        duration: std::time::Duration,
+    ) {
+        self.optimizer.step(&mut self.params, update);
         self.version += 1;
         self.weights_frame = Bytes::from(encode_weights(Round(self.version), &self.params));
         self.weights_tx.send_replace(WeightsSnapshot {
             round: self.version,
             frame: self.weights_frame.clone(),
         });
-        self.status.samples_seen += closed.samples;
-        self.status.train_loss = Some(closed.mean_loss);
-        let round_ms = closed.duration.as_secs_f64() * 1e3;
-        self.status.last_round_ms = Some(round_ms);
+        let counts = std::mem::take(&mut self.counts);
+        let round_ms = duration.as_secs_f64() * 1e3;
+        let s = &mut self.status;
+        s.samples_seen += samples;
+        s.answered_total += answered as u64;
+        s.train_loss = Some(mean_loss);
+        s.last_round_ms = Some(round_ms);
+        s.late += counts.late;
+        s.stale_rejected += counts.stale;
+        s.duplicate_rejected += counts.duplicate;
+        s.last_round = Some(RoundReport {
+            round: self.version - 1,
+            answered,
+            missed: missed.len(),
+            late: counts.late,
+            stale_rejected: counts.stale,
+            duplicate_rejected: counts.duplicate,
+            deadline_hit,
+            ms: round_ms,
+        });
 
         let last = self
             .config
@@ -454,32 +796,30 @@ impl Coordinator {
         } else {
             None
         };
-        match evaluation {
-            Some(e) => info!(
-                round = self.version,
-                workers = closed.contributors,
-                train_loss = format_args!("{:.4}", closed.mean_loss),
-                round_ms = format_args!("{round_ms:.1}"),
-                test_accuracy = format_args!("{:.4}", e.accuracy),
-                test_loss = format_args!("{:.4}", e.loss),
-                "round"
-            ),
-            None => info!(
-                round = self.version,
-                workers = closed.contributors,
-                train_loss = format_args!("{:.4}", closed.mean_loss),
-                round_ms = format_args!("{round_ms:.1}"),
-                "round"
-            ),
-        }
+        info!(
+            round = self.version,
+            mode = self.config.mode.name(),
+            answered,
+            missed = missed.len(),
+            late = counts.late,
+            stale = counts.stale,
+            dup = counts.duplicate,
+            deadline_hit,
+            train_loss = format_args!("{mean_loss:.4}"),
+            round_ms = format_args!("{round_ms:.1}"),
+            test_accuracy = evaluation
+                .map(|e| format!("{:.4}", e.accuracy))
+                .unwrap_or_default(),
+            test_loss = evaluation
+                .map(|e| format!("{:.4}", e.loss))
+                .unwrap_or_default(),
+            "round"
+        );
         let reached_target = match (evaluation, self.config.target_accuracy) {
             (Some(e), Some(target)) => e.accuracy >= target,
             _ => false,
         };
         if last || reached_target {
-            if evaluation.is_none() {
-                self.evaluate();
-            }
             info!(
                 round = self.version,
                 reached_target,
@@ -511,6 +851,14 @@ impl Coordinator {
         }
     }
 
+    /// Async: sends the current weights to `id` and expects one gradient back.
+    fn send_weights(&mut self, id: WorkerId) {
+        if let Some(w) = self.workers.get_mut(&id) {
+            w.awaiting = true;
+        }
+        self.send(id, Outbound::Frame(self.weights_frame.clone()));
+    }
+
     fn send(&mut self, id: WorkerId, msg: Outbound) {
         let Some(worker) = self.workers.get(&id) else {
             return;
@@ -532,13 +880,17 @@ impl Coordinator {
 
     fn publish(&mut self) {
         let s = &mut self.status;
-        s.state = match (&self.outcome, &self.round) {
-            (Some(_), _) => State::Done,
-            (None, Some(_)) => State::Training,
-            (None, None) => State::Waiting,
+        s.state = match (&self.outcome, &self.round, self.config.mode) {
+            (Some(_), _, _) => State::Done,
+            (None, Some(_), _) => State::Training,
+            (None, None, Mode::Async { .. } | Mode::Hogwild) if !self.workers.is_empty() => {
+                State::Training
+            }
+            (None, None, _) => State::Waiting,
         };
         s.round = self.version;
         s.workers = self.workers.len();
+        s.skipped_workers = self.workers.values().filter(|w| !w.active).count();
         s.round_participants = self
             .round
             .as_ref()
@@ -555,6 +907,7 @@ impl Coordinator {
                 },
                 gradients: w.gradients,
                 shard_len: w.shard.as_ref().map_or(0, Range::len),
+                skipped: !w.active,
             })
             .collect();
         self.status_tx.send_replace(s.clone());
@@ -564,3 +917,14 @@ impl Coordinator {
 fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -8,7 +8,9 @@
 //! # Layout
 //! - [`config`]: the CLI (`Cli`, clap) and its validated form (`Config`).
 //! - [`dataset`]: the embedded MNIST digits and their seeded train/test split.
-//! - [`round`]: the sans-IO round state machine (who must answer, the running sum).
+//! - [`round`]: the sans-IO round state machine (who must answer, deadline, quorum).
+//! - [`deadline`]: fixed or adaptive round timeouts.
+//! - [`aggregate`]: the `Aggregator` strategy a round combines gradients with.
 //! - [`coordinator`]: the single task that owns the training state, and its handle.
 //! - [`session`]: one task per WebSocket: decode, validate, forward.
 //! - [`routes`]: the axum router (`/ws`, `/api/*`, `/healthz`, static files).
@@ -17,9 +19,11 @@
 //! - [`shutdown`]: Ctrl-C / SIGTERM.
 //! - [`server`]: wiring: `start(listener, config, shutdown)`.
 
+pub mod aggregate;
 pub mod config;
 pub mod coordinator;
 pub mod dataset;
+pub mod deadline;
 pub mod round;
 pub mod routes;
 pub mod safetensors;

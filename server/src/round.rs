@@ -1,20 +1,25 @@
 //! The synchronous round as a sans-IO state machine: no sockets, no clocks (time is passed
 //! in), so every transition is a plain unit test.
 //!
-//! A round is opened for a fixed set of participants. Each may contribute one gradient,
-//! which goes straight into the running [`GradientSum`]. The round is complete when every
-//! participant still connected has answered; a participant that leaves is simply no longer
-//! waited for (its gradient, if it already sent one, stays counted: it was valid work).
+//! A round opens for a set of participants with a deadline and a quorum. Each participant may
+//! contribute one gradient, which goes straight into the round's [`Aggregator`]. The round is
+//! complete when every participant still connected has answered, or when the deadline passes
+//! with at least `quorum` answers. A deadline without quorum extends the round; it is never
+//! applied with fewer answers. A participant that leaves is no longer waited for (its
+//! gradient, if it already sent one, stays counted: it was valid work).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use model::GradientSum;
 use protocol::{ErrorCode, Gradient, Round, WorkerId};
 use thiserror::Error;
 
+use crate::aggregate::Aggregator;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum RoundError {
+    #[error("round {got} already closed (the open round is {current}); gradient dropped")]
+    Late { got: Round, current: Round },
     #[error("round {got} is not open (the open round is {current})")]
     NotOpen { got: Round, current: Round },
     #[error("{0} is not a participant of this round (it joined after the round started)")]
@@ -26,6 +31,7 @@ pub enum RoundError {
 impl RoundError {
     pub fn code(&self) -> ErrorCode {
         match self {
+            Self::Late { .. } => ErrorCode::Late,
             Self::NotOpen { .. } => ErrorCode::RoundNotOpen,
             Self::NotParticipant(_) => ErrorCode::NotParticipant,
             Self::Duplicate(_) => ErrorCode::Duplicate,
@@ -36,10 +42,12 @@ impl RoundError {
 /// What a round's state machine says after an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Progress {
-    /// Some participants have yet to answer.
+    /// Some participants have yet to answer and the deadline has not passed.
     Waiting,
-    /// Every remaining participant answered: close it.
+    /// Close it: everyone remaining answered, or the deadline passed with quorum.
     Complete,
+    /// The deadline passed without quorum: the round was extended to a new deadline.
+    Extended,
     /// Every participant left before anyone answered: discard it and start again.
     Abandoned,
 }
@@ -49,38 +57,58 @@ pub struct OpenRound {
     round: Round,
     pending: BTreeSet<WorkerId>,
     answered: BTreeSet<WorkerId>,
-    sum: GradientSum,
+    aggregator: Box<dyn Aggregator>,
     loss_sum: f64,
     started_at: Instant,
+    deadline: Instant,
+    quorum: usize,
+    deadline_hit: bool,
+    extensions: u32,
+    latencies: Vec<Duration>,
 }
 
-/// A closed round: the averaged gradient and what the log line needs.
+/// A closed round: the combined gradient and what the log line and status need.
 #[derive(Debug)]
 pub struct ClosedRound {
     pub round: Round,
-    /// `None` if no samples were contributed (cannot happen for a `Complete` round).
-    pub mean_gradient: Option<Vec<f32>>,
+    /// `None` if nothing was contributed (cannot happen for a `Complete` round).
+    pub gradient: Option<Vec<f32>>,
     pub samples: u64,
-    pub contributors: usize,
+    pub answered: usize,
+    /// Participants that had not answered when it closed (deadline with quorum).
+    pub missed: Vec<WorkerId>,
+    pub deadline_hit: bool,
+    pub extensions: u32,
     /// Sample-weighted mean of the workers' reported losses.
     pub mean_loss: f64,
     pub duration: Duration,
+    /// How long after opening each answer arrived (feeds the adaptive deadline).
+    pub latencies: Vec<Duration>,
 }
 
 impl OpenRound {
+    /// `timeout` sets the deadline (and every extension); `quorum` is the number of answers
+    /// needed to close at the deadline.
     pub fn new(
         round: Round,
         participants: impl IntoIterator<Item = WorkerId>,
-        param_count: usize,
+        aggregator: Box<dyn Aggregator>,
         now: Instant,
+        timeout: Duration,
+        quorum: usize,
     ) -> Self {
         Self {
             round,
             pending: participants.into_iter().collect(),
             answered: BTreeSet::new(),
-            sum: GradientSum::new(param_count),
+            aggregator,
             loss_sum: 0.0,
             started_at: now,
+            deadline: now + timeout,
+            quorum: quorum.max(1),
+            deadline_hit: false,
+            extensions: 0,
+            latencies: Vec::new(),
         }
     }
 
@@ -96,8 +124,19 @@ impl OpenRound {
         self.answered.len()
     }
 
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
     pub fn is_participant(&self, worker: WorkerId) -> bool {
         self.pending.contains(&worker) || self.answered.contains(&worker)
+    }
+
+    /// Makes `worker` a participant (a skipped worker answering again).
+    pub fn admit(&mut self, worker: WorkerId) {
+        if !self.answered.contains(&worker) {
+            self.pending.insert(worker);
+        }
     }
 
     /// Accumulates `gradient` from `worker`. Shape and finiteness are the session's checks;
@@ -106,8 +145,15 @@ impl OpenRound {
         &mut self,
         worker: WorkerId,
         gradient: &Gradient,
+        now: Instant,
     ) -> Result<Progress, RoundError> {
-        if gradient.round != self.round {
+        if gradient.round < self.round {
+            return Err(RoundError::Late {
+                got: gradient.round,
+                current: self.round,
+            });
+        }
+        if gradient.round > self.round {
             return Err(RoundError::NotOpen {
                 got: gradient.round,
                 current: self.round,
@@ -120,8 +166,12 @@ impl OpenRound {
             return Err(RoundError::NotParticipant(worker));
         }
         self.answered.insert(worker);
-        self.sum.accumulate(&gradient.grads, gradient.samples);
-        self.loss_sum += f64::from(gradient.loss) * f64::from(gradient.samples);
+        let samples = gradient.samples;
+        self.aggregator
+            .add(&gradient.grads, samples, samples as f32);
+        self.loss_sum += f64::from(gradient.loss) * f64::from(samples);
+        self.latencies
+            .push(now.saturating_duration_since(self.started_at));
         Ok(self.progress())
     }
 
@@ -131,8 +181,26 @@ impl OpenRound {
         self.progress()
     }
 
+    /// Time passes: at the deadline, close with quorum or extend by `extension`.
+    pub fn tick(&mut self, now: Instant, extension: Duration) -> Progress {
+        let progress = self.progress();
+        if progress != Progress::Waiting || now < self.deadline {
+            return progress;
+        }
+        if self.answered.len() >= self.quorum {
+            self.deadline_hit = true;
+            Progress::Complete
+        } else {
+            self.extensions += 1;
+            self.deadline = now + extension;
+            Progress::Extended
+        }
+    }
+
+    /// Where the round stands without time passing.
     pub fn progress(&self) -> Progress {
         match (self.pending.is_empty(), self.answered.is_empty()) {
+            (false, _) if self.deadline_hit => Progress::Complete,
             (false, _) => Progress::Waiting,
             (true, false) => Progress::Complete,
             (true, true) => Progress::Abandoned,
@@ -140,121 +208,26 @@ impl OpenRound {
     }
 
     pub fn close(mut self, now: Instant) -> ClosedRound {
-        let samples = self.sum.samples();
-        let contributors = self.sum.contributions();
+        let samples = self.aggregator.samples();
+        let answered = self.answered.len();
         ClosedRound {
             round: self.round,
-            mean_gradient: self.sum.take_mean(),
+            gradient: self.aggregator.take(),
             samples,
-            contributors,
+            answered,
+            missed: self.pending.into_iter().collect(),
+            deadline_hit: self.deadline_hit,
+            extensions: self.extensions,
             mean_loss: if samples == 0 {
                 f64::NAN
             } else {
                 self.loss_sum / samples as f64
             },
             duration: now.saturating_duration_since(self.started_at),
+            latencies: self.latencies,
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn grad(round: u64, value: f32, samples: u32) -> Gradient {
-        Gradient {
-            round: Round(round),
-            samples,
-            loss: value,
-            grads: vec![value; 3],
-        }
-    }
-
-    fn open(ids: &[u32]) -> (OpenRound, Instant) {
-        let now = Instant::now();
-        (
-            OpenRound::new(Round(4), ids.iter().map(|&i| WorkerId(i)), 3, now),
-            now,
-        )
-    }
-
-    #[test]
-    fn completes_when_every_participant_answered_and_weights_by_samples() {
-        let (mut r, t0) = open(&[1, 2]);
-        assert_eq!(
-            r.accept(WorkerId(1), &grad(4, 1.0, 1)),
-            Ok(Progress::Waiting)
-        );
-        assert_eq!(
-            r.accept(WorkerId(2), &grad(4, 4.0, 3)),
-            Ok(Progress::Complete)
-        );
-        let closed = r.close(t0 + Duration::from_millis(250));
-        assert_eq!(closed.mean_gradient, Some(vec![3.25; 3])); // (1·1 + 4·3) / 4
-        assert_eq!((closed.samples, closed.contributors), (4, 2));
-        assert_eq!(closed.mean_loss, 3.25);
-        assert_eq!(closed.duration, Duration::from_millis(250));
-    }
-
-    #[test]
-    fn wrong_round_duplicate_and_outsider_are_refused_without_touching_the_sum() {
-        let (mut r, t0) = open(&[1, 2]);
-        assert_eq!(
-            r.accept(WorkerId(1), &grad(3, 9.0, 1)),
-            Err(RoundError::NotOpen {
-                got: Round(3),
-                current: Round(4)
-            })
-        );
-        assert_eq!(
-            r.accept(WorkerId(9), &grad(4, 9.0, 1)),
-            Err(RoundError::NotParticipant(WorkerId(9)))
-        );
-        assert_eq!(
-            r.accept(WorkerId(1), &grad(4, 1.0, 1)),
-            Ok(Progress::Waiting)
-        );
-        assert_eq!(
-            r.accept(WorkerId(1), &grad(4, 9.0, 1)),
-            Err(RoundError::Duplicate(WorkerId(1)))
-        );
-        assert_eq!(
-            r.accept(WorkerId(2), &grad(4, 1.0, 1)),
-            Ok(Progress::Complete)
-        );
-        assert_eq!(r.close(t0).mean_gradient, Some(vec![1.0; 3]));
-        assert_eq!(
-            RoundError::Duplicate(WorkerId(1)).code(),
-            ErrorCode::Duplicate
-        );
-    }
-
-    #[test]
-    fn a_leaver_is_not_waited_for_but_its_answer_counts() {
-        let (mut r, t0) = open(&[1, 2, 3]);
-        assert_eq!(
-            r.accept(WorkerId(1), &grad(4, 2.0, 1)),
-            Ok(Progress::Waiting)
-        );
-        assert_eq!(r.remove(WorkerId(1)), Progress::Waiting); // answered, then left
-        assert_eq!(r.remove(WorkerId(3)), Progress::Waiting);
-        assert_eq!(
-            r.accept(WorkerId(2), &grad(4, 4.0, 1)),
-            Ok(Progress::Complete)
-        );
-        assert_eq!(r.close(t0).mean_gradient, Some(vec![3.0; 3]));
-    }
-
-    #[test]
-    fn last_pending_leaving_completes_and_everyone_leaving_abandons() {
-        let (mut r, _) = open(&[1, 2]);
-        r.accept(WorkerId(1), &grad(4, 1.0, 1))
-            .expect("participant");
-        assert_eq!(r.remove(WorkerId(2)), Progress::Complete);
-
-        let (mut r, _) = open(&[1, 2]);
-        assert_eq!(r.remove(WorkerId(1)), Progress::Waiting);
-        assert_eq!(r.remove(WorkerId(2)), Progress::Abandoned);
-        assert!(!r.is_participant(WorkerId(1)));
-    }
-}
+mod tests;

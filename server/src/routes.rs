@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower_http::services::ServeDir;
 
+use crate::config::Liveness;
 use crate::coordinator::{CoordinatorHandle, Published};
 use crate::session::{self, SessionCounters};
 
@@ -30,6 +31,7 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     pub sessions: TaskTracker,
     pub counters: Arc<SessionCounters>,
+    pub liveness: Liveness,
 }
 
 pub fn app(state: AppState, web_dir: &std::path::Path) -> Router {
@@ -57,6 +59,7 @@ async fn ws(State(state): State<AppState>, upgrade: WebSocketUpgrade) -> Respons
                 state.coordinator,
                 state.shutdown,
                 state.counters,
+                state.liveness,
             ))
         })
 }

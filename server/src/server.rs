@@ -74,6 +74,7 @@ pub async fn start(
     let data = crate::dataset::load_default(config.seed).map_err(ServerError::Dataset)?;
     let shutdown = CancellationToken::new();
     let web_dir = config.web_dir.clone();
+    let liveness = config.liveness;
     let (coordinator, handle, events, published) =
         Coordinator::new(config, data, shutdown.clone()).map_err(ServerError::Model)?;
     let status = published.status.clone();
@@ -85,6 +86,7 @@ pub async fn start(
         shutdown: shutdown.clone(),
         sessions: sessions.clone(),
         counters: Arc::new(SessionCounters::default()),
+        liveness,
     };
     let router = app(state, &web_dir);
 

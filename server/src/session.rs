@@ -20,9 +20,11 @@ use protocol::{
     WorkerToCoordinator,
 };
 use tokio::sync::mpsc;
+use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, instrument};
 
+use crate::config::Liveness;
 use crate::coordinator::{CoordinatorHandle, Joined, Outbound, OUTBOX_CAPACITY};
 
 /// A connection that has not said `Hello` by then is closed: it holds a socket and a task.
@@ -55,6 +57,7 @@ pub async fn run<S, E>(
     coordinator: CoordinatorHandle,
     shutdown: CancellationToken,
     counters: Arc<SessionCounters>,
+    liveness: Liveness,
 ) where
     S: Stream<Item = Result<Message, E>> + Sink<Message> + Unpin,
     E: std::fmt::Display,
@@ -62,13 +65,21 @@ pub async fn run<S, E>(
     let (outbox, mut inbox) = mpsc::channel(OUTBOX_CAPACITY);
     let (joined, end) = match handshake(&mut socket, &coordinator, &shutdown, outbox).await {
         Ok(joined) => {
-            let end = serve(&mut socket, &coordinator, &shutdown, &mut inbox, joined).await;
+            let end = serve(
+                &mut socket,
+                &coordinator,
+                &shutdown,
+                &mut inbox,
+                joined,
+                liveness,
+            )
+            .await;
             (Some(joined), end)
         }
         Err(end) => (None, end),
     };
     if let Some(joined) = joined {
-        coordinator.leave(joined.worker).await;
+        coordinator.leave(&joined).await;
     }
     match end {
         End::PeerGone => {}
@@ -183,11 +194,18 @@ async fn serve<S, E>(
     shutdown: &CancellationToken,
     inbox: &mut mpsc::Receiver<Outbound>,
     joined: Joined,
+    liveness: Liveness,
 ) -> End
 where
     S: Stream<Item = Result<Message, E>> + Sink<Message> + Unpin,
     E: std::fmt::Display,
 {
+    let mut ping = tokio::time::interval(liveness.interval);
+    ping.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    ping.tick().await; // the first tick is immediate
+                       // Any frame counts as a sign of life: browsers answer pings from their network stack, so
+                       // a background tab with throttled timers still answers and keeps its place.
+    let mut last_seen = Instant::now();
     loop {
         tokio::select! {
             biased;
@@ -206,10 +224,20 @@ where
                     "dropped: this worker did not read its frames".into(),
                 ),
             },
-            frame = next_binary(socket) => {
-                let frame = match frame {
-                    Ok(frame) => frame,
-                    Err(end) => return end,
+            msg = socket.next() => {
+                last_seen = Instant::now();
+                let frame = match msg {
+                    Some(Ok(Message::Binary(frame))) => frame,
+                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                    Some(Ok(Message::Text(_))) => return End::Refuse(
+                        ErrorCode::UnexpectedMessage,
+                        "text frames are not part of the protocol; send binary frames".into(),
+                    ),
+                    Some(Ok(Message::Close(_))) | None => return End::PeerGone,
+                    Some(Err(err)) => {
+                        debug!(%err, "socket error");
+                        return End::PeerGone;
+                    }
                 };
                 let gradient = match decode_from_worker(&frame) {
                     Ok(WorkerToCoordinator::Gradient(g)) => g,
@@ -221,8 +249,18 @@ where
                 if let Err((code, message)) = validate(&gradient, &joined) {
                     return End::Refuse(code, message);
                 }
-                if coordinator.gradient(joined.worker, gradient).await.is_err() {
+                if coordinator.gradient(&joined, gradient).await.is_err() {
                     return End::Shutdown;
+                }
+            }
+            _ = ping.tick() => {
+                let silent = last_seen.elapsed();
+                if silent > liveness.timeout {
+                    info!(worker = %joined.worker, ?silent, "no answer to pings; dropping the worker");
+                    return End::PeerGone;
+                }
+                if socket.send(Message::Ping(bytes::Bytes::new())).await.is_err() {
+                    return End::PeerGone;
                 }
             }
         }
@@ -272,6 +310,7 @@ mod tests {
     fn validation_names_the_problem() {
         let joined = Joined {
             worker: WorkerId(1),
+            session: crate::coordinator::SessionId(1),
             param_count: 3,
             batch_size: 8,
         };

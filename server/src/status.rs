@@ -22,11 +22,33 @@ pub struct WorkerStatus {
     pub gradients: u64,
     /// Samples in its current shard (0 until its first round).
     pub shard_len: usize,
+    /// Sync: missed too many deadlines in a row; not waited for until it answers again.
+    pub skipped: bool,
+}
+
+/// The latest closed round (or applied update, in async modes).
+#[derive(Debug, Clone, Serialize, PartialEq, Default)]
+pub struct RoundReport {
+    pub round: u64,
+    /// Gradients in the update.
+    pub answered: usize,
+    /// Participants that had not answered when the deadline closed the round.
+    pub missed: usize,
+    /// Refused since the previous round: late (round already closed), stale (async, beyond
+    /// --max-staleness), duplicate.
+    pub late: u64,
+    pub stale_rejected: u64,
+    pub duplicate_rejected: u64,
+    /// Closed by its deadline (with quorum) rather than by every participant answering.
+    pub deadline_hit: bool,
+    pub ms: f64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Default)]
 pub struct Status {
     pub state: State,
+    /// `sync`, `async` or `hogwild`.
+    pub mode: &'static str,
     /// Completed rounds, which is also the version of the current weights.
     pub round: u64,
     /// Connected (welcomed) workers.
@@ -43,8 +65,26 @@ pub struct Status {
     /// Training samples behind all applied gradients.
     pub samples_seen: u64,
     pub gradients_accepted: u64,
-    /// Gradients refused (wrong round, duplicate, not a participant).
+    /// Gradients refused for any reason (late, stale, duplicate, not a participant, ...).
     pub gradients_rejected: u64,
+    /// Of those: arrived after their round closed.
+    pub late: u64,
+    /// Of those: async, computed on weights more than --max-staleness versions old.
+    pub stale_rejected: u64,
+    /// Of those: a second gradient for the same round (or the same weights, in async).
+    pub duplicate_rejected: u64,
+    /// Σ answers over applied rounds; equals `gradients_accepted` (nothing counted twice).
+    pub answered_total: u64,
+    /// Rounds closed by their deadline with quorum, and deadlines extended without quorum.
+    pub deadline_closes: u64,
+    pub deadline_extensions: u64,
+    /// The current round timeout (sync).
+    pub round_timeout_ms: Option<f64>,
+    /// Workers skipped from the quorum for missing deadlines.
+    pub skipped_workers: usize,
+    /// Joins that resumed an earlier identity with its token.
+    pub resumed: u64,
+    pub last_round: Option<RoundReport>,
     /// Sessions closed for bad input (undecodable frame, wrong shape, NaN/Inf, ...).
     pub sessions_rejected: u64,
     pub last_round_ms: Option<f64>,

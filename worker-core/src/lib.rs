@@ -54,6 +54,10 @@ pub struct WorkerCore {
     hello: Hello,
     joined: Option<Joined>,
     resume_token: Option<String>,
+    /// Batch index of the latest gradient: the next is `max(round, last + 1)`, so a worker
+    /// never computes the same batch twice even if it sees one weights version twice (async
+    /// mode), and in synchronous rounds the index is simply the round.
+    last_batch: Option<u64>,
     stats: Stats,
 }
 
@@ -67,8 +71,20 @@ impl WorkerCore {
             },
             joined: None,
             resume_token: None,
+            last_batch: None,
             stats: Stats::default(),
         }
+    }
+
+    /// Starts with a resume token from an earlier session (e.g. kept across a page reload).
+    pub fn with_resume_token(mut self, token: Option<String>) -> Self {
+        self.resume_token = token.filter(|t| !t.is_empty());
+        self
+    }
+
+    /// The token to resume this worker's identity with, once welcomed.
+    pub fn resume_token(&self) -> Option<&str> {
+        self.resume_token.as_deref()
     }
 
     /// The first frame to send on a (re)connection. After a `Welcome` it carries the resume
@@ -153,11 +169,12 @@ impl WorkerCore {
         let Some(shard) = joined.shard.as_ref().filter(|s| !s.is_empty()) else {
             return Ok(None);
         };
-        let (x, labels) = shard.batch(batch_positions(
-            shard.len(),
-            weights.round.0,
-            joined.batch_size,
-        ));
+        let batch = match self.last_batch {
+            Some(last) => weights.round.0.max(last.saturating_add(1)),
+            None => weights.round.0,
+        };
+        self.last_batch = Some(batch);
+        let (x, labels) = shard.batch(batch_positions(shard.len(), batch, joined.batch_size));
         let (loss, grads) = joined
             .mlp
             .loss_and_grad(&weights.params, x.view(), &labels)?;
@@ -170,5 +187,87 @@ impl WorkerCore {
             loss,
             grads,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use protocol::{encode_from_coordinator, ModelSpec};
+
+    use super::*;
+
+    fn core_with_shard() -> WorkerCore {
+        let mut core = WorkerCore::new(WorkerKind::Native, None);
+        core.handle(CoordinatorToWorker::Welcome(Welcome {
+            worker_id: WorkerId(3),
+            resume_token: "tok".into(),
+            model: ModelSpec { layers: vec![2, 2] },
+            batch_size: 1,
+        }))
+        .expect("welcome");
+        core.handle(CoordinatorToWorker::Shard(Shard {
+            first_index: 0,
+            features: 2,
+            labels: vec![0, 1, 0],
+            pixels: vec![10, 20, 30, 40, 50, 60],
+        }))
+        .expect("shard");
+        core
+    }
+
+    fn weights(round: u64) -> CoordinatorToWorker {
+        CoordinatorToWorker::Weights(Weights {
+            round: Round(round),
+            params: vec![0.1, -0.2, 0.3, 0.4, 0.0, 0.0],
+        })
+    }
+
+    #[test]
+    fn batch_index_is_the_round_and_never_repeats() {
+        let mut core = core_with_shard();
+        let g0 = core.handle(weights(0)).expect("ok").expect("gradient");
+        // The same version again (async: the buffer did not apply yet): the next batch.
+        let g0_again = core.handle(weights(0)).expect("ok").expect("gradient");
+        assert_ne!(g0.grads, g0_again.grads);
+        assert_eq!(core.last_batch, Some(1));
+        // Rounds ahead of the index win: synchronous workers use the round itself.
+        core.handle(weights(7)).expect("ok");
+        assert_eq!(core.last_batch, Some(7));
+    }
+
+    #[test]
+    fn resume_token_is_sent_after_welcome_and_can_be_preset() {
+        let core = core_with_shard();
+        assert_eq!(core.resume_token(), Some("tok"));
+        let fresh =
+            WorkerCore::new(WorkerKind::Browser, None).with_resume_token(Some("abc".into()));
+        let hello = protocol::decode_from_worker(&fresh.hello_frame()).expect("hello");
+        assert!(
+            matches!(hello, WorkerToCoordinator::Hello(h) if h.resume_token.as_deref() == Some("abc"))
+        );
+    }
+
+    #[test]
+    fn without_a_shard_weights_are_not_answered_and_fatal_errors_stop() {
+        let mut core = WorkerCore::new(WorkerKind::Native, None);
+        assert!(matches!(
+            core.handle(weights(0)),
+            Err(WorkerError::Protocol(_))
+        ));
+        let mut core = core_with_shard();
+        let frame = encode_from_coordinator(&CoordinatorToWorker::Error {
+            code: ErrorCode::Late,
+            message: "late".into(),
+        });
+        assert!(core.handle_frame(&frame).expect("non-fatal").is_none());
+        assert!(core.stats().last_warning.is_some());
+        let fatal = CoordinatorToWorker::Error {
+            code: ErrorCode::Replaced,
+            message: "x".into(),
+        };
+        assert!(matches!(
+            core.handle(fatal),
+            Err(WorkerError::Rejected { .. })
+        ));
     }
 }
