@@ -157,8 +157,8 @@ struct Worker {
     misses: u32,
     /// Sync: counted in rounds' quorum (false once skipped, true again when it answers).
     active: bool,
-    /// Async: weights were sent and no gradient came back yet (a second one is a duplicate).
-    awaiting: bool,
+    /// Async: the version of the weights sent and not yet answered.
+    awaiting: Option<u64>,
 }
 
 /// What a resume token stands for, kept after the worker leaves.
@@ -423,7 +423,9 @@ impl Coordinator {
         let (resume_token, identity) = match resumed {
             Some((token, identity)) => {
                 // Still connected (the old socket has not noticed it is dead): replace it.
+                let mut identity = identity;
                 if let Some(old) = self.workers.remove(&identity.id) {
+                    identity.gradients = old.gradients;
                     let _ = old.outbox.try_send(Outbound::Close(
                         ErrorCode::Replaced,
                         "this worker resumed on another connection".into(),
@@ -470,7 +472,7 @@ impl Coordinator {
                 gradients: identity.gradients,
                 misses: 0,
                 active: true,
-                awaiting: false,
+                awaiting: None,
             },
         );
         self.send(id, Outbound::Frame(Bytes::from(welcome)));
@@ -536,34 +538,36 @@ impl Coordinator {
         let Some(w) = self.workers.get_mut(&worker) else {
             return;
         };
-        if !std::mem::take(&mut w.awaiting) {
-            let msg = format!("{worker} sent a second gradient for the weights it was sent");
-            self.refuse(worker, ErrorCode::Duplicate, msg);
-            return;
-        }
-        let staleness = self.version.checked_sub(gradient.round.0);
-        let weight = match (self.config.mode, staleness) {
-            (_, None) => {
-                let msg = format!(
-                    "version {} does not exist yet (current {})",
-                    gradient.round, self.version
-                );
+        // Exactly one pull is outstanding per worker, of a known version: the gradient must
+        // be computed on it. An older version answers a pull already answered.
+        let pulled = match w.awaiting {
+            Some(v) if gradient.round.0 == v => v,
+            Some(v) if gradient.round.0 > v => {
+                let msg = format!("{worker} was sent version {v}, not {}", gradient.round);
                 self.refuse(worker, ErrorCode::RoundNotOpen, msg);
-                self.send_weights(worker);
                 return;
             }
-            (Mode::Async { max_staleness, .. }, Some(s)) if s > max_staleness => {
+            _ => {
+                let msg = format!("{worker} already answered version {}", gradient.round);
+                self.refuse(worker, ErrorCode::Duplicate, msg);
+                return;
+            }
+        };
+        w.awaiting = None;
+        let staleness = self.version - pulled;
+        let weight = match self.config.mode {
+            Mode::Async { max_staleness, .. } if staleness > max_staleness => {
                 let msg = format!(
-                    "computed on version {}, {s} versions old (max {max_staleness})",
-                    gradient.round
+                    "computed on version {pulled}, {staleness} versions old (max {max_staleness})"
                 );
                 self.refuse(worker, ErrorCode::Stale, msg);
                 self.send_weights(worker);
                 return;
             }
             // Stale within the bound: down-weighted by 1 / (1 + staleness).
-            (Mode::Async { .. }, Some(s)) => gradient.samples as f32 / (1 + s) as f32,
-            (_, Some(_)) => gradient.samples as f32,
+            Mode::Async { .. } => gradient.samples as f32 / (1 + staleness) as f32,
+            // Hogwild: every gradient at full weight, whatever it was computed on.
+            _ => gradient.samples as f32,
         };
         self.buffer.add(&gradient.grads, gradient.samples, weight);
         self.buffer_loss += f64::from(gradient.loss) * f64::from(gradient.samples);
@@ -597,12 +601,13 @@ impl Coordinator {
     /// Drops a gradient with a (non-fatal) error frame, and counts it by reason.
     fn refuse(&mut self, worker: WorkerId, code: ErrorCode, message: String) {
         debug!(%worker, ?code, %message, "gradient refused");
+        let (status, round) = (&mut self.status, &mut self.counts);
         match code {
-            ErrorCode::Late => self.counts.late += 1,
-            ErrorCode::Stale => self.counts.stale += 1,
-            ErrorCode::Duplicate => self.counts.duplicate += 1,
-            _ => {}
-        }
+            ErrorCode::Late => (status.late += 1, round.late += 1),
+            ErrorCode::Stale => (status.stale_rejected += 1, round.stale += 1),
+            ErrorCode::Duplicate => (status.duplicate_rejected += 1, round.duplicate += 1),
+            _ => ((), ()),
+        };
         self.status.gradients_rejected += 1;
         self.send_error(worker, code, message);
     }
@@ -773,9 +778,6 @@ impl Coordinator {
         s.answered_total += answered as u64;
         s.train_loss = Some(mean_loss);
         s.last_round_ms = Some(round_ms);
-        s.late += counts.late;
-        s.stale_rejected += counts.stale;
-        s.duplicate_rejected += counts.duplicate;
         s.last_round = Some(RoundReport {
             round: self.version - 1,
             answered,
@@ -854,7 +856,7 @@ impl Coordinator {
     /// Async: sends the current weights to `id` and expects one gradient back.
     fn send_weights(&mut self, id: WorkerId) {
         if let Some(w) = self.workers.get_mut(&id) {
-            w.awaiting = true;
+            w.awaiting = Some(self.version);
         }
         self.send(id, Outbound::Frame(self.weights_frame.clone()));
     }

@@ -1,1 +1,381 @@
+//! Transitions of the coordinator, driven event by event with explicit time: no sockets.
 
+use std::time::Duration;
+
+use protocol::decode_from_coordinator;
+
+use super::*;
+
+struct Harness {
+    c: Coordinator,
+    t0: Instant,
+    params: usize,
+}
+
+struct Client {
+    id: WorkerId,
+    session: SessionId,
+    token: String,
+    rx: mpsc::Receiver<Outbound>,
+}
+
+impl Client {
+    /// Every message queued for this client so far.
+    fn drain(&mut self) -> Vec<CoordinatorToWorker> {
+        let mut out = Vec::new();
+        while let Ok(msg) = self.rx.try_recv() {
+            match msg {
+                Outbound::Frame(f) => out.push(decode_from_coordinator(&f).expect("valid frame")),
+                Outbound::Close(code, message) => {
+                    out.push(CoordinatorToWorker::Error { code, message })
+                }
+            }
+        }
+        out
+    }
+
+    fn errors(&mut self) -> Vec<ErrorCode> {
+        self.drain()
+            .into_iter()
+            .filter_map(|m| match m {
+                CoordinatorToWorker::Error { code, .. } => Some(code),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+fn harness(flags: &[&str]) -> Harness {
+    let args = ["coordinator", "--hidden", "4"]
+        .into_iter()
+        .chain(flags.iter().copied());
+    let config = Config::from_args(args).expect("valid flags");
+    let data = crate::dataset::load_default(1).expect("data");
+    let (c, _, _, _) = Coordinator::new(config, data, CancellationToken::new()).expect("model");
+    let params = c.params.len();
+    Harness {
+        c,
+        t0: Instant::now(),
+        params,
+    }
+}
+
+impl Harness {
+    fn at(&self, ms: u64) -> Instant {
+        self.t0 + Duration::from_millis(ms)
+    }
+
+    fn join(&mut self, token: Option<&str>, ms: u64) -> Client {
+        let (outbox, mut rx) = mpsc::channel(64);
+        let (reply, mut reply_rx) = oneshot::channel();
+        let hello = Hello {
+            kind: Some(WorkerKind::Native),
+            join_token: None,
+            resume_token: token.map(str::to_owned),
+        };
+        self.c.handle(
+            Event::Join {
+                hello,
+                outbox,
+                reply,
+            },
+            self.at(ms),
+        );
+        let joined = reply_rx.try_recv().expect("answered").expect("admitted");
+        let Ok(Outbound::Frame(f)) = rx.try_recv() else {
+            panic!("no welcome")
+        };
+        let CoordinatorToWorker::Welcome(w) = decode_from_coordinator(&f).expect("frame") else {
+            panic!("first frame is Welcome")
+        };
+        assert_eq!(w.worker_id, joined.worker);
+        Client {
+            id: joined.worker,
+            session: joined.session,
+            token: w.resume_token,
+            rx,
+        }
+    }
+
+    fn gradient(&mut self, client: &Client, round: u64, ms: u64) {
+        self.gradient_from(client.id, client.session, round, ms, 0.01);
+    }
+
+    fn gradient_valued(&mut self, client: &Client, round: u64, ms: u64, value: f32) {
+        self.gradient_from(client.id, client.session, round, ms, value);
+    }
+
+    /// Ticks at the open round's deadline; returns it in ms since t0.
+    fn tick_at_deadline(&mut self) -> u64 {
+        let deadline = self.c.round.as_ref().expect("a round is open").deadline();
+        self.c.tick(deadline);
+        deadline.duration_since(self.t0).as_millis() as u64
+    }
+
+    fn gradient_from(
+        &mut self,
+        worker: WorkerId,
+        session: SessionId,
+        round: u64,
+        ms: u64,
+        value: f32,
+    ) {
+        let gradient = Gradient {
+            round: Round(round),
+            samples: 4,
+            loss: 1.0,
+            grads: vec![value; self.params],
+        };
+        self.c.handle(
+            Event::Gradient {
+                worker,
+                session,
+                gradient,
+            },
+            self.at(ms),
+        );
+    }
+
+    fn leave(&mut self, client: &Client, ms: u64) {
+        self.c.handle(
+            Event::Leave {
+                worker: client.id,
+                session: client.session,
+            },
+            self.at(ms),
+        );
+    }
+
+    fn status(&self) -> &Status {
+        &self.c.status
+    }
+}
+
+#[test]
+fn deadline_with_quorum_closes_and_a_straggler_is_skipped_after_k_misses() {
+    let mut h = harness(&[
+        "--round-timeout",
+        "0.1",
+        "--miss-limit",
+        "2",
+        "--min-workers",
+        "2",
+    ]);
+    let (a, b, mut slow) = (h.join(None, 0), h.join(None, 0), h.join(None, 0));
+    // Round 0 opened when `b` joined; `slow` joined mid-round and takes part from round 1.
+    assert_eq!(h.status().round_participants, 2);
+    h.gradient(&a, 0, 5);
+    h.gradient(&b, 0, 5);
+    assert_eq!(h.status().round_participants, 3);
+    let mut t = 5;
+    for round in 1..3 {
+        h.gradient(&a, round, t + 10);
+        h.gradient(&b, round, t + 10);
+        h.c.tick(h.at(t + 50));
+        assert_eq!(
+            h.status().round,
+            round,
+            "waits for the straggler before the deadline"
+        );
+        t = h.tick_at_deadline();
+        assert_eq!(
+            h.status().round,
+            round + 1,
+            "the deadline closes it with quorum"
+        );
+        let report = h.status().last_round.clone().expect("report");
+        assert_eq!(
+            (report.answered, report.missed, report.deadline_hit),
+            (2, 1, true)
+        );
+    }
+    assert_eq!(h.status().deadline_closes, 2);
+    assert_eq!(
+        h.status().skipped_workers,
+        1,
+        "two misses in a row: skipped"
+    );
+    // Skipped: the round closes as soon as the active ones answer, without a deadline.
+    assert_eq!(h.status().round_participants, 2);
+    h.gradient(&a, 3, t + 5);
+    h.gradient(&b, 3, t + 5);
+    assert_eq!(h.status().round, 4);
+    assert!(!h.status().last_round.clone().expect("report").deadline_hit);
+    // The straggler answers again (late for round 3: dropped, counted) and is back.
+    slow.drain();
+    h.gradient(&slow, 3, t + 6);
+    assert_eq!(slow.errors(), [ErrorCode::Late]);
+    assert_eq!(h.status().skipped_workers, 0);
+    // Round 4 opened while it was skipped; it is waited for again from round 5 on.
+    h.gradient(&a, 4, t + 7);
+    h.gradient(&b, 4, t + 7);
+    assert_eq!(h.status().round, 5);
+    assert_eq!(h.status().round_participants, 3);
+    h.gradient(&a, 5, t + 8);
+    h.gradient(&b, 5, t + 8);
+    assert_eq!(h.status().round, 5, "back in the quorum: waited for");
+    h.gradient(&slow, 5, t + 9);
+    assert_eq!(h.status().round, 6);
+    assert_eq!(h.status().late, 1);
+    assert_eq!(h.status().answered_total, h.status().gradients_accepted);
+}
+
+#[test]
+fn deadline_without_quorum_extends_until_quorum() {
+    let mut h = harness(&["--round-timeout", "0.1", "--min-workers", "2"]);
+    let (a, _b) = (h.join(None, 0), h.join(None, 0));
+    h.gradient(&a, 0, 10);
+    h.c.tick(h.at(100));
+    assert_eq!((h.status().round, h.status().deadline_extensions), (0, 1));
+    h.c.tick(h.at(150)); // before the extended deadline: nothing
+    assert_eq!(h.status().deadline_extensions, 1);
+    h.c.tick(h.at(200));
+    assert_eq!((h.status().round, h.status().deadline_extensions), (0, 2));
+}
+
+#[test]
+fn duplicate_late_and_outsider_gradients_are_dropped_and_counted() {
+    let mut h = harness(&[]);
+    let mut a = h.join(None, 0);
+    let mut b = h.join(None, 0);
+    // `b` joined mid-round: it got the weights but is not a participant of round 0.
+    h.gradient(&b, 0, 1);
+    assert_eq!(b.errors(), [ErrorCode::NotParticipant]);
+    h.gradient(&a, 0, 2);
+    assert_eq!(h.status().round, 1);
+    h.gradient(&a, 0, 3);
+    assert_eq!(a.errors(), [ErrorCode::Late]);
+    h.gradient(&a, 1, 4);
+    h.gradient(&a, 1, 5);
+    assert_eq!(a.errors(), [ErrorCode::Duplicate]);
+    h.gradient(&a, 9, 6);
+    assert_eq!(a.errors(), [ErrorCode::RoundNotOpen]);
+    let s = h.status();
+    assert_eq!(
+        (s.late, s.duplicate_rejected, s.gradients_rejected),
+        (1, 1, 4)
+    );
+    assert_eq!(
+        s.answered_total + 1,
+        s.gradients_accepted,
+        "round 1 is still open with one answer"
+    );
+}
+
+#[test]
+fn a_worker_leaving_mid_round_is_not_waited_for() {
+    let mut h = harness(&["--min-workers", "2"]);
+    let (a, b) = (h.join(None, 0), h.join(None, 0));
+    h.gradient(&a, 0, 1);
+    h.leave(&b, 2);
+    assert_eq!((h.status().round, h.status().workers), (1, 1));
+    assert_eq!(
+        h.status().state,
+        State::Waiting,
+        "below --min-workers: no new round"
+    );
+}
+
+#[test]
+fn resuming_with_the_token_keeps_the_id_and_replaces_a_live_session() {
+    let mut h = harness(&[]);
+    let a = h.join(None, 0);
+    let other = h.join(None, 0);
+    h.gradient(&a, 0, 1);
+    // Reconnect while the old connection is still registered: the old one is told to go.
+    let mut old = a;
+    let a2 = h.join(Some(&old.token), 2);
+    assert_eq!(a2.id, old.id);
+    assert_ne!(a2.session, old.session);
+    assert!(old.errors().contains(&ErrorCode::Replaced));
+    // The old session's late events are ignored: no leave, no gradient.
+    h.leave(&old, 3);
+    h.gradient_from(old.id, old.session, 1, 3, 0.01);
+    assert_eq!(h.status().workers, 2);
+    assert_eq!(h.status().resumed, 1);
+    // Gone and back with the token: same id, gradients remembered.
+    h.leave(&a2, 4);
+    let a3 = h.join(Some(&a2.token), 5);
+    assert_eq!(a3.id, old.id);
+    let me = h
+        .status()
+        .worker_list
+        .iter()
+        .find(|w| w.id == a3.id.0)
+        .cloned()
+        .expect("listed");
+    assert_eq!(me.gradients, 1);
+    // An unknown token is a new identity.
+    let stranger = h.join(Some("not-a-token"), 6);
+    assert!(stranger.id != a3.id && stranger.id != other.id);
+}
+
+#[test]
+fn async_mode_rejects_beyond_the_bound_and_duplicates() {
+    let mut h = harness(&["--mode", "async", "--max-staleness", "1"]);
+    let mut a = h.join(None, 0);
+    let mut b = h.join(None, 0);
+    h.gradient(&a, 0, 1); // applied at once (buffer 1): version 1
+    h.gradient(&a, 1, 2); // version 2
+    assert_eq!(h.status().round, 2);
+    // b computed on version 0: 2 versions behind > max 1.
+    h.gradient(&b, 0, 3);
+    assert!(b.errors().ends_with(&[ErrorCode::Stale]));
+    // Answering the same pull again is a duplicate; a version it was not sent is not open.
+    h.gradient(&b, 0, 3);
+    h.gradient(&b, 7, 3);
+    assert_eq!(b.errors(), [ErrorCode::Duplicate, ErrorCode::RoundNotOpen]);
+    h.gradient(&b, 2, 4); // fresh: version 3
+    h.gradient(&a, 2, 5); // 1 behind, within the bound: version 4
+    let s = h.status();
+    assert_eq!((s.round, s.stale_rejected, s.duplicate_rejected), (4, 1, 1));
+    assert!(a.errors().is_empty());
+    assert_eq!(s.answered_total, s.gradients_accepted);
+}
+
+#[test]
+fn async_stale_gradients_are_down_weighted_by_one_over_one_plus_staleness() {
+    let mut h = harness(&[
+        "--mode",
+        "async",
+        "--buffer",
+        "2",
+        "--optimizer",
+        "sgd",
+        "--lr",
+        "1",
+    ]);
+    let a = h.join(None, 0);
+    let b = h.join(None, 0);
+    let c = h.join(None, 0);
+    h.gradient_valued(&a, 0, 1, 0.5);
+    h.gradient_valued(&b, 0, 1, 0.5); // buffer full: version 1
+    let before = h.c.params.clone();
+    // `a` was answered with version 0 again (the buffer had not filled), `b` with version 1.
+    h.gradient_valued(&b, 1, 2, 0.25); // fresh, weight 4
+    h.gradient_valued(&c, 0, 2, 1.0); // 1 behind, weight 4 / 2 = 2
+    assert_eq!(h.status().round, 2);
+    // SGD with lr 1: the step is the weighted mean, (0.25·4 + 1.0·2) / 6 = 0.5.
+    for (p, q) in h.c.params.iter().zip(&before) {
+        assert!((q - p - 0.5).abs() < 1e-6, "{q} - {p}");
+    }
+}
+
+#[test]
+fn async_buffer_applies_every_b_gradients_and_hogwild_applies_each() {
+    let mut h = harness(&["--mode", "async", "--buffer", "3"]);
+    let clients: Vec<Client> = (0..3).map(|_| h.join(None, 0)).collect();
+    h.gradient(&clients[0], 0, 1);
+    h.gradient(&clients[1], 0, 1);
+    assert_eq!(h.status().round, 0);
+    h.gradient(&clients[2], 0, 1);
+    assert_eq!(h.status().round, 1);
+    assert_eq!(h.status().last_round.clone().expect("report").answered, 3);
+
+    let mut h = harness(&["--mode", "hogwild"]);
+    let a = h.join(None, 0);
+    let b = h.join(None, 0);
+    h.gradient(&a, 0, 1);
+    h.gradient(&b, 0, 1); // stale by one: hogwild does not care
+    assert_eq!((h.status().round, h.status().stale_rejected), (2, 0));
+}
