@@ -34,3 +34,7 @@ mod shutdown;
 /// Real headless Chromium tabs training through the served page and the wasm worker.
 #[path = "integration/browser.rs"]
 mod browser;
+
+/// Deadlines, quorum, skipped stragglers, churn with resume tokens, async and hogwild.
+#[path = "integration/robust.rs"]
+mod robust;

@@ -18,10 +18,13 @@ const LABELS = {
   error: "error",
 };
 
+// The worker's identity survives a reload of this tab (not a new tab: sessionStorage).
+const TOKEN_KEY = "crowdtrain.resumeToken";
 let running = false;
 const worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
 
 worker.onmessage = ({ data: e }) => {
+  if (e.resumeToken) sessionStorage.setItem(TOKEN_KEY, e.resumeToken);
   const state = $("state");
   state.dataset.state = e.state;
   state.textContent = LABELS[e.state] ?? e.state;
@@ -49,7 +52,7 @@ worker.onerror = (e) => {
 };
 
 $("toggle").onclick = () => worker.postMessage({ cmd: running ? "stop" : "start" });
-worker.postMessage({ cmd: "init", url: wsUrl, autostart });
+worker.postMessage({ cmd: "init", url: wsUrl, autostart, resumeToken: sessionStorage.getItem(TOKEN_KEY) });
 
 async function pollSwarm() {
   try {

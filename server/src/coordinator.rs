@@ -157,6 +157,9 @@ struct Worker {
     misses: u32,
     /// Sync: counted in rounds' quorum (false once skipped, true again when it answers).
     active: bool,
+    /// Sync: holds weights it has not answered yet. A skipped worker in that state is sent
+    /// nothing more until it answers: new frames would only pile up behind a frozen tab.
+    unanswered: bool,
     /// Async: the version of the weights sent and not yet answered.
     awaiting: Option<u64>,
 }
@@ -374,16 +377,35 @@ impl Coordinator {
     /// A round deadline passed.
     pub fn tick(&mut self, now: Instant) {
         let extension = self.deadline.timeout();
-        if let Some(round) = self.round.as_mut() {
-            if round.tick(now, extension) == Progress::Extended {
-                self.status.deadline_extensions += 1;
-                info!(
-                    round = %round.round(),
-                    answered = round.answered(),
-                    quorum = self.config.min_workers,
-                    extended_by_ms = extension.as_millis() as u64,
-                    "deadline passed without quorum; round extended"
-                );
+        let Some(round) = self.round.as_mut() else {
+            return;
+        };
+        if round.tick(now, extension) == Progress::Extended {
+            // Widen the round to workers that joined after it opened: without them a quorum
+            // may be impossible (e.g. a frozen participant and a newcomer waiting outside).
+            let newcomers: Vec<WorkerId> = self
+                .workers
+                .iter()
+                .filter(|(id, w)| w.active && !round.is_participant(**id))
+                .map(|(id, _)| *id)
+                .collect();
+            for &id in &newcomers {
+                round.admit(id);
+            }
+            self.status.deadline_extensions += 1;
+            info!(
+                round = %round.round(),
+                answered = round.answered(),
+                quorum = self.config.min_workers,
+                admitted = newcomers.len(),
+                extended_by_ms = extension.as_millis() as u64,
+                "deadline passed without quorum; round extended"
+            );
+            if !newcomers.is_empty() {
+                self.rebalance_shards();
+                for id in newcomers {
+                    self.send(id, Outbound::Frame(self.weights_frame.clone()));
+                }
             }
         }
         self.settle(now);
@@ -472,6 +494,7 @@ impl Coordinator {
                 gradients: identity.gradients,
                 misses: 0,
                 active: true,
+                unanswered: false,
                 awaiting: None,
             },
         );
@@ -527,6 +550,7 @@ impl Coordinator {
             }
             w.misses = 0;
             w.active = true;
+            w.unanswered = false;
         }
         match result {
             Ok(_) => self.count_accepted(worker),
@@ -695,9 +719,14 @@ impl Coordinator {
             // Too few active workers for a quorum: give the skipped ones another chance.
             participants.clone_from(&ids);
         }
-        // Everyone gets the weights; skipped workers may answer and rejoin the quorum.
+        // Participants get the weights, and so do skipped workers that are not still sitting
+        // on older ones: any of them may answer and rejoin the quorum.
         for &id in &ids {
-            self.send(id, Outbound::Frame(self.weights_frame.clone()));
+            let worker = self.workers.get_mut(&id).expect("listed above");
+            if worker.active || !worker.unanswered || participants.contains(&id) {
+                worker.unanswered = true;
+                self.send(id, Outbound::Frame(self.weights_frame.clone()));
+            }
         }
         let timeout = self.deadline.timeout();
         self.status.round_timeout_ms = Some(timeout.as_secs_f64() * 1e3);

@@ -21,6 +21,10 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tokio_util::sync::CancellationToken;
 
+/// Held by tests whose figures (rounds/s) would be skewed by other heavy tests running at
+/// the same time on this 2-core machine.
+pub static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Upper bound on any single wait: a guard against hangs, never a synchronisation device.
 pub const GUARD: Duration = Duration::from_secs(120);
 
@@ -66,17 +70,18 @@ pub async fn wait_status(
 }
 
 /// A native worker (the `worker` crate, as the binary runs it) on its own task.
-pub fn spawn_worker(
-    addr: SocketAddr,
-) -> (
-    JoinHandle<(worker::Ended, worker::Stats)>,
-    CancellationToken,
-) {
-    let cancel = CancellationToken::new();
-    let options = worker::Options {
+pub fn spawn_worker(addr: SocketAddr) -> (WorkerTask, CancellationToken) {
+    spawn_worker_with(worker::Options {
         url: ws_url(addr),
-        join_token: None,
-    };
+        ..worker::Options::default()
+    })
+}
+
+pub type WorkerTask = JoinHandle<(worker::Ended, worker::Stats)>;
+
+/// A native worker with these options.
+pub fn spawn_worker_with(options: worker::Options) -> (WorkerTask, CancellationToken) {
+    let cancel = CancellationToken::new();
     let task = tokio::spawn({
         let cancel = cancel.clone();
         async move { worker::run(&options, cancel).await.expect("worker runs") }

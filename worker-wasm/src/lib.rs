@@ -6,7 +6,7 @@
 //!
 //! JavaScript surface (kept small on purpose):
 //! ```js
-//! const w = new BrowserWorker("ws://host/ws", event => postMessage(event));
+//! const w = new BrowserWorker("ws://host/ws", event => postMessage(event), savedToken);
 //! w.start();   // connect and train; reconnects with backoff until stopped
 //! w.stop();    // leave the swarm (closes the socket)
 //! ```
@@ -27,13 +27,19 @@ pub struct BrowserWorker {
 #[wasm_bindgen]
 impl BrowserWorker {
     /// `on_event` receives plain objects: `{ state, workerId, round, gradients, loss,
-    /// samplesPerSec, shardLen, message, retryInMs }` (fields present when known).
+    /// samplesPerSec, shardLen, resumeToken, message, retryInMs }` (fields present when
+    /// known). `resume_token`, from an earlier `resumeToken` event, keeps the identity across
+    /// a page reload (the page keeps it in sessionStorage).
     #[wasm_bindgen(constructor)]
-    pub fn new(url: String, on_event: js_sys::Function) -> BrowserWorker {
+    pub fn new(
+        url: String,
+        on_event: js_sys::Function,
+        resume_token: Option<String>,
+    ) -> BrowserWorker {
         // Panics reach the console with their message instead of "unreachable".
         console_error_panic_hook::set_once();
         BrowserWorker {
-            inner: Rc::new(worker::Inner::new(url, on_event)),
+            inner: Rc::new(worker::Inner::new(url, on_event, resume_token)),
         }
     }
 

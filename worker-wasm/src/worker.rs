@@ -34,16 +34,19 @@ pub struct Inner {
     running: Cell<bool>,
     /// The open socket of the current generation, so `stop` can close it.
     current: RefCell<Option<(u32, WebSocket)>>,
+    /// The identity to resume, across stop/start and (via the page) reloads.
+    resume_token: RefCell<Option<String>>,
 }
 
 impl Inner {
-    pub fn new(url: String, on_event: js_sys::Function) -> Self {
+    pub fn new(url: String, on_event: js_sys::Function, resume_token: Option<String>) -> Self {
         Self {
             url,
             on_event,
             generation: Cell::new(0),
             running: Cell::new(false),
             current: RefCell::new(None),
+            resume_token: RefCell::new(resume_token),
         }
     }
 
@@ -81,7 +84,8 @@ pub fn stop(inner: &Rc<Inner>) {
 
 async fn run(inner: Rc<Inner>, generation: u32) {
     // One core for the whole run: after a reconnect its Hello carries the resume token.
-    let mut core = WorkerCore::new(WorkerKind::Browser, None);
+    let token = inner.resume_token.borrow().clone();
+    let mut core = WorkerCore::new(WorkerKind::Browser, None).with_resume_token(token);
     let mut rate = Rate::default();
     let mut backoff = BACKOFF_FIRST_MS;
     while inner.is_current(generation) {
@@ -153,6 +157,14 @@ async fn session(
             }
             // Welcome, Shard, a non-fatal Error, or Weights before this worker has a shard.
             None => {
+                let token = core.resume_token().map(str::to_owned);
+                if token.is_some() && *inner.resume_token.borrow() != token {
+                    fields.push((
+                        "resumeToken",
+                        token.clone().map_or(JsValue::NULL, Into::into),
+                    ));
+                    *inner.resume_token.borrow_mut() = token;
+                }
                 let warning = core.stats().last_warning.clone();
                 fields.push(("message", warning.map_or(JsValue::NULL, Into::into)));
                 "connected"

@@ -34,10 +34,17 @@ pub enum Ended {
     Stopped,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Options {
     pub url: String,
     pub join_token: Option<String>,
+    /// Extra time spent per gradient, to play a slower volunteer (tests and benchmarks).
+    pub compute_delay: Option<std::time::Duration>,
+}
+
+/// A fresh core for these options.
+pub fn new_core(options: &Options) -> WorkerCore {
+    WorkerCore::new(WorkerKind::Native, options.join_token.clone())
 }
 
 /// Connects, joins and trains until the coordinator closes the connection, `shutdown` is
@@ -46,7 +53,16 @@ pub async fn run(
     options: &Options,
     shutdown: CancellationToken,
 ) -> Result<(Ended, Stats), RunError> {
-    let mut core = WorkerCore::new(WorkerKind::Native, options.join_token.clone());
+    run_with(options, &mut new_core(options), shutdown).await
+}
+
+/// Like [`run`], with a core kept across connections: after a reconnect its `Hello` carries
+/// the resume token, so the worker keeps its identity.
+pub async fn run_with(
+    options: &Options,
+    core: &mut WorkerCore,
+    shutdown: CancellationToken,
+) -> Result<(Ended, Stats), RunError> {
     let (mut ws, _) = tokio_tungstenite::connect_async(options.url.as_str())
         .await
         .map_err(|source| RunError::Connect {
@@ -65,6 +81,21 @@ pub async fn run(
         match msg {
             Some(Ok(Message::Binary(frame))) => {
                 if let Some(reply) = core.handle_frame(&frame)? {
+                    if let Some(delay) = options.compute_delay {
+                        // Keep answering pings while "computing", as a slow tab would.
+                        let sleep = tokio::time::sleep(delay);
+                        tokio::pin!(sleep);
+                        loop {
+                            tokio::select! {
+                                () = &mut sleep => break,
+                                msg = ws.next() => match msg {
+                                    Some(Ok(Message::Close(_))) | None => break,
+                                    Some(Err(err)) => return Err(err.into()),
+                                    Some(Ok(_)) => {} // pings are answered by the read itself
+                                },
+                            }
+                        }
+                    }
                     ws.send(Message::Binary(reply.into())).await?;
                     let stats = core.stats();
                     if stats.gradients_sent % 100 == 1 {

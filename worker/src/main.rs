@@ -45,10 +45,13 @@ async fn main() -> anyhow::Result<()> {
     let options = worker::Options {
         url: cli.url,
         join_token: cli.join_token,
+        compute_delay: None,
     };
+    // One core for the whole run: reconnects resume the same identity.
+    let mut core = worker::new_core(&options);
     let mut backoff = BACKOFF_FIRST;
     loop {
-        match worker::run(&options, shutdown.clone()).await {
+        match worker::run_with(&options, &mut core, shutdown.clone()).await {
             Ok((ended, stats)) => {
                 tracing::info!(
                     ?ended,

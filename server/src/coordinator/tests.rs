@@ -195,12 +195,21 @@ fn deadline_with_quorum_closes_and_a_straggler_is_skipped_after_k_misses() {
         1,
         "two misses in a row: skipped"
     );
+    // Sitting on unanswered weights, the skipped worker is sent no more of them.
+    slow.drain();
     // Skipped: the round closes as soon as the active ones answer, without a deadline.
     assert_eq!(h.status().round_participants, 2);
     h.gradient(&a, 3, t + 5);
     h.gradient(&b, 3, t + 5);
     assert_eq!(h.status().round, 4);
     assert!(!h.status().last_round.clone().expect("report").deadline_hit);
+    assert!(
+        !slow
+            .drain()
+            .iter()
+            .any(|m| matches!(m, CoordinatorToWorker::Weights(_))),
+        "a skipped worker with unanswered weights gets no new ones"
+    );
     // The straggler answers again (late for round 3: dropped, counted) and is back.
     slow.drain();
     h.gradient(&slow, 3, t + 6);
@@ -231,6 +240,32 @@ fn deadline_without_quorum_extends_until_quorum() {
     assert_eq!(h.status().deadline_extensions, 1);
     h.c.tick(h.at(200));
     assert_eq!((h.status().round, h.status().deadline_extensions), (0, 2));
+}
+
+#[test]
+fn an_extension_admits_workers_that_joined_mid_round() {
+    let mut h = harness(&["--round-timeout", "0.1", "--min-workers", "2"]);
+    let (a, _frozen) = (h.join(None, 0), h.join(None, 0));
+    let mut late = h.join(None, 1); // mid-round: not a participant
+    late.drain();
+    h.gradient(&a, 0, 10);
+    h.gradient(&late, 0, 11);
+    assert_eq!(late.errors(), [ErrorCode::NotParticipant]);
+    h.tick_at_deadline(); // no quorum: extended, and `late` is admitted with a shard
+    let frames = late.drain();
+    assert!(
+        matches!(frames[0], CoordinatorToWorker::Shard(_)),
+        "{frames:?}"
+    );
+    assert!(matches!(frames.last(), Some(CoordinatorToWorker::Weights(w)) if w.round == Round(0)));
+    h.gradient(&late, 0, 120);
+    assert_eq!(
+        h.status().round,
+        0,
+        "the frozen one is still awaited until the deadline"
+    );
+    h.tick_at_deadline();
+    assert_eq!((h.status().round, h.status().deadline_closes), (1, 1));
 }
 
 #[test]

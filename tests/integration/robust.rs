@@ -1,0 +1,328 @@
+//! Rounds that survive real volunteers: stragglers, churn with resume tokens, async and
+//! hogwild modes. Native workers over real sockets; every wait is on an explicit event (the
+//! status watch), and the printed figures feed the README's scenario table.
+
+use std::time::{Duration, Instant};
+
+use model::SplitMix64;
+use protocol::{CoordinatorToWorker, WorkerKind};
+use tokio_util::sync::CancellationToken;
+
+use crate::util::*;
+
+/// Rounds per second between two round numbers, timed on status changes.
+async fn rounds_per_s(
+    status: &mut tokio::sync::watch::Receiver<server::Status>,
+    from: u64,
+    to: u64,
+) -> f64 {
+    wait_status(status, "the first timed round", |s| s.round >= from).await;
+    let start = Instant::now();
+    wait_status(status, "the last timed round", |s| s.round >= to).await;
+    (to - from) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// A client that stays connected and answers pings (it keeps reading) but never sends a
+/// gradient: a frozen tab.
+fn spawn_frozen(addr: std::net::SocketAddr) -> CancellationToken {
+    let cancel = CancellationToken::new();
+    let stop = cancel.clone();
+    tokio::spawn(async move {
+        let mut c = RawClient::connect(addr).await;
+        c.hello().await;
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                msg = c.recv() => if msg.is_none() { break },
+            }
+        }
+    });
+    cancel
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_worker_costs_a_few_deadlines_then_is_skipped() {
+    let _heavy = HEAVY.lock().await;
+    const FLAGS: &[&str] = &[
+        "--round-timeout",
+        "0.2",
+        "--miss-limit",
+        "2",
+        "--min-workers",
+        "4",
+    ];
+
+    // Without the straggler.
+    let server = start_server(FLAGS).await;
+    let mut status = server.status.clone();
+    let _workers: Vec<_> = (0..4).map(|_| spawn_worker(server.addr)).collect();
+    let baseline = rounds_per_s(&mut status, 20, 320).await;
+    server.shutdown.cancel();
+    server.wait().await.expect("clean stop");
+
+    // With one of five frozen: it joins first, so it is a participant from round 0.
+    let server = start_server(FLAGS).await;
+    let mut status = server.status.clone();
+    let frozen = spawn_frozen(server.addr);
+    wait_status(&mut status, "the frozen worker", |s| s.workers == 1).await;
+    let started = Instant::now();
+    let _workers: Vec<_> = (0..4).map(|_| spawn_worker(server.addr)).collect();
+    let s = wait_status(&mut status, "it to be skipped", |s| s.skipped_workers == 1).await;
+    let skipped_after = started.elapsed();
+    assert_eq!(
+        s.deadline_closes, 2,
+        "two missed deadlines, then skipped: {s:?}"
+    );
+    let with_straggler = rounds_per_s(&mut status, 20, 320).await;
+    let s = status.borrow().clone();
+    println!(
+        "straggler: {baseline:.0} rounds/s without, {with_straggler:.0} with (skipped after {:.2} s); \
+         late {}, stale {}, duplicate {}, deadline closes {}",
+        skipped_after.as_secs_f64(), s.late, s.stale_rejected, s.duplicate_rejected, s.deadline_closes
+    );
+    assert!(
+        with_straggler >= 0.8 * baseline,
+        "{with_straggler:.1} rounds/s with a frozen worker vs {baseline:.1} without"
+    );
+    assert_eq!(s.workers, 5, "the frozen tab answers pings: slow, not dead");
+    assert_eq!(s.answered_total, s.gradients_accepted);
+    frozen.cancel();
+    server.shutdown.cancel();
+    server.wait().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn churn_for_200_rounds_stalls_nothing_and_counts_nothing_twice() {
+    let _heavy = HEAVY.lock().await;
+    const WORKERS: usize = 10;
+    let server = start_server(&["--max-rounds", "200", "--round-timeout", "2"]).await;
+    let mut status = server.status.clone();
+    let options = worker::Options {
+        url: ws_url(server.addr),
+        ..worker::Options::default()
+    };
+    // Each worker: a task running `run_with` on a core it keeps (so it can resume).
+    struct Slot {
+        cancel: CancellationToken,
+        task: tokio::task::JoinHandle<worker::WorkerCore>,
+    }
+    let spawn = |mut core: worker::WorkerCore| {
+        let cancel = CancellationToken::new();
+        let options = options.clone();
+        let stop = cancel.clone();
+        let task = tokio::spawn(async move {
+            let _ = worker::run_with(&options, &mut core, stop).await;
+            core
+        });
+        Slot { cancel, task }
+    };
+    let mut slots: Vec<Slot> = (0..WORKERS)
+        .map(|_| spawn(worker::new_core(&options)))
+        .collect();
+    let mut rng = SplitMix64::new(99);
+    let (mut disconnects, mut resumes) = (0u64, 0u64);
+    let started = Instant::now();
+    let mut round = 0;
+    let done = loop {
+        // Every 5 rounds, 30 % of the workers drop and come back, half with their token.
+        let s = wait_status(&mut status, "training to advance", |s| {
+            s.round >= round + 5 || s.state == server::status::State::Done
+        })
+        .await;
+        if s.state == server::status::State::Done {
+            break s;
+        }
+        round = s.round;
+        let mut picked: Vec<usize> = (0..WORKERS).collect();
+        rng.shuffle(&mut picked);
+        for (n, &i) in picked[..WORKERS * 3 / 10].iter().enumerate() {
+            let slot = std::mem::replace(&mut slots[i], spawn(worker::new_core(&options)));
+            slot.cancel.cancel();
+            let core = guard("a worker to disconnect", slot.task)
+                .await
+                .expect("task");
+            disconnects += 1;
+            // The replacement above is a fresh identity; half of them resume instead.
+            if n % 2 == 0 {
+                let fresh = std::mem::replace(&mut slots[i], spawn(core));
+                fresh.cancel.cancel();
+                let _ = fresh.task.await;
+                resumes += 1;
+            }
+        }
+    };
+    let elapsed = started.elapsed();
+    let summary = guard("the server to stop", server.wait())
+        .await
+        .expect("ran");
+    println!(
+        "churn: 200 rounds in {:.1} s ({:.0} rounds/s), {disconnects} disconnects, {resumes} resumes \
+         (coordinator saw {}), accuracy {:?}; late {}, stale {}, duplicate {}, deadline closes {}",
+        elapsed.as_secs_f64(), 200.0 / elapsed.as_secs_f64(), done.resumed, summary.test_accuracy,
+        done.late, done.stale_rejected, done.duplicate_rejected, done.deadline_closes
+    );
+    assert_eq!(summary.rounds, 200);
+    // Nothing counted twice: every accepted gradient is in exactly one applied round, and no
+    // honest worker ever had a gradient refused as a duplicate.
+    assert_eq!(done.answered_total, done.gradients_accepted, "{done:?}");
+    assert_eq!(done.duplicate_rejected, 0);
+    assert!(
+        done.resumed >= resumes / 2,
+        "resumes reached the coordinator: {done:?}"
+    );
+    assert!(
+        summary.test_accuracy.expect("evaluated") >= 0.90,
+        "{summary:?}"
+    );
+    for slot in slots {
+        slot.cancel.cancel();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_mode_with_a_5x_slower_worker_reaches_93_percent() {
+    let _heavy = HEAVY.lock().await;
+    let server = start_server(&[
+        "--mode",
+        "async",
+        "--max-staleness",
+        "4",
+        "--target-accuracy",
+        "0.93",
+        "--max-rounds",
+        "20000",
+    ])
+    .await;
+    let status = server.status.clone();
+    // A fast worker's cycle here is ~2 ms (gradient + round trip); the slow one adds 10 ms.
+    let _fast: Vec<_> = (0..3).map(|_| spawn_worker(server.addr)).collect();
+    let (_slow, _) = spawn_worker_with(worker::Options {
+        url: ws_url(server.addr),
+        compute_delay: Some(Duration::from_millis(10)),
+        ..worker::Options::default()
+    });
+    let started = Instant::now();
+    let summary = guard("async training to 93 %", server.wait())
+        .await
+        .expect("ran");
+    let s = status.borrow().clone();
+    println!(
+        "async: {} updates to {:?} in {:.1} s ({:.0} updates/s); late {}, stale {}, duplicate {}",
+        summary.rounds,
+        summary.test_accuracy,
+        started.elapsed().as_secs_f64(),
+        summary.rounds as f64 / started.elapsed().as_secs_f64(),
+        s.late,
+        s.stale_rejected,
+        s.duplicate_rejected
+    );
+    assert!(summary.reached_target, "{summary:?}");
+    assert!(
+        s.stale_rejected > 0,
+        "the slow worker's gradients beyond S are rejected and counted: {s:?}"
+    );
+    assert_eq!(s.answered_total, s.gradients_accepted);
+    assert_eq!(s.mode, "async");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hogwild_converges_on_the_default_model() {
+    let _heavy = HEAVY.lock().await;
+    let server = start_server(&[
+        "--mode",
+        "hogwild",
+        "--target-accuracy",
+        "0.93",
+        "--max-rounds",
+        "20000",
+    ])
+    .await;
+    let _workers: Vec<_> = (0..4).map(|_| spawn_worker(server.addr)).collect();
+    let started = Instant::now();
+    let summary = guard("hogwild training", server.wait()).await.expect("ran");
+    println!(
+        "hogwild: {} updates to {:?} in {:.1} s",
+        summary.rounds,
+        summary.test_accuracy,
+        started.elapsed().as_secs_f64()
+    );
+    assert!(summary.reached_target, "{summary:?}");
+}
+
+/// A worker that stops answering pings (its socket is open but nothing reads it) is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_stops_answering_pings_is_dropped() {
+    let server = start_server(&[
+        "--min-workers",
+        "2",
+        "--ping-interval",
+        "0.05",
+        "--ping-timeout",
+        "0.3",
+    ])
+    .await;
+    let mut status = server.status.clone();
+    let mut silent = RawClient::connect(server.addr).await;
+    silent.hello().await;
+    wait_status(&mut status, "the worker to join", |s| s.workers == 1).await;
+    let joined = Instant::now();
+    // From here on nothing reads the socket, so no pong is ever sent.
+    let s = wait_status(&mut status, "the silent worker to be dropped", |s| {
+        s.workers == 0
+    })
+    .await;
+    let gone_after = joined.elapsed();
+    println!("silent worker dropped after {gone_after:?}");
+    assert!(
+        gone_after >= Duration::from_millis(300),
+        "not before the timeout: {gone_after:?}"
+    );
+    assert_eq!(s.state, server::status::State::Waiting);
+    drop(silent);
+    server.shutdown.cancel();
+    server.wait().await.expect("clean stop");
+}
+
+/// A resumed worker keeps its id and its shard, and its earlier gradient is not counted twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_with_the_token_keeps_id_and_shard() {
+    let server = start_server(&["--min-workers", "2"]).await;
+    let mut status = server.status.clone();
+    let mut a = ManualWorker::join(server.addr).await;
+    let mut b = ManualWorker::join(server.addr).await;
+    let (ga, gb) = (a.next_gradient().await, b.next_gradient().await);
+    a.send(ga).await;
+    b.send(gb.clone()).await;
+    wait_status(&mut status, "round 0 to close", |s| s.round == 1).await;
+    let before = status.borrow().worker_list.clone();
+    let id = b.core.stats().worker_id.expect("welcomed");
+    // A network blip: same core (same token), new connection; the old one is dropped.
+    let core = b.core;
+    let mut again = RawClient::connect(server.addr).await;
+    again
+        .send_raw(tokio_tungstenite::tungstenite::Message::Binary(
+            core.hello_frame().into(),
+        ))
+        .await;
+    drop(b.client);
+    let Some(CoordinatorToWorker::Welcome(w)) = again.recv().await else {
+        panic!("welcome")
+    };
+    assert_eq!(w.worker_id, id, "same identity");
+    // Replaying the gradient it already sent for round 0 counts as late, not as new work.
+    again
+        .send_raw(tokio_tungstenite::tungstenite::Message::Binary(gb.into()))
+        .await;
+    again.expect_error(protocol::ErrorCode::Late).await;
+    let s = wait_status(&mut status, "the resume", |s| s.resumed == 1).await;
+    let mine = |list: &[server::status::WorkerStatus]| list.iter().find(|w| w.id == id.0).cloned();
+    let (was, is) = (
+        mine(&before).expect("listed"),
+        mine(&s.worker_list).expect("listed"),
+    );
+    assert_eq!(was.gradients, is.gradients);
+    assert_eq!(s.workers, 2);
+    let _ = WorkerKind::Native;
+    server.shutdown.cancel();
+    server.wait().await.expect("clean stop");
+}
