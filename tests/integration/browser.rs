@@ -14,10 +14,25 @@ use crate::util::*;
 pub struct Browser {
     child: tokio::process::Child,
     _profile: tempfile::TempDir,
+    /// Chrome DevTools Protocol port, when opened with one.
+    devtools: Option<u16>,
 }
 
 impl Browser {
     pub fn open(url: &str) -> Self {
+        Self::launch(url, None)
+    }
+
+    /// Opens `url` with the DevTools protocol on a free port, so the test can drive the tab.
+    pub fn open_with_devtools(url: &str) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        Self::launch(url, Some(port))
+    }
+
+    fn launch(url: &str, devtools: Option<u16>) -> Self {
         let pkg = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web/pkg/worker_wasm_bg.wasm");
         assert!(
             pkg.exists(),
@@ -42,6 +57,7 @@ impl Browser {
                 "--disable-renderer-backgrounding",
             ])
             .arg(format!("--user-data-dir={}", profile.path().display()))
+            .args(devtools.map(|p| format!("--remote-debugging-port={p}")))
             .arg(url)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -51,6 +67,39 @@ impl Browser {
         Self {
             child,
             _profile: profile,
+            devtools,
+        }
+    }
+
+    /// Reloads the page through the DevTools protocol (as pressing F5 would).
+    pub async fn reload(&self) {
+        use futures_util::{SinkExt, StreamExt};
+        let port = self.devtools.expect("opened with devtools");
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let (code, _, body) = http_get_with(addr, "/json/list", "HTTP/1.1").await;
+        assert_eq!(code, 200);
+        let targets: serde_json::Value = serde_json::from_slice(&body).expect("json");
+        let page = targets
+            .as_array()
+            .and_then(|t| t.iter().find(|t| t["type"] == "page"))
+            .expect("a page target");
+        let url = page["webSocketDebuggerUrl"].as_str().expect("debugger url");
+        let (mut cdp, _) = tokio_tungstenite::connect_async(url)
+            .await
+            .expect("cdp connects");
+        let cmd = serde_json::json!({"id": 1, "method": "Page.reload", "params": {}});
+        cdp.send(cmd.to_string().into()).await.expect("send");
+        loop {
+            let msg = guard("Page.reload to be acknowledged", cdp.next())
+                .await
+                .expect("cdp open")
+                .expect("cdp frame");
+            let reply: serde_json::Value =
+                serde_json::from_str(msg.to_text().unwrap_or("{}")).unwrap_or_default();
+            if reply["id"] == 1 {
+                assert!(reply.get("error").is_none(), "{reply}");
+                return;
+            }
         }
     }
 
@@ -142,4 +191,38 @@ async fn tabs_reconnect_by_themselves_after_a_coordinator_restart() {
     }
     restarted.shutdown.cancel();
     restarted.wait().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloading_a_tab_keeps_its_worker_id() {
+    let server = start_server(&[]).await;
+    let mut status = server.status.clone();
+    let tab = Browser::open_with_devtools(&page(server.addr));
+    let s = wait_status(&mut status, "the tab to train", |s| {
+        browsers(s) == 1 && s.worker_list[0].gradients > 0
+    })
+    .await;
+    let id = s.worker_list[0].id;
+
+    tab.reload().await;
+    // The reloaded page presents the token from sessionStorage and gets its id back.
+    let s = wait_status(&mut status, "the reloaded tab to resume", |s| {
+        s.resumed == 1 && browsers(s) == 1
+    })
+    .await;
+    assert_eq!(
+        s.worker_list[0].id, id,
+        "same worker id after reload: {:?}",
+        s.worker_list
+    );
+    let gradients = s.worker_list[0].gradients;
+    wait_status(&mut status, "it to keep training", |s| {
+        s.worker_list
+            .first()
+            .is_some_and(|w| w.id == id && w.gradients > gradients)
+    })
+    .await;
+    tab.close().await;
+    server.shutdown.cancel();
+    server.wait().await.expect("clean stop");
 }

@@ -198,13 +198,38 @@ impl ManualWorker {
 
 /// A minimal HTTP/1.0 GET (no client library needed): status code, headers, body.
 pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String, Vec<u8>) {
+    http_get_with(addr, path, "HTTP/1.0").await
+}
+
+/// The same with another protocol version (Chromium's DevTools server wants HTTP/1.1; with
+/// `Connection: close` it answers with a Content-Length body and closes).
+pub async fn http_get_with(addr: SocketAddr, path: &str, version: &str) -> (u16, String, Vec<u8>) {
     let mut stream = TcpStream::connect(addr).await.expect("connect");
-    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    let request = format!("GET {path} {version}\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.expect("write");
+    // Read the head, then the body by Content-Length (or to EOF without one).
     let mut raw = Vec::new();
-    guard("http response", stream.read_to_end(&mut raw))
-        .await
-        .expect("read");
+    let read = async {
+        let mut chunk = [0u8; 64 * 1024];
+        loop {
+            if let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+                let length = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok());
+                if length.is_some_and(|n| raw.len() >= split + 4 + n) {
+                    return;
+                }
+            }
+            let n = stream.read(&mut chunk).await.expect("read");
+            if n == 0 {
+                return;
+            }
+            raw.extend_from_slice(&chunk[..n]);
+        }
+    };
+    guard("http response", read).await;
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
