@@ -119,6 +119,7 @@ fn browsers(s: &Status) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_tabs_train_to_90_percent_and_survive_a_closed_tab() {
+    let _heavy = HEAVY.lock().await;
     let server = start_server(&["--eval-interval", "10"]).await;
     let mut status = server.status.clone();
     let first = Browser::open(&page(server.addr));
@@ -166,6 +167,7 @@ async fn two_tabs_train_to_90_percent_and_survive_a_closed_tab() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tabs_reconnect_by_themselves_after_a_coordinator_restart() {
+    let _heavy = HEAVY.lock().await;
     let server = start_server(&[]).await;
     let addr = server.addr;
     let mut status = server.status.clone();
@@ -195,6 +197,7 @@ async fn tabs_reconnect_by_themselves_after_a_coordinator_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reloading_a_tab_keeps_its_worker_id() {
+    let _heavy = HEAVY.lock().await;
     let server = start_server(&[]).await;
     let mut status = server.status.clone();
     let tab = Browser::open_with_devtools(&page(server.addr));

@@ -2,6 +2,7 @@ use crate::util::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_native_workers_reach_93_percent() {
+    let _heavy = HEAVY.lock().await;
     let server = start_server(&[
         "--min-workers",
         "4",

@@ -210,7 +210,7 @@ pub async fn http_get_with(addr: SocketAddr, path: &str, version: &str) -> (u16,
     // Read the head, then the body by Content-Length (or to EOF without one).
     let mut raw = Vec::new();
     let read = async {
-        let mut chunk = [0u8; 64 * 1024];
+        let mut chunk = vec![0u8; 64 * 1024];
         loop {
             if let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
                 let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
