@@ -73,7 +73,8 @@ pub struct Status {
     pub stale_rejected: u64,
     /// Of those: a second gradient for the same round (or the same weights, in async).
     pub duplicate_rejected: u64,
-    /// Σ answers over applied rounds; equals `gradients_accepted` (nothing counted twice).
+    /// Σ answers over applied rounds. With `round_answered` (the open round) it equals
+    /// `gradients_accepted`: every accepted gradient is counted in exactly one round.
     pub answered_total: u64,
     /// Rounds closed by their deadline with quorum, and deadlines extended without quorum.
     pub deadline_closes: u64,
