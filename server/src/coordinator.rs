@@ -404,7 +404,7 @@ impl Coordinator {
             if !newcomers.is_empty() {
                 self.rebalance_shards();
                 for id in newcomers {
-                    self.send(id, Outbound::Frame(self.weights_frame.clone()));
+                    self.send_round_weights(id);
                 }
             }
         }
@@ -709,23 +709,19 @@ impl Coordinator {
 
     fn open_round(&mut self, now: Instant) {
         self.rebalance_shards();
+        let active = self.workers.values().filter(|w| w.active).count();
+        // Too few active workers for a quorum: give the skipped ones another chance.
+        let everyone = active < self.config.min_workers;
         let ids: Vec<WorkerId> = self.workers.keys().copied().collect();
-        let mut participants: Vec<WorkerId> = ids
-            .iter()
-            .copied()
-            .filter(|id| self.workers[id].active)
-            .collect();
-        if participants.len() < self.config.min_workers {
-            // Too few active workers for a quorum: give the skipped ones another chance.
-            participants.clone_from(&ids);
-        }
-        // Participants get the weights, and so do skipped workers that are not still sitting
-        // on older ones: any of them may answer and rejoin the quorum.
-        for &id in &ids {
-            let worker = self.workers.get_mut(&id).expect("listed above");
-            if worker.active || !worker.unanswered || participants.contains(&id) {
-                worker.unanswered = true;
-                self.send(id, Outbound::Frame(self.weights_frame.clone()));
+        let mut participants = Vec::with_capacity(ids.len());
+        for id in ids {
+            let w = &self.workers[&id];
+            if everyone || w.active {
+                participants.push(id);
+                self.send_round_weights(id);
+            } else if !w.unanswered {
+                // Skipped, but not sitting on older weights: it may answer and rejoin.
+                self.send_round_weights(id);
             }
         }
         let timeout = self.deadline.timeout();
@@ -743,6 +739,14 @@ impl Coordinator {
             timeout,
             self.config.min_workers,
         ));
+    }
+
+    /// Sync: sends the open round's weights to `id`, which now holds unanswered weights.
+    fn send_round_weights(&mut self, id: WorkerId) {
+        if let Some(w) = self.workers.get_mut(&id) {
+            w.unanswered = true;
+        }
+        self.send(id, Outbound::Frame(self.weights_frame.clone()));
     }
 
     fn close_round(&mut self, round: OpenRound, now: Instant) {
