@@ -1,0 +1,282 @@
+//! `bench`: coordinator throughput with K synthetic workers, over real loopback WebSockets.
+//!
+//! The coordinator runs as a separate process (this binary re-executed with `serve`), so its
+//! peak RSS is its own. The K workers run here, on their own tokio runtime, and speak the real
+//! protocol like browsers do (client frames masked per RFC 6455, no compression). Their
+//! gradient is cheap and deterministic, `g = w · 0.001 + k` for worker `k`, so the figures
+//! measure coordination, not maths, and the final weights can be checked exactly against a
+//! local reference: with plain SGD, every round does `w ← w − lr · (0.001 · w + mean(k))`.
+//!
+//! The model is the coordinator's MLP with its hidden width chosen so that the parameter
+//! count is as close to `--params` as the 784-H-10 shape allows (within 0.1 %).
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use futures_util::{SinkExt, StreamExt};
+use protocol::{
+    decode_from_coordinator, encode_from_worker, CoordinatorToWorker, Gradient, Hello, WorkerKind,
+    WorkerToCoordinator,
+};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio_tungstenite::tungstenite::Message;
+
+const LR: f32 = 0.1;
+const WARMUP_ROUNDS: u64 = 2;
+const BATCH: u32 = 32;
+
+#[derive(Debug, Parser)]
+#[command(name = "bench")]
+struct Cli {
+    /// Parameters in the model (rounded to the nearest 784-H-10 MLP).
+    #[arg(long, default_value_t = 100_000)]
+    params: usize,
+    /// Simulated workers.
+    #[arg(long, default_value_t = 4)]
+    workers: usize,
+    /// Timed rounds, after 2 warm-up rounds.
+    #[arg(long, default_value_t = 20)]
+    rounds: u64,
+    /// Internal: run the coordinator with these flags (used by the benchmark itself).
+    #[arg(long, hide = true, num_args = 0.., allow_hyphen_values = true)]
+    serve: Option<Vec<String>>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    if let Some(flags) = cli.serve {
+        return serve(flags);
+    }
+    let hidden = ((cli.params.saturating_sub(10)) as f64 / 795.0)
+        .round()
+        .max(1.0) as usize;
+    let params = 784 * hidden + hidden + hidden * 10 + 10;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let result = rt.block_on(run(hidden, params, cli.workers, cli.rounds))?;
+    println!("{result}");
+    Ok(())
+}
+
+/// The coordinator process: the real server on its own runtime.
+fn serve(flags: Vec<String>) -> anyhow::Result<()> {
+    let args = std::iter::once("coordinator".to_string()).chain(flags);
+    let config = server::Config::from_args(args).map_err(anyhow::Error::msg)?;
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+        println!("listening {}", listener.local_addr()?);
+        server::run(listener, config, server::shutdown::signal()).await?;
+        anyhow::Ok(())
+    })
+}
+
+async fn run(
+    hidden: usize,
+    params: usize,
+    workers: usize,
+    rounds: u64,
+) -> anyhow::Result<serde_json::Value> {
+    let total_rounds = WARMUP_ROUNDS + rounds;
+    let flags = [
+        "--hidden".to_string(),
+        hidden.to_string(),
+        "--optimizer".into(),
+        "sgd".into(),
+        "--lr".into(),
+        LR.to_string(),
+        "--batch-size".into(),
+        BATCH.to_string(),
+        "--min-workers".into(),
+        workers.to_string(),
+        "--max-workers".into(),
+        workers.max(1).to_string(),
+        // No evaluation and no deadline: measure coordination only.
+        "--eval-interval".into(),
+        "1000000000".into(),
+        "--round-timeout".into(),
+        "3600".into(),
+        "--ping-interval".into(),
+        "1000".into(),
+        "--ping-timeout".into(),
+        "3600".into(),
+        "--log-level".into(),
+        "warn".into(),
+    ];
+    let mut child = tokio::process::Command::new(std::env::current_exe()?)
+        .arg("--serve")
+        .args(&flags)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting the coordinator process")?;
+    let pid = child.id().context("coordinator pid")?;
+    let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
+    let addr: std::net::SocketAddr = loop {
+        let line = lines
+            .next_line()
+            .await?
+            .context("coordinator exited before listening")?;
+        if let Some(addr) = line.strip_prefix("listening ") {
+            break addr.parse()?;
+        }
+    };
+
+    let connect_start = Instant::now();
+    let tasks: Vec<_> = (0..workers)
+        .map(|k| tokio::spawn(worker(addr, k, total_rounds)))
+        .collect();
+    let mut timelines = Vec::with_capacity(workers);
+    for task in tasks {
+        timelines.push(task.await??);
+    }
+    let connect_s = timelines
+        .iter()
+        .map(|t| t.joined - connect_start)
+        .max()
+        .unwrap_or_default()
+        .as_secs_f64();
+    // Round r's weights reach worker 0 at arrivals[r]; round duration = next arrival − this.
+    let arrivals = &timelines[0].arrivals;
+    let timed = &arrivals[WARMUP_ROUNDS as usize..=total_rounds as usize];
+    let elapsed = (timed[timed.len() - 1] - timed[0]).as_secs_f64();
+    let mut round_ms: Vec<f64> = timed
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_secs_f64() * 1e3)
+        .collect();
+    round_ms.sort_by(f64::total_cmp);
+    let rounds_per_s = rounds as f64 / elapsed;
+    let peak_rss_mb = peak_rss_kb(pid)? as f64 / 1024.0;
+
+    let final_params = fetch_params(addr).await?;
+    let checksum_ok = matches_reference(&final_params, hidden, workers, total_rounds);
+    child.kill().await.ok();
+    if !checksum_ok {
+        bail!("final weights differ from the reference computation");
+    }
+    Ok(serde_json::json!({
+        "system": "crowdtrain",
+        "params": params,
+        "workers": workers,
+        "rounds_per_s": round2(rounds_per_s),
+        "ingest_MBps": round2(workers as f64 * params as f64 * 4.0 * rounds_per_s / 1e6),
+        "round_ms_median": round2(round_ms[round_ms.len() / 2]),
+        "coordinator_peak_rss_MB": round2(peak_rss_mb),
+        "connect_s": round2(connect_s),
+        "checksum_ok": checksum_ok,
+    }))
+}
+
+fn round2(v: f64) -> f64 {
+    (v * 100.0).round() / 100.0
+}
+
+struct Timeline {
+    joined: Instant,
+    /// When the weights of each round arrived.
+    arrivals: Vec<Instant>,
+}
+
+/// One synthetic worker: answers rounds 0..total with `w · 0.001 + k`.
+async fn worker(addr: std::net::SocketAddr, k: usize, total: u64) -> anyhow::Result<Timeline> {
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/ws")).await?;
+    let hello = WorkerToCoordinator::Hello(Hello {
+        kind: Some(WorkerKind::Native),
+        ..Hello::default()
+    });
+    ws.send(Message::Binary(encode_from_worker(&hello).into()))
+        .await?;
+    let mut timeline = Timeline {
+        joined: Instant::now(),
+        arrivals: Vec::new(),
+    };
+    let mut grads = Vec::new();
+    while let Some(msg) = ws.next().await {
+        let Message::Binary(frame) = msg? else {
+            continue;
+        };
+        match decode_from_coordinator(&frame)? {
+            CoordinatorToWorker::Welcome(_) => timeline.joined = Instant::now(),
+            CoordinatorToWorker::Weights(w) => {
+                timeline.arrivals.push(Instant::now());
+                if w.round.0 >= total {
+                    return Ok(timeline);
+                }
+                grads.clear();
+                grads.extend(w.params.iter().map(|p| p * 0.001 + k as f32));
+                let frame = encode_from_worker(&WorkerToCoordinator::Gradient(Gradient {
+                    round: w.round,
+                    samples: BATCH,
+                    loss: 0.0,
+                    grads: std::mem::take(&mut grads),
+                }));
+                ws.send(Message::Binary(frame.into())).await?;
+            }
+            CoordinatorToWorker::Shard(_) => {}
+            CoordinatorToWorker::Error { code, message } => {
+                bail!("worker {k}: {code:?}: {message}")
+            }
+        }
+    }
+    bail!("worker {k}: connection closed early")
+}
+
+/// What plain SGD on the synthetic gradient gives, computed here in the same f32 order.
+fn matches_reference(got: &[f32], hidden: usize, workers: usize, rounds: u64) -> bool {
+    let mlp = model::Mlp::new(&[784, hidden, 10]).expect("valid");
+    let mut w: Vec<f32> = mlp.init(42);
+    let n = workers as f32;
+    let weight = BATCH as f32;
+    for _ in 0..rounds {
+        for p in &mut w {
+            // The coordinator's sum Σ_k samples · g_k, in worker-id order, then / Σ samples.
+            let mut sum = 0.0f32;
+            for k in 0..workers {
+                sum += weight * (*p * 0.001 + k as f32);
+            }
+            let mean = sum * (1.0 / (weight * n));
+            *p -= LR * mean;
+        }
+    }
+    // Gradients arrive in any order, so the float sum may differ in the last bits.
+    got.len() == w.len()
+        && got
+            .iter()
+            .zip(&w)
+            .all(|(a, b)| (a - b).abs() <= 1e-4 * b.abs().max(1.0))
+}
+
+async fn fetch_params(addr: std::net::SocketAddr) -> anyhow::Result<Vec<f32>> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream
+        .write_all(format!("GET /api/params HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await?;
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), stream.read_to_end(&mut raw)).await??;
+    let body_at = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .context("no HTTP header end")?
+        + 4;
+    let body = &raw[body_at..];
+    let header_len = u64::from_le_bytes(body[..8].try_into()?) as usize;
+    Ok(body[8 + header_len..]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+/// Peak resident set (VmHWM) of a process, in KiB.
+fn peak_rss_kb(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .context("no VmHWM")
+}
