@@ -6,6 +6,12 @@
 //! [`CoordinatorHandle`]. Frames go back to each session through its own bounded outbox, so
 //! the per-session order (Welcome, Shard, then Weights) is guaranteed; the weights of a round
 //! are encoded once into a `Bytes` that every outbox shares.
+//!
+//! Modes: `sync` runs [`OpenRound`]s with deadlines (the `run` loop sleeps until the open
+//! round's deadline and calls [`Coordinator::tick`]); `async` and `hogwild` apply gradients as
+//! they arrive and answer each with the current weights. Identities outlive connections: a
+//! resume token maps back to its worker id, and each connection is a [`SessionId`] so events
+//! from a replaced connection are ignored.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;

@@ -1,10 +1,10 @@
 //! One task per WebSocket: the only place that touches a worker's bytes.
 //!
-//! The session reads `Hello`, asks the coordinator to admit the worker, then loops over three
+//! The session reads `Hello`, asks the coordinator to admit the worker, then loops over four
 //! things: frames from the socket (decoded and validated here, so nothing malformed reaches
-//! the training state), frames from its outbox (written to the socket), and shutdown. Any
-//! bad frame ends the session with an `Error` frame and a close frame; the coordinator only
-//! sees a `Leave`.
+//! the training state), frames from its outbox (written to the socket), a ping timer (a
+//! worker silent for longer than the ping timeout is gone), and shutdown. Any bad frame ends
+//! the session with an `Error` frame and a close frame; the coordinator only sees a `Leave`.
 //!
 //! The loop is generic over the socket (`Stream` + `Sink` of axum messages) so tests could
 //! drive it with channels.

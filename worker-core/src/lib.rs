@@ -1,8 +1,9 @@
 //! The worker's side of training, as a sans-IO state machine.
 //!
-//! A worker's whole job is: say `Hello`, keep the `Welcome` and `Shard` it is given, and
-//! answer every `Weights` with a `Gradient` computed by [`model`] on the batch that
-//! [`model::batch_positions`] picks for that round. [`WorkerCore`] does exactly that on
+//! A worker's whole job is: say `Hello` (with its resume token after a reconnect), keep the
+//! `Welcome` and `Shard` it is given, and answer every `Weights` with a `Gradient` computed
+//! by [`model`] on the batch that [`model::batch_positions`] picks for its batch index (the
+//! round, or one past the previous index if that is larger). [`WorkerCore`] does exactly that on
 //! decoded frames and returns the frame to send; the transport around it (tokio-tungstenite
 //! in the native `worker`, web-sys in the browser) only moves bytes. Both therefore run the
 //! very same training code.
