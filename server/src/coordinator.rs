@@ -839,7 +839,7 @@ impl Coordinator {
         };
         info!(
             round = self.version,
-            mode = self.config.mode.name(),
+            mode = %self.config.mode.name(),
             answered,
             missed = missed.len(),
             late = counts.late,
@@ -848,12 +848,8 @@ impl Coordinator {
             deadline_hit,
             train_loss = format_args!("{mean_loss:.4}"),
             round_ms = format_args!("{round_ms:.1}"),
-            test_accuracy = evaluation
-                .map(|e| format!("{:.4}", e.accuracy))
-                .unwrap_or_default(),
-            test_loss = evaluation
-                .map(|e| format!("{:.4}", e.loss))
-                .unwrap_or_default(),
+            test_accuracy = %Metric(evaluation.map(|e| e.accuracy)),
+            test_loss = %Metric(evaluation.map(|e| e.loss)),
             "round"
         );
         let reached_target = match (evaluation, self.config.target_accuracy) {
@@ -952,6 +948,18 @@ impl Coordinator {
             })
             .collect();
         self.status_tx.send_replace(s.clone());
+    }
+}
+
+/// A metric for the log line: four decimals, or `-` on rounds without one.
+struct Metric(Option<f64>);
+
+impl std::fmt::Display for Metric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(v) => write!(f, "{v:.4}"),
+            None => f.write_str("-"),
+        }
     }
 }
 
