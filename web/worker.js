@@ -1,5 +1,6 @@
 // Web Worker: loads the wasm package and runs the training loop off the page's thread.
-// Messages in: {cmd: "init", url, autostart, resumeToken} | {cmd: "start"} | {cmd: "stop"}.
+// Messages in: {cmd: "init", url, autostart, resumeToken, compression} | {cmd: "start"} |
+// {cmd: "stop"}.
 // Messages out: the BrowserWorker's events ({state, round, gradients, loss, ...}).
 
 import init, { BrowserWorker } from "./pkg/worker_wasm.js";
@@ -15,7 +16,12 @@ onmessage = async ({ data: msg }) => {
   await ready;
   switch (msg.cmd) {
     case "init":
-      worker = new BrowserWorker(msg.url, (event) => postMessage(event), msg.resumeToken ?? undefined);
+      worker = new BrowserWorker(
+        msg.url,
+        (event) => postMessage(event),
+        msg.resumeToken ?? undefined,
+        msg.compression ?? undefined,
+      );
       if (msg.autostart) worker.start();
       else postMessage({ state: "paused" });
       break;

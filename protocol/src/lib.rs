@@ -9,21 +9,24 @@
 //! - [`message`]: the two enums, one per direction, and their payload types.
 //! - [`codec`]: `encode` / `decode` to and from bytes, and [`DecodeError`].
 //! - [`ids`]: the `WorkerId` and `Round` newtypes.
+//! - [`tensor`]: tensors as raw `f32`, or compressed to `f16` / `int8`.
 
 pub mod codec;
 pub mod ids;
 pub mod message;
+pub mod tensor;
 
 pub use codec::{
     decode_from_coordinator, decode_from_worker, encode_from_coordinator, encode_from_worker,
-    encode_weights, DecodeError,
+    encode_gradient, encode_weights, DecodeError,
 };
 pub use ids::{Round, WorkerId};
 pub use message::{
     CoordinatorToWorker, ErrorCode, Gradient, Hello, ModelSpec, Shard, Weights, Welcome,
     WorkerKind, WorkerToCoordinator,
 };
+pub use tensor::Compression;
 
 /// Version of the wire format. Every frame starts with it; a peer speaking another version
 /// is refused with [`ErrorCode::VersionMismatch`]. Bump it on any incompatible change.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;

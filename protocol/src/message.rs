@@ -1,6 +1,7 @@
 //! The messages, one enum per direction. Byte layout lives in [`crate::codec`].
 
 use crate::ids::{Round, WorkerId};
+use crate::tensor::Compression;
 
 /// Everything a worker may send.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,6 +34,8 @@ pub struct Hello {
     pub join_token: Option<String>,
     /// Token from an earlier `Welcome`, to resume the same identity after a reconnect.
     pub resume_token: Option<String>,
+    /// How this worker wants weights and gradients on the wire.
+    pub compression: Compression,
 }
 
 /// The model a worker must build: an MLP with these layer widths, input first.
@@ -50,6 +53,8 @@ pub struct Welcome {
     pub model: ModelSpec,
     /// Samples per gradient (the worker's minibatch size).
     pub batch_size: u32,
+    /// The tensor compression this worker's `Weights` and `Gradient`s use.
+    pub compression: Compression,
 }
 
 /// The worker's part of the training data. Sent before the first `Weights` a worker must

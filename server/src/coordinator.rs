@@ -20,8 +20,8 @@ use std::time::Instant;
 use bytes::Bytes;
 use model::{evaluate, Evaluation, Mlp, Optimizer, SplitMix64};
 use protocol::{
-    encode_from_coordinator, encode_weights, CoordinatorToWorker, ErrorCode, Gradient, Hello,
-    ModelSpec, Round, Shard, Welcome, WorkerId, WorkerKind,
+    encode_from_coordinator, encode_weights, Compression, CoordinatorToWorker, ErrorCode, Gradient,
+    Hello, ModelSpec, Round, Shard, Welcome, WorkerId, WorkerKind,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -156,6 +156,8 @@ struct Worker {
     kind: WorkerKind,
     outbox: mpsc::Sender<Outbound>,
     session: SessionId,
+    /// Negotiated in Hello: how its weights and gradients travel.
+    compression: Compression,
     /// The shard this connection holds (what was last sent on it).
     shard: Option<Range<usize>>,
     gradients: u64,
@@ -201,8 +203,10 @@ pub struct Coordinator {
     buffer_loss: f64,
     /// Async and hogwild: when the current version was published.
     version_since: Instant,
-    /// Frame for the current weights, shared by every outbox.
+    /// Frame for the current weights, shared by every outbox (uncompressed).
     weights_frame: Bytes,
+    /// The same weights f16- and int8-compressed, encoded on first use each version.
+    compressed_frames: [Option<Bytes>; 2],
     workers: BTreeMap<WorkerId, Worker>,
     identities: HashMap<String, Identity>,
     next_worker: u32,
@@ -248,7 +252,7 @@ impl Coordinator {
         let mlp = Mlp::new(&config.layers)?;
         let params: Vec<f32> = mlp.init(config.seed);
         let optimizer = config.optimizer.build(params.len());
-        let weights_frame = Bytes::from(encode_weights(Round(0), &params));
+        let weights_frame = Bytes::from(encode_weights(Round(0), &params, Compression::None));
         let timeout = match config.mode {
             Mode::Sync { timeout, .. } => timeout,
             _ => RoundTimeout::Auto,
@@ -290,6 +294,7 @@ impl Coordinator {
             buffer_loss: 0.0,
             version_since: now(),
             weights_frame,
+            compressed_frames: [None, None],
             workers: BTreeMap::new(),
             identities: HashMap::new(),
             next_worker: 1,
@@ -488,6 +493,7 @@ impl Coordinator {
                 layers: self.config.layers.iter().map(|&w| w as u32).collect(),
             },
             batch_size: self.config.batch_size,
+            compression: hello.compression,
         }));
         let kind = hello.kind.unwrap_or(WorkerKind::Native);
         self.workers.insert(
@@ -496,6 +502,7 @@ impl Coordinator {
                 kind,
                 outbox,
                 session,
+                compression: hello.compression,
                 shard: None,
                 gradients: identity.gradients,
                 misses: 0,
@@ -509,7 +516,8 @@ impl Coordinator {
             // Joining mid-round: the current weights at once; it takes part from the next round.
             Mode::Sync { .. } => {
                 if self.round.is_some() {
-                    self.send(id, Outbound::Frame(self.weights_frame.clone()));
+                    let frame = self.weights_for(id);
+                    self.send(id, Outbound::Frame(frame));
                 }
             }
             // Async: re-cut the shards (the newcomer's first), then its first pull.
@@ -752,7 +760,26 @@ impl Coordinator {
         if let Some(w) = self.workers.get_mut(&id) {
             w.unanswered = true;
         }
-        self.send(id, Outbound::Frame(self.weights_frame.clone()));
+        let frame = self.weights_for(id);
+        self.send(id, Outbound::Frame(frame));
+    }
+
+    /// The current weights in the compression `id` negotiated, encoded at most once per
+    /// version and compression, and shared.
+    fn weights_for(&mut self, id: WorkerId) -> Bytes {
+        let compression = self
+            .workers
+            .get(&id)
+            .map_or(Compression::None, |w| w.compression);
+        let slot = match compression {
+            Compression::None => return self.weights_frame.clone(),
+            Compression::F16 => 0,
+            Compression::Int8 => 1,
+        };
+        let (version, params) = (Round(self.version), &self.params);
+        self.compressed_frames[slot]
+            .get_or_insert_with(|| Bytes::from(encode_weights(version, params, compression)))
+            .clone()
     }
 
     fn close_round(&mut self, round: OpenRound, now: Instant) {
@@ -805,7 +832,12 @@ impl Coordinator {
     ) {
         self.optimizer.step(&mut self.params, update);
         self.version += 1;
-        self.weights_frame = Bytes::from(encode_weights(Round(self.version), &self.params));
+        self.weights_frame = Bytes::from(encode_weights(
+            Round(self.version),
+            &self.params,
+            Compression::None,
+        ));
+        self.compressed_frames = [None, None];
         self.weights_tx.send_replace(WeightsSnapshot {
             round: self.version,
             frame: self.weights_frame.clone(),
@@ -893,7 +925,8 @@ impl Coordinator {
         if let Some(w) = self.workers.get_mut(&id) {
             w.awaiting = Some(self.version);
         }
-        self.send(id, Outbound::Frame(self.weights_frame.clone()));
+        let frame = self.weights_for(id);
+        self.send(id, Outbound::Frame(frame));
     }
 
     fn send(&mut self, id: WorkerId, msg: Outbound) {

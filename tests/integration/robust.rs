@@ -331,3 +331,36 @@ async fn a_reconnect_with_the_token_keeps_id_and_shard() {
     server.shutdown.cancel();
     server.wait().await.expect("clean stop");
 }
+
+/// Wire compression: the default model trains with f16 and int8 weights and gradients.
+/// Prints the accuracy after a fixed number of rounds for each, for the README's table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_workers_train_the_default_model() {
+    let _heavy = HEAVY.lock().await;
+    let mut accuracy = Vec::new();
+    for compression in [
+        protocol::Compression::None,
+        protocol::Compression::F16,
+        protocol::Compression::Int8,
+    ] {
+        let server = start_server(&["--min-workers", "4", "--max-rounds", "300"]).await;
+        let _workers: Vec<_> = (0..4)
+            .map(|_| {
+                spawn_worker_with(worker::Options {
+                    url: ws_url(server.addr),
+                    compression,
+                    ..worker::Options::default()
+                })
+            })
+            .collect();
+        let summary = guard("300 rounds", server.wait()).await.expect("ran");
+        let a = summary.test_accuracy.expect("evaluated");
+        println!(
+            "compression {}: {:.2} % after 300 rounds",
+            compression.name(),
+            a * 100.0
+        );
+        accuracy.push(a);
+    }
+    assert!(accuracy.iter().all(|&a| a >= 0.90), "{accuracy:?}");
+}

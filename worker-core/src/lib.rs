@@ -10,8 +10,9 @@
 
 use model::{batch_positions, Dataset, Mlp, ModelError};
 use protocol::{
-    decode_from_coordinator, encode_from_worker, CoordinatorToWorker, DecodeError, ErrorCode,
-    Gradient, Hello, Round, Shard, Weights, Welcome, WorkerId, WorkerKind, WorkerToCoordinator,
+    decode_from_coordinator, encode_from_worker, encode_gradient, Compression, CoordinatorToWorker,
+    DecodeError, ErrorCode, Gradient, Hello, Round, Shard, Weights, Welcome, WorkerId, WorkerKind,
+    WorkerToCoordinator,
 };
 use thiserror::Error;
 
@@ -48,6 +49,8 @@ struct Joined {
     mlp: Mlp,
     batch_size: usize,
     shard: Option<Dataset>,
+    /// What the coordinator confirmed in `Welcome`.
+    compression: Compression,
 }
 
 #[derive(Debug)]
@@ -69,12 +72,19 @@ impl WorkerCore {
                 kind: Some(kind),
                 join_token,
                 resume_token: None,
+                compression: Compression::None,
             },
             joined: None,
             resume_token: None,
             last_batch: None,
             stats: Stats::default(),
         }
+    }
+
+    /// Asks the coordinator to send and accept tensors with this compression.
+    pub fn with_compression(mut self, compression: Compression) -> Self {
+        self.hello.compression = compression;
+        self
     }
 
     /// Starts with a resume token from an earlier session (e.g. kept across a page reload).
@@ -103,9 +113,12 @@ impl WorkerCore {
     /// Handles one binary frame from the coordinator; returns the frame to answer with.
     pub fn handle_frame(&mut self, frame: &[u8]) -> Result<Option<Vec<u8>>, WorkerError> {
         let msg = decode_from_coordinator(frame)?;
-        Ok(self
-            .handle(msg)?
-            .map(|reply| encode_from_worker(&WorkerToCoordinator::Gradient(reply))))
+        let reply = self.handle(msg)?;
+        let compression = self
+            .joined
+            .as_ref()
+            .map_or(Compression::None, |j| j.compression);
+        Ok(reply.map(|g| encode_gradient(&g, compression)))
     }
 
     /// Handles one decoded message; returns the gradient to send, if any.
@@ -134,6 +147,7 @@ impl WorkerCore {
             mlp,
             batch_size: welcome.batch_size as usize,
             shard: None,
+            compression: welcome.compression,
         });
         self.resume_token = Some(welcome.resume_token);
         self.stats.worker_id = Some(welcome.worker_id);
@@ -204,6 +218,7 @@ mod tests {
             resume_token: "tok".into(),
             model: ModelSpec { layers: vec![2, 2] },
             batch_size: 1,
+            compression: Compression::None,
         }))
         .expect("welcome");
         core.handle(CoordinatorToWorker::Shard(Shard {

@@ -6,8 +6,8 @@
 
 use model::{Dataset, Mlp, SplitMix64};
 use protocol::{
-    CoordinatorToWorker, ErrorCode, Gradient, Hello, ModelSpec, Round, Shard, Weights, Welcome,
-    WorkerId, WorkerKind, WorkerToCoordinator,
+    Compression, CoordinatorToWorker, ErrorCode, Gradient, Hello, ModelSpec, Round, Shard, Weights,
+    Welcome, WorkerId, WorkerKind, WorkerToCoordinator,
 };
 
 /// The default model.
@@ -50,6 +50,7 @@ pub fn worker_messages() -> Vec<WorkerToCoordinator> {
             kind: Some(WorkerKind::Browser),
             join_token: Some("t\u{f6}ken".into()),
             resume_token: None,
+            compression: Compression::F16,
         }),
         WorkerToCoordinator::Gradient(Gradient {
             round: Round(77),
@@ -69,6 +70,7 @@ pub fn coordinator_messages() -> Vec<CoordinatorToWorker> {
                 layers: vec![784, 128, 10],
             },
             batch_size: 32,
+            compression: Compression::Int8,
         }),
         CoordinatorToWorker::Shard(Shard {
             first_index: 2000,

@@ -6,7 +6,7 @@
 //!
 //! JavaScript surface (kept small on purpose):
 //! ```js
-//! const w = new BrowserWorker("ws://host/ws", event => postMessage(event), savedToken);
+//! const w = new BrowserWorker("ws://host/ws", event => postMessage(event), savedToken, "f16");
 //! w.start();   // connect and train; reconnects with backoff until stopped
 //! w.stop();    // leave the swarm (closes the socket)
 //! ```
@@ -31,15 +31,26 @@ impl BrowserWorker {
     /// known). `resume_token`, from an earlier `resumeToken` event, keeps the identity across
     /// a page reload (the page keeps it in sessionStorage).
     #[wasm_bindgen(constructor)]
+    /// `compression` is `"f16"`, `"int8"` or anything else for none (exact `f32`).
     pub fn new(
         url: String,
         on_event: js_sys::Function,
         resume_token: Option<String>,
+        compression: Option<String>,
     ) -> BrowserWorker {
         // Panics reach the console with their message instead of "unreachable".
         console_error_panic_hook::set_once();
         BrowserWorker {
-            inner: Rc::new(worker::Inner::new(url, on_event, resume_token)),
+            inner: Rc::new(worker::Inner::new(
+                url,
+                on_event,
+                resume_token,
+                match compression.as_deref() {
+                    Some("f16") => protocol::Compression::F16,
+                    Some("int8") => protocol::Compression::Int8,
+                    _ => protocol::Compression::None,
+                },
+            )),
         }
     }
 

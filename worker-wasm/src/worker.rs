@@ -36,10 +36,16 @@ pub struct Inner {
     current: RefCell<Option<(u32, WebSocket)>>,
     /// The identity to resume, across stop/start and (via the page) reloads.
     resume_token: RefCell<Option<String>>,
+    compression: protocol::Compression,
 }
 
 impl Inner {
-    pub fn new(url: String, on_event: js_sys::Function, resume_token: Option<String>) -> Self {
+    pub fn new(
+        url: String,
+        on_event: js_sys::Function,
+        resume_token: Option<String>,
+        compression: protocol::Compression,
+    ) -> Self {
         Self {
             url,
             on_event,
@@ -47,6 +53,7 @@ impl Inner {
             running: Cell::new(false),
             current: RefCell::new(None),
             resume_token: RefCell::new(resume_token),
+            compression,
         }
     }
 
@@ -85,7 +92,9 @@ pub fn stop(inner: &Rc<Inner>) {
 async fn run(inner: Rc<Inner>, generation: u32) {
     // One core for the whole run: after a reconnect its Hello carries the resume token.
     let token = inner.resume_token.borrow().clone();
-    let mut core = WorkerCore::new(WorkerKind::Browser, None).with_resume_token(token);
+    let mut core = WorkerCore::new(WorkerKind::Browser, None)
+        .with_resume_token(token)
+        .with_compression(inner.compression);
     let mut rate = Rate::default();
     let mut backoff = BACKOFF_FIRST_MS;
     while inner.is_current(generation) {

@@ -40,11 +40,14 @@ pub struct Options {
     pub join_token: Option<String>,
     /// Extra time spent per gradient, to play a slower volunteer (tests and benchmarks).
     pub compute_delay: Option<std::time::Duration>,
+    /// Tensor compression to ask for in Hello.
+    pub compression: protocol::Compression,
 }
 
 /// A fresh core for these options.
 pub fn new_core(options: &Options) -> WorkerCore {
     WorkerCore::new(WorkerKind::Native, options.join_token.clone())
+        .with_compression(options.compression)
 }
 
 /// Connects, joins and trains until the coordinator closes the connection, `shutdown` is

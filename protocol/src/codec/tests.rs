@@ -9,11 +9,13 @@ fn all_worker_messages() -> Vec<WorkerToCoordinator> {
             kind: Some(WorkerKind::Browser),
             join_token: Some("sesame".into()),
             resume_token: Some("r-\u{e9}t\u{e9}".into()),
+            compression: Compression::F16,
         }),
         WorkerToCoordinator::Hello(Hello {
             kind: Some(WorkerKind::Native),
             join_token: None,
             resume_token: Some(String::new()),
+            compression: Compression::Int8,
         }),
         WorkerToCoordinator::Gradient(Gradient {
             round: Round(u64::MAX - 3),
@@ -39,6 +41,7 @@ fn all_coordinator_messages() -> Vec<CoordinatorToWorker> {
                 layers: vec![784, 128, 10],
             },
             batch_size: 32,
+            compression: Compression::Int8,
         }),
         CoordinatorToWorker::Shard(Shard {
             first_index: 4000,
@@ -106,7 +109,10 @@ fn weights_fast_path_matches_the_message_encoding() {
         round: Round(5),
         params: params.clone(),
     }));
-    assert_eq!(encode_weights(Round(5), &params), via_msg);
+    assert_eq!(
+        encode_weights(Round(5), &params, Compression::None),
+        via_msg
+    );
     assert_eq!(
         &via_msg[WEIGHTS_DATA_OFFSET..WEIGHTS_DATA_OFFSET + 4],
         &1.0f32.to_le_bytes()
@@ -115,9 +121,9 @@ fn weights_fast_path_matches_the_message_encoding() {
 
 #[test]
 fn tensors_are_raw_little_endian_f32() {
-    let bytes = encode_weights(Round(1), &[1.0]);
-    // header (5) + round (8) + count (4) + one f32
-    assert_eq!(bytes.len(), 5 + 8 + 4 + 4);
+    let bytes = encode_weights(Round(1), &[1.0], Compression::None);
+    // header (5) + round (8) + encoding (1) + count (4) + one f32
+    assert_eq!(bytes.len(), 5 + 8 + 1 + 4 + 4);
     assert_eq!(&bytes[..2], b"CT");
     assert_eq!(&bytes[bytes.len() - 4..], &[0x00, 0x00, 0x80, 0x3f]);
 }
@@ -197,7 +203,7 @@ fn hand_written_bad_frames_are_rejected_with_the_right_error() {
         Err(DecodeError::InvalidValue { field: "kind", .. })
     ));
 
-    let bad_utf8 = [b'C', b'T', 1, 0, TAG_HELLO, 0, 1, 2, 0, 0xff, 0xfe, 0];
+    let bad_utf8 = [b'C', b'T', 2, 0, TAG_HELLO, 0, 1, 2, 0, 0xff, 0xfe, 0, 0];
     assert_eq!(
         decode_from_worker(&bad_utf8),
         Err(DecodeError::InvalidUtf8("join_token"))
@@ -234,6 +240,80 @@ fn a_lying_length_field_is_truncated_not_allocated() {
     assert!(matches!(
         decode_from_coordinator(&shard),
         Err(DecodeError::InvalidValue { .. })
+    ));
+}
+
+#[test]
+fn compressed_tensors_round_trip_within_their_rounding_and_shrink_the_frame() {
+    let grads: Vec<f32> = (0..1000).map(|i| (i as f32 - 500.0) * 1e-3).collect();
+    let g = Gradient {
+        round: Round(3),
+        samples: 7,
+        loss: 0.5,
+        grads: grads.clone(),
+    };
+    let plain = encode_gradient(&g, Compression::None);
+    for (c, tolerance, max_len) in [
+        (Compression::F16, 0.5 / 2048.0, plain.len() / 2 + 20),
+        (
+            Compression::Int8,
+            0.5 / 127.0 / 2.0 + 1e-6,
+            plain.len() / 4 + 40,
+        ),
+    ] {
+        let frame = encode_gradient(&g, c);
+        assert!(
+            frame.len() <= max_len,
+            "{c:?}: {} bytes vs {}",
+            frame.len(),
+            plain.len()
+        );
+        let WorkerToCoordinator::Gradient(back) = decode_from_worker(&frame).expect("decodes")
+        else {
+            panic!("not a gradient")
+        };
+        assert_eq!(
+            (back.round, back.samples, back.loss),
+            (g.round, g.samples, g.loss)
+        );
+        let worst = grads
+            .iter()
+            .zip(&back.grads)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        assert!(worst <= tolerance, "{c:?}: max error {worst}");
+    }
+    let weights = encode_weights(Round(1), &grads, Compression::F16);
+    let CoordinatorToWorker::Weights(w) = decode_from_coordinator(&weights).expect("decodes")
+    else {
+        panic!("not weights")
+    };
+    assert_eq!(w.params.len(), 1000);
+}
+
+#[test]
+fn unknown_tensor_encodings_and_lying_compressed_lengths_are_refused() {
+    let g = Gradient {
+        round: Round(3),
+        samples: 1,
+        loss: 0.5,
+        grads: vec![1.0; 10],
+    };
+    let mut frame = encode_gradient(&g, Compression::Int8);
+    let enc_at = 5 + 8 + 4 + 4;
+    frame[enc_at] = 9;
+    assert!(matches!(
+        decode_from_worker(&frame),
+        Err(DecodeError::InvalidValue {
+            field: "tensor encoding",
+            value: 9
+        })
+    ));
+    let mut frame = encode_gradient(&g, Compression::Int8);
+    frame[enc_at + 1..enc_at + 5].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert!(matches!(
+        decode_from_worker(&frame),
+        Err(DecodeError::Truncated { .. })
     ));
 }
 

@@ -72,6 +72,7 @@ impl Harness {
             kind: Some(WorkerKind::Native),
             join_token: None,
             resume_token: token.map(str::to_owned),
+            compression: protocol::Compression::None,
         };
         self.c.handle(
             Event::Join {
@@ -413,4 +414,61 @@ fn async_buffer_applies_every_b_gradients_and_hogwild_applies_each() {
     h.gradient(&a, 0, 1);
     h.gradient(&b, 0, 1); // stale by one: hogwild does not care
     assert_eq!((h.status().round, h.status().stale_rejected), (2, 0));
+}
+
+#[test]
+fn compression_is_negotiated_per_worker_and_encoded_once_per_version() {
+    let mut h = harness(&["--min-workers", "3"]);
+    let join = |h: &mut Harness, c: protocol::Compression| {
+        let (outbox, mut rx) = mpsc::channel(64);
+        let (reply, mut reply_rx) = oneshot::channel();
+        let hello = Hello {
+            kind: Some(WorkerKind::Browser),
+            compression: c,
+            ..Hello::default()
+        };
+        h.c.handle(
+            Event::Join {
+                hello,
+                outbox,
+                reply,
+            },
+            h.t0,
+        );
+        reply_rx.try_recv().expect("answered").expect("admitted");
+        let mut frames = Vec::new();
+        while let Ok(Outbound::Frame(f)) = rx.try_recv() {
+            frames.push(f);
+        }
+        (frames, rx)
+    };
+    let (welcome, _a) = join(&mut h, protocol::Compression::F16);
+    let (_, _b) = join(&mut h, protocol::Compression::F16);
+    let (_, _c) = join(&mut h, protocol::Compression::Int8);
+    let CoordinatorToWorker::Welcome(w) = decode_from_coordinator(&welcome[0]).expect("frame")
+    else {
+        panic!("welcome first")
+    };
+    assert_eq!(w.compression, protocol::Compression::F16);
+    // Round 0 opened on the third join: each got its weights in its own compression.
+    let f16 = h.c.weights_for(WorkerId(1));
+    let f16_again = h.c.weights_for(WorkerId(2));
+    assert_eq!(
+        f16.as_ptr(),
+        f16_again.as_ptr(),
+        "one f16 encoding shared by both"
+    );
+    let int8 = h.c.weights_for(WorkerId(3));
+    let plain = h.c.weights_frame.clone();
+    assert!(f16.len() < plain.len() / 2 + 64 && int8.len() < plain.len() / 4 + 1024);
+    let CoordinatorToWorker::Weights(w) = decode_from_coordinator(&f16).expect("frame") else {
+        panic!("weights")
+    };
+    let worst = w
+        .params
+        .iter()
+        .zip(&h.c.params)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    assert!(worst < 1e-3, "f16 weights within rounding: {worst}");
 }

@@ -1,0 +1,182 @@
+//! Tensors on the wire: raw little-endian `f32`, or compressed to `f16` or to `int8` with one
+//! `f32` scale per chunk of [`INT8_CHUNK`] values. A worker asks for a compression in
+//! `Hello`; `Welcome` confirms it; its `Weights` and `Gradient`s then use it. The codec is
+//! the same on both sides, so what is lost is exactly the rounding documented here.
+
+/// Values per int8 chunk: each chunk has its own scale, so one large value only coarsens its
+/// own chunk.
+pub const INT8_CHUNK: usize = 256;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Compression {
+    /// 4 bytes per value, exact.
+    #[default]
+    None,
+    /// IEEE 754 half precision, 2 bytes per value (relative error ≤ 2^-11, range ±65504).
+    F16,
+    /// `round(x / scale)` in -127..=127 with `scale = max|x| / 127` per chunk: about 1 byte
+    /// per value (plus 4 per 256), error ≤ scale / 2.
+    Int8,
+}
+
+impl Compression {
+    pub fn to_u8(self) -> u8 {
+        match self {
+            Self::None => 0,
+            Self::F16 => 1,
+            Self::Int8 => 2,
+        }
+    }
+
+    pub fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(Self::None),
+            1 => Some(Self::F16),
+            2 => Some(Self::Int8),
+            _ => None,
+        }
+    }
+
+    /// Payload bytes for `count` values.
+    pub fn payload_len(self, count: usize) -> Option<usize> {
+        match self {
+            Self::None => count.checked_mul(4),
+            Self::F16 => count.checked_mul(2),
+            Self::Int8 => count
+                .div_ceil(INT8_CHUNK)
+                .checked_mul(4)?
+                .checked_add(count),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::F16 => "f16",
+            Self::Int8 => "int8",
+        }
+    }
+}
+
+/// Appends `values` encoded with `c` (payload only; the caller writes tag and count).
+pub fn encode_payload(out: &mut Vec<u8>, values: &[f32], c: Compression) {
+    let start = out.len();
+    match c {
+        Compression::None => {
+            out.resize(start + values.len() * 4, 0);
+            for (o, x) in out[start..].chunks_exact_mut(4).zip(values) {
+                o.copy_from_slice(&x.to_le_bytes());
+            }
+        }
+        Compression::F16 => {
+            out.resize(start + values.len() * 2, 0);
+            for (o, x) in out[start..].chunks_exact_mut(2).zip(values) {
+                o.copy_from_slice(&half::f16::from_f32(*x).to_le_bytes());
+            }
+        }
+        Compression::Int8 => {
+            out.reserve(c.payload_len(values.len()).unwrap_or(0));
+            for chunk in values.chunks(INT8_CHUNK) {
+                // NaN or infinity make the scale non-finite, which decoding turns back into
+                // non-finite values: the receiver's validation still sees them.
+                let max = chunk.iter().fold(0.0f32, |m, x| {
+                    if x.abs() > m || x.is_nan() {
+                        x.abs()
+                    } else {
+                        m
+                    }
+                });
+                let scale = max / 127.0;
+                out.extend_from_slice(&scale.to_le_bytes());
+                let inv = if scale > 0.0 && scale.is_finite() {
+                    1.0 / scale
+                } else {
+                    0.0
+                };
+                out.extend(
+                    chunk
+                        .iter()
+                        .map(|x| (x * inv).round().clamp(-127.0, 127.0) as i8 as u8),
+                );
+            }
+        }
+    }
+}
+
+/// Decodes a payload of `count` values; `raw` must be exactly `c.payload_len(count)` bytes.
+pub fn decode_payload(raw: &[u8], count: usize, c: Compression) -> Vec<f32> {
+    match c {
+        Compression::None => raw
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+        Compression::F16 => raw
+            .chunks_exact(2)
+            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        Compression::Int8 => {
+            let mut out = Vec::with_capacity(count);
+            let mut rest = raw;
+            while out.len() < count {
+                let n = (count - out.len()).min(INT8_CHUNK);
+                let scale = f32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
+                out.extend(rest[4..4 + n].iter().map(|&q| f32::from(q as i8) * scale));
+                rest = &rest[4 + n..];
+            }
+            out
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(values: &[f32], c: Compression) -> Vec<f32> {
+        let mut out = Vec::new();
+        encode_payload(&mut out, values, c);
+        assert_eq!(Some(out.len()), c.payload_len(values.len()));
+        decode_payload(&out, values.len(), c)
+    }
+
+    #[test]
+    fn none_is_exact_f16_and_int8_are_within_their_bounds() {
+        let values: Vec<f32> = (0..1000)
+            .map(|i| ((i * 37 % 200) as f32 - 100.0) * 0.013)
+            .collect();
+        assert_eq!(round_trip(&values, Compression::None), values);
+        for (a, b) in values.iter().zip(round_trip(&values, Compression::F16)) {
+            assert!((a - b).abs() <= a.abs() / 2048.0 + 1e-7, "{a} vs {b}");
+        }
+        let got = round_trip(&values, Compression::Int8);
+        for (chunk, back) in values.chunks(INT8_CHUNK).zip(got.chunks(INT8_CHUNK)) {
+            let scale = chunk.iter().fold(0.0f32, |m, x| m.max(x.abs())) / 127.0;
+            for (a, b) in chunk.iter().zip(back) {
+                assert!(
+                    (a - b).abs() <= scale / 2.0 + 1e-6,
+                    "{a} vs {b} (scale {scale})"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn int8_sizes_zeros_partial_chunks_and_non_finite() {
+        assert_eq!(Compression::Int8.payload_len(0), Some(0));
+        assert_eq!(Compression::Int8.payload_len(257), Some(2 * 4 + 257));
+        assert_eq!(round_trip(&[0.0; 300], Compression::Int8), vec![0.0; 300]);
+        assert_eq!(round_trip(&[1.0, -2.0, 0.5], Compression::Int8)[1], -2.0);
+        let back = round_trip(&[1.0, f32::NAN, 2.0], Compression::Int8);
+        assert!(
+            back.iter().any(|v| !v.is_finite()),
+            "NaN must stay detectable: {back:?}"
+        );
+        let back = round_trip(&[f32::INFINITY, 2.0], Compression::Int8);
+        assert!(
+            back.iter().any(|v| !v.is_finite()),
+            "inf must stay detectable: {back:?}"
+        );
+        assert!(round_trip(&[f32::NAN], Compression::F16)[0].is_nan());
+        assert_eq!(Compression::from_u8(3), None);
+    }
+}
