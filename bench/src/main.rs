@@ -117,7 +117,14 @@ async fn run(
         "--log-level".into(),
         "warn".into(),
     ];
-    let mut child = tokio::process::Command::new(std::env::current_exe()?)
+    // CROWDTRAIN_BENCH_WRAPPER runs the coordinator under a profiler, e.g.
+    // "valgrind --tool=massif --massif-out-file=/tmp/massif.out" (figures are then the
+    // profiler's, not the coordinator's).
+    let wrapper = std::env::var("CROWDTRAIN_BENCH_WRAPPER").unwrap_or_default();
+    let mut command: Vec<String> = wrapper.split_whitespace().map(str::to_owned).collect();
+    command.push(std::env::current_exe()?.display().to_string());
+    let mut child = tokio::process::Command::new(&command[0])
+        .args(&command[1..])
         .arg("--serve")
         .args(&flags)
         .stdout(Stdio::piped())
@@ -166,7 +173,16 @@ async fn run(
     let final_params = fetch_params(addr).await?;
     let checksum_ok = compression != Compression::None
         || matches_reference(&final_params, hidden, workers, total_rounds);
-    child.kill().await.ok();
+    // A graceful stop (SIGTERM), so a profiler wrapping the coordinator can write its output.
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    if tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .is_err()
+    {
+        child.kill().await.ok();
+    }
     if !checksum_ok {
         bail!("final weights differ from the reference computation");
     }
