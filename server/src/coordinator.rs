@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -215,6 +216,10 @@ pub struct Coordinator {
     dropped: Vec<WorkerId>,
     /// Async: shards must be re-cut (a worker joined or left).
     rebalance: bool,
+    /// The published worker list is out of date (membership, skips or counts changed at a
+    /// round or update). Per-gradient counts alone do not set it: that would make every
+    /// event O(workers).
+    workers_changed: bool,
     token_rng: SplitMix64,
     counts: RoundCounts,
     status: Status,
@@ -301,6 +306,7 @@ impl Coordinator {
             next_session: 1,
             dropped: Vec::new(),
             rebalance: false,
+            workers_changed: true,
             token_rng: SplitMix64::new(token_seed),
             counts: RoundCounts::default(),
             status,
@@ -526,6 +532,7 @@ impl Coordinator {
                 self.send_weights(id);
             }
         }
+        self.workers_changed = true;
         info!(worker = %id, ?kind, resumed = is_resume, workers = self.workers.len(), "worker joined");
         Ok(Joined {
             worker: id,
@@ -559,12 +566,14 @@ impl Coordinator {
         };
         let answered_again = matches!(result, Ok(_) | Err(RoundError::Late { .. }));
         if let (true, Some(w)) = (answered_again, self.workers.get_mut(&worker)) {
-            if !w.active {
-                info!(%worker, "worker answered again; back in the quorum");
-            }
+            let returned = !w.active;
             w.misses = 0;
             w.active = true;
             w.unanswered = false;
+            if returned {
+                info!(%worker, "worker answered again; back in the quorum");
+                self.workers_changed = true;
+            }
         }
         match result {
             Ok(_) => self.count_accepted(worker),
@@ -655,6 +664,7 @@ impl Coordinator {
         loop {
             while let Some(id) = self.dropped.pop() {
                 if let Some(w) = self.workers.remove(&id) {
+                    self.workers_changed = true;
                     info!(worker = %id, workers = self.workers.len(), "worker left");
                     if let Some(identity) = self.identities.values_mut().find(|i| i.id == id) {
                         identity.gradients = w.gradients;
@@ -832,6 +842,7 @@ impl Coordinator {
     ) {
         self.optimizer.step(&mut self.params, update);
         self.version += 1;
+        self.workers_changed = true;
         self.weights_frame = Bytes::from(encode_weights(
             Round(self.version),
             &self.params,
@@ -966,8 +977,14 @@ impl Coordinator {
             .as_ref()
             .map_or(0, |r| r.pending() + r.answered());
         s.round_answered = self.round.as_ref().map_or(0, OpenRound::answered);
-        s.worker_list = self
-            .workers
+        if std::mem::take(&mut self.workers_changed) {
+            self.status.worker_list = Arc::new(self.worker_list());
+        }
+        self.status_tx.send_replace(self.status.clone());
+    }
+
+    fn worker_list(&self) -> Vec<WorkerStatus> {
+        self.workers
             .iter()
             .map(|(id, w)| WorkerStatus {
                 id: id.0,
@@ -979,8 +996,7 @@ impl Coordinator {
                 shard_len: w.shard.as_ref().map_or(0, Range::len),
                 skipped: !w.active,
             })
-            .collect();
-        self.status_tx.send_replace(s.clone());
+            .collect()
     }
 }
 

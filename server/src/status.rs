@@ -1,5 +1,7 @@
 //! What the coordinator publishes about itself: `/api/status` and the dashboard read it.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
@@ -93,5 +95,7 @@ pub struct Status {
     pub param_count: usize,
     pub optimizer: String,
     pub batch_size: u32,
-    pub worker_list: Vec<WorkerStatus>,
+    /// Rebuilt when membership or a round changes (not per gradient) and shared, so the
+    /// status can be republished after every event in O(1).
+    pub worker_list: Arc<Vec<WorkerStatus>>,
 }
