@@ -159,6 +159,8 @@ struct Worker {
     session: SessionId,
     /// Negotiated in Hello: how its weights and gradients travel.
     compression: Compression,
+    /// Its resume token (the key of its entry in `identities`).
+    token: String,
     /// The shard this connection holds (what was last sent on it).
     shard: Option<Range<usize>>,
     gradients: u64,
@@ -494,7 +496,7 @@ impl Coordinator {
         self.next_session += 1;
         let welcome = encode_from_coordinator(&CoordinatorToWorker::Welcome(Welcome {
             worker_id: id,
-            resume_token,
+            resume_token: resume_token.clone(),
             model: ModelSpec {
                 layers: self.config.layers.iter().map(|&w| w as u32).collect(),
             },
@@ -509,6 +511,7 @@ impl Coordinator {
                 outbox,
                 session,
                 compression: hello.compression,
+                token: resume_token,
                 shard: None,
                 gradients: identity.gradients,
                 misses: 0,
@@ -666,7 +669,7 @@ impl Coordinator {
                 if let Some(w) = self.workers.remove(&id) {
                     self.workers_changed = true;
                     info!(worker = %id, workers = self.workers.len(), "worker left");
-                    if let Some(identity) = self.identities.values_mut().find(|i| i.id == id) {
+                    if let Some(identity) = self.identities.get_mut(&w.token) {
                         identity.gradients = w.gradients;
                     }
                     self.rebalance = true;

@@ -163,6 +163,26 @@ where
     }
 }
 
+/// What one socket item means to a session: a binary frame, a control frame to skip
+/// (`None`), or the end of the session.
+fn classify<E: std::fmt::Display>(
+    item: Option<Result<Message, E>>,
+) -> Result<Option<bytes::Bytes>, End> {
+    match item {
+        Some(Ok(Message::Binary(bytes))) => Ok(Some(bytes)),
+        Some(Ok(Message::Ping(_) | Message::Pong(_))) => Ok(None),
+        Some(Ok(Message::Text(_))) => Err(End::Refuse(
+            ErrorCode::UnexpectedMessage,
+            "text frames are not part of the protocol; send binary frames".into(),
+        )),
+        Some(Ok(Message::Close(_))) | None => Err(End::PeerGone),
+        Some(Err(err)) => {
+            debug!(%err, "socket error");
+            Err(End::PeerGone)
+        }
+    }
+}
+
 /// The next binary frame; anything else ends the session.
 async fn next_binary<S, E>(socket: &mut S) -> Result<bytes::Bytes, End>
 where
@@ -170,20 +190,8 @@ where
     E: std::fmt::Display,
 {
     loop {
-        match socket.next().await {
-            Some(Ok(Message::Binary(bytes))) => return Ok(bytes),
-            Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-            Some(Ok(Message::Text(_))) => {
-                return Err(End::Refuse(
-                    ErrorCode::UnexpectedMessage,
-                    "text frames are not part of the protocol; send binary frames".into(),
-                ))
-            }
-            Some(Ok(Message::Close(_))) | None => return Err(End::PeerGone),
-            Some(Err(err)) => {
-                debug!(%err, "socket error");
-                return Err(End::PeerGone);
-            }
+        if let Some(frame) = classify(socket.next().await)? {
+            return Ok(frame);
         }
     }
 }
@@ -226,18 +234,10 @@ where
             },
             msg = socket.next() => {
                 last_seen = Instant::now();
-                let frame = match msg {
-                    Some(Ok(Message::Binary(frame))) => frame,
-                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-                    Some(Ok(Message::Text(_))) => return End::Refuse(
-                        ErrorCode::UnexpectedMessage,
-                        "text frames are not part of the protocol; send binary frames".into(),
-                    ),
-                    Some(Ok(Message::Close(_))) | None => return End::PeerGone,
-                    Some(Err(err)) => {
-                        debug!(%err, "socket error");
-                        return End::PeerGone;
-                    }
+                let frame = match classify(msg) {
+                    Ok(Some(frame)) => frame,
+                    Ok(None) => continue,
+                    Err(end) => return end,
                 };
                 let gradient = match decode_from_worker(&frame) {
                     Ok(WorkerToCoordinator::Gradient(g)) => g,
