@@ -20,10 +20,12 @@
 //! - [`server`]: wiring: `start(listener, config, shutdown)`.
 
 pub mod aggregate;
+pub mod assets;
 pub mod config;
 pub mod coordinator;
 pub mod dataset;
 pub mod deadline;
+pub mod refusal;
 pub mod round;
 pub mod routes;
 pub mod safetensors;

@@ -15,6 +15,7 @@ use protocol::{ErrorCode, Gradient, Round, WorkerId};
 use thiserror::Error;
 
 use crate::aggregate::Aggregator;
+use crate::refusal::Refusal;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum RoundError {
@@ -26,6 +27,12 @@ pub enum RoundError {
     NotParticipant(WorkerId),
     #[error("{0} already sent a gradient for this round")]
     Duplicate(WorkerId),
+}
+
+impl From<RoundError> for Refusal {
+    fn from(err: RoundError) -> Self {
+        Refusal::new(err.code(), err.to_string())
+    }
 }
 
 impl RoundError {

@@ -1,8 +1,5 @@
 //! HTTP surface: the WebSocket endpoint, the JSON API, the health check and static files.
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
-
 use axum::extract::{State, WebSocketUpgrade};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -11,11 +8,11 @@ use axum::{Json, Router};
 use protocol::codec::WEIGHTS_DATA_OFFSET;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tower_http::services::ServeDir;
 
+use crate::assets::WebSource;
 use crate::config::Liveness;
 use crate::coordinator::{CoordinatorHandle, Published};
-use crate::session::{self, SessionCounters};
+use crate::session;
 
 /// Largest frame a worker may send: one gradient (4 bytes per parameter) plus headroom for
 /// the header. Set explicitly rather than left at the library's 64 MiB default, so a
@@ -30,18 +27,17 @@ pub struct AppState {
     pub published: Published,
     pub shutdown: CancellationToken,
     pub sessions: TaskTracker,
-    pub counters: Arc<SessionCounters>,
     pub liveness: Liveness,
 }
 
-pub fn app(state: AppState, web_dir: &std::path::Path) -> Router {
-    Router::new()
+pub fn app(state: AppState, web: &WebSource) -> Router {
+    let router = Router::new()
         .route("/ws", get(ws))
         .route("/api/status", get(status))
         .route("/api/params", get(params))
         .route("/healthz", get(|| async { "ok" }))
-        .fallback_service(ServeDir::new(web_dir))
-        .with_state(state)
+        .with_state(state);
+    web.serve(router)
 }
 
 async fn ws(State(state): State<AppState>, upgrade: WebSocketUpgrade) -> Response {
@@ -58,15 +54,13 @@ async fn ws(State(state): State<AppState>, upgrade: WebSocketUpgrade) -> Respons
                 socket,
                 state.coordinator,
                 state.shutdown,
-                state.counters,
                 state.liveness,
             ))
         })
 }
 
 async fn status(State(state): State<AppState>) -> impl IntoResponse {
-    let mut status = state.published.status.borrow().clone();
-    status.sessions_rejected = state.counters.rejected.load(Ordering::Relaxed);
+    let status = state.published.status.borrow().clone();
     Json(status)
 }
 

@@ -2,7 +2,6 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -12,10 +11,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
+use crate::assets::WebSource;
 use crate::config::Config;
 use crate::coordinator::{Coordinator, Outcome, WeightsSnapshot};
 use crate::routes::{app, AppState};
-use crate::session::SessionCounters;
 use crate::status::Status;
 
 /// How long shutdown waits for sessions to send their close frames.
@@ -61,6 +60,12 @@ impl RunningServer {
     pub async fn wait(self) -> Result<Summary, ServerError> {
         self.task.await?
     }
+
+    /// Stops the server as a signal would, and waits until it has.
+    pub async fn stop(self) -> Result<Summary, ServerError> {
+        self.shutdown.cancel();
+        self.wait().await
+    }
 }
 
 /// Starts the coordinator on `listener`. It stops when `signal` completes, or by itself when
@@ -73,10 +78,12 @@ pub async fn start(
     let addr = listener.local_addr().map_err(ServerError::Listener)?;
     let data = crate::dataset::load_default(config.seed).map_err(ServerError::Dataset)?;
     let shutdown = CancellationToken::new();
-    let web_dir = config.web_dir.clone();
+    let web = WebSource::new(config.web_dir.clone());
+    web.announce();
     let liveness = config.liveness;
-    let (coordinator, handle, events, published) =
+    let coordinator =
         Coordinator::new(config, data, shutdown.clone()).map_err(ServerError::Model)?;
+    let (handle, published) = (coordinator.sender(), coordinator.published());
     let status = published.status.clone();
     let weights = published.weights.clone();
     let sessions = TaskTracker::new();
@@ -85,12 +92,11 @@ pub async fn start(
         published,
         shutdown: shutdown.clone(),
         sessions: sessions.clone(),
-        counters: Arc::new(SessionCounters::default()),
         liveness,
     };
-    let router = app(state, &web_dir);
+    let router = app(state, &web);
 
-    let coordinator_task = tokio::spawn(coordinator.run(events));
+    let coordinator_task = tokio::spawn(coordinator.run());
     {
         let shutdown = shutdown.clone();
         tokio::spawn(async move {

@@ -9,8 +9,6 @@
 //! The loop is generic over the socket (`Stream` + `Sink` of axum messages) so tests could
 //! drive it with channels.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message};
@@ -26,6 +24,7 @@ use tracing::{debug, info, instrument};
 
 use crate::config::Liveness;
 use crate::coordinator::{CoordinatorHandle, Joined, Outbound, OUTBOX_CAPACITY};
+use crate::refusal::Refusal;
 
 /// A connection that has not said `Hello` by then is closed: it holds a socket and a task.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -41,14 +40,13 @@ enum End {
     /// Shutdown: close politely.
     Shutdown,
     /// Bad input or refusal: send an `Error` frame, then close.
-    Refuse(ErrorCode, String),
+    Refuse(Refusal),
 }
 
-/// Shared counters the sessions update.
-#[derive(Debug, Default)]
-pub struct SessionCounters {
-    /// Sessions closed because of bad input from the worker.
-    pub rejected: AtomicU64,
+impl End {
+    fn refuse(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self::Refuse(Refusal::new(code, message))
+    }
 }
 
 #[instrument(name = "session", skip_all)]
@@ -56,7 +54,6 @@ pub async fn run<S, E>(
     mut socket: S,
     coordinator: CoordinatorHandle,
     shutdown: CancellationToken,
-    counters: Arc<SessionCounters>,
     liveness: Liveness,
 ) where
     S: Stream<Item = Result<Message, E>> + Sink<Message> + Unpin,
@@ -88,11 +85,12 @@ pub async fn run<S, E>(
                 .send(close(CLOSE_GOING_AWAY, "coordinator shutting down"))
                 .await;
         }
-        End::Refuse(code, message) => {
-            if code.is_fatal() && code != ErrorCode::ShuttingDown {
-                counters.rejected.fetch_add(1, Ordering::Relaxed);
-            }
+        End::Refuse(refusal) => {
+            let Refusal { code, message } = refusal.clone();
             info!(worker = ?joined.map(|j| j.worker), ?code, %message, "closing session");
+            if refusal.is_fatal() && code != ErrorCode::ShuttingDown {
+                coordinator.rejected(refusal).await;
+            }
             let frame = encode_from_coordinator(&CoordinatorToWorker::Error {
                 code,
                 message: message.clone(),
@@ -136,7 +134,7 @@ where
     };
     let frame = match first {
         Err(_) => {
-            return Err(End::Refuse(
+            return Err(End::refuse(
                 ErrorCode::UnexpectedMessage,
                 format!("no Hello within {HELLO_TIMEOUT:?}"),
             ))
@@ -146,20 +144,17 @@ where
     let hello = match decode_from_worker(&frame) {
         Ok(WorkerToCoordinator::Hello(hello)) => hello,
         Ok(WorkerToCoordinator::Gradient(_)) => {
-            return Err(End::Refuse(
+            return Err(End::refuse(
                 ErrorCode::UnexpectedMessage,
-                "the first frame must be Hello".into(),
+                "the first frame must be Hello",
             ))
         }
-        Err(err) => return Err(End::Refuse(err.code(), err.to_string())),
+        Err(err) => return Err(End::refuse(err.code(), err.to_string())),
     };
     match coordinator.join(hello, outbox).await {
         Ok(Ok(joined)) => Ok(joined),
-        Ok(Err((code, message))) => Err(End::Refuse(code, message)),
-        Err(_) => Err(End::Refuse(
-            ErrorCode::ShuttingDown,
-            "coordinator stopped".into(),
-        )),
+        Ok(Err(refusal)) => Err(End::Refuse(refusal)),
+        Err(_) => Err(End::refuse(ErrorCode::ShuttingDown, "coordinator stopped")),
     }
 }
 
@@ -171,9 +166,9 @@ fn classify<E: std::fmt::Display>(
     match item {
         Some(Ok(Message::Binary(bytes))) => Ok(Some(bytes)),
         Some(Ok(Message::Ping(_) | Message::Pong(_))) => Ok(None),
-        Some(Ok(Message::Text(_))) => Err(End::Refuse(
+        Some(Ok(Message::Text(_))) => Err(End::refuse(
             ErrorCode::UnexpectedMessage,
-            "text frames are not part of the protocol; send binary frames".into(),
+            "text frames are not part of the protocol; send binary frames",
         )),
         Some(Ok(Message::Close(_))) | None => Err(End::PeerGone),
         Some(Err(err)) => {
@@ -224,12 +219,12 @@ where
                         return End::PeerGone;
                     }
                 }
-                Some(Outbound::Close(code, message)) => return End::Refuse(code, message),
+                Some(Outbound::Close(refusal)) => return End::Refuse(refusal),
                 // The coordinator dropped this worker (it stopped reading) or is stopping.
                 None if shutdown.is_cancelled() => return End::Shutdown,
-                None => return End::Refuse(
+                None => return End::refuse(
                     ErrorCode::TooSlow,
-                    "dropped: this worker did not read its frames".into(),
+                    "dropped: this worker did not read its frames",
                 ),
             },
             msg = socket.next() => {
@@ -242,12 +237,12 @@ where
                 let gradient = match decode_from_worker(&frame) {
                     Ok(WorkerToCoordinator::Gradient(g)) => g,
                     Ok(WorkerToCoordinator::Hello(_)) => {
-                        return End::Refuse(ErrorCode::UnexpectedMessage, "Hello was already received".into())
+                        return End::refuse(ErrorCode::UnexpectedMessage, "Hello was already received")
                     }
-                    Err(err) => return End::Refuse(err.code(), err.to_string()),
+                    Err(err) => return End::refuse(err.code(), err.to_string()),
                 };
-                if let Err((code, message)) = validate(&gradient, &joined) {
-                    return End::Refuse(code, message);
+                if let Err(refusal) = validate(&gradient, &joined) {
+                    return End::Refuse(refusal);
                 }
                 if coordinator.gradient(&joined, gradient).await.is_err() {
                     return End::Shutdown;
@@ -268,9 +263,9 @@ where
 }
 
 /// Checks that do not need the training state: shape, sample count, finiteness.
-pub fn validate(g: &Gradient, joined: &Joined) -> Result<(), (ErrorCode, String)> {
+pub fn validate(g: &Gradient, joined: &Joined) -> Result<(), Refusal> {
     if g.grads.len() != joined.param_count {
-        return Err((
+        return Err(Refusal::new(
             ErrorCode::ShapeMismatch,
             format!(
                 "gradient has {} values, the model has {} parameters",
@@ -280,7 +275,7 @@ pub fn validate(g: &Gradient, joined: &Joined) -> Result<(), (ErrorCode, String)
         ));
     }
     if g.samples == 0 || g.samples > joined.batch_size {
-        return Err((
+        return Err(Refusal::new(
             ErrorCode::ShapeMismatch,
             format!(
                 "sample count {} is outside 1..={} (the batch size)",
@@ -289,10 +284,13 @@ pub fn validate(g: &Gradient, joined: &Joined) -> Result<(), (ErrorCode, String)
         ));
     }
     if !g.loss.is_finite() {
-        return Err((ErrorCode::NonFinite, format!("loss is {}", g.loss)));
+        return Err(Refusal::new(
+            ErrorCode::NonFinite,
+            format!("loss is {}", g.loss),
+        ));
     }
     if let Some(i) = g.grads.iter().position(|v| !v.is_finite()) {
-        return Err((
+        return Err(Refusal::new(
             ErrorCode::NonFinite,
             format!("gradient value {i} is {}", g.grads[i]),
         ));
@@ -349,9 +347,9 @@ mod tests {
             ),
         ];
         for (grad, code, needle) in cases {
-            let (got, msg) = validate(&grad, &joined).expect_err("invalid");
-            assert_eq!(got, code);
-            assert!(msg.contains(needle), "{msg}");
+            let refusal = validate(&grad, &joined).expect_err("invalid");
+            assert_eq!(refusal.code, code);
+            assert!(refusal.message.contains(needle), "{refusal}");
         }
     }
 }

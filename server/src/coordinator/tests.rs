@@ -5,6 +5,9 @@ use std::time::Duration;
 use protocol::decode_from_coordinator;
 
 use super::*;
+use crate::status::State;
+use protocol::{ErrorCode, Hello, Round, WorkerKind};
+use tokio::sync::oneshot;
 
 struct Harness {
     c: Coordinator,
@@ -26,9 +29,10 @@ impl Client {
         while let Ok(msg) = self.rx.try_recv() {
             match msg {
                 Outbound::Frame(f) => out.push(decode_from_coordinator(&f).expect("valid frame")),
-                Outbound::Close(code, message) => {
-                    out.push(CoordinatorToWorker::Error { code, message })
-                }
+                Outbound::Close(r) => out.push(CoordinatorToWorker::Error {
+                    code: r.code,
+                    message: r.message,
+                }),
             }
         }
         out
@@ -51,8 +55,8 @@ fn harness(flags: &[&str]) -> Harness {
         .chain(flags.iter().copied());
     let config = Config::from_args(args).expect("valid flags");
     let data = crate::dataset::load_default(1).expect("data");
-    let (c, _, _, _) = Coordinator::new(config, data, CancellationToken::new()).expect("model");
-    let params = c.params.len();
+    let c = Coordinator::new(config, data, CancellationToken::new()).expect("model");
+    let params = c.trainer.params().len();
     Harness {
         c,
         t0: Instant::now(),
@@ -108,7 +112,7 @@ impl Harness {
 
     /// Ticks at the open round's deadline; returns it in ms since t0.
     fn tick_at_deadline(&mut self) -> u64 {
-        let deadline = self.c.round.as_ref().expect("a round is open").deadline();
+        let deadline = self.c.next_deadline().expect("a round is open");
         self.c.tick(deadline);
         deadline.duration_since(self.t0).as_millis() as u64
     }
@@ -147,8 +151,14 @@ impl Harness {
         );
     }
 
-    fn status(&self) -> &Status {
-        &self.c.status
+    fn status(&self) -> Status {
+        self.c.status()
+    }
+
+    /// The weights frame `id` is sent, in the compression it negotiated.
+    fn weights_for(&mut self, id: WorkerId) -> Bytes {
+        let compression = self.c.registry.compression(id).expect("connected");
+        self.c.trainer.weights(compression)
     }
 }
 
@@ -386,13 +396,13 @@ fn async_stale_gradients_are_down_weighted_by_one_over_one_plus_staleness() {
     let c = h.join(None, 0);
     h.gradient_valued(&a, 0, 1, 0.5);
     h.gradient_valued(&b, 0, 1, 0.5); // buffer full: version 1
-    let before = h.c.params.clone();
+    let before = h.c.trainer.params().to_vec();
     // `a` was answered with version 0 again (the buffer had not filled), `b` with version 1.
     h.gradient_valued(&b, 1, 2, 0.25); // fresh, weight 4
     h.gradient_valued(&c, 0, 2, 1.0); // 1 behind, weight 4 / 2 = 2
     assert_eq!(h.status().round, 2);
     // SGD with lr 1: the step is the weighted mean, (0.25·4 + 1.0·2) / 6 = 0.5.
-    for (p, q) in h.c.params.iter().zip(&before) {
+    for (p, q) in h.c.trainer.params().iter().zip(&before) {
         assert!((q - p - 0.5).abs() < 1e-6, "{q} - {p}");
     }
 }
@@ -451,15 +461,15 @@ fn compression_is_negotiated_per_worker_and_encoded_once_per_version() {
     };
     assert_eq!(w.compression, protocol::Compression::F16);
     // Round 0 opened on the third join: each got its weights in its own compression.
-    let f16 = h.c.weights_for(WorkerId(1));
-    let f16_again = h.c.weights_for(WorkerId(2));
+    let f16 = h.weights_for(WorkerId(1));
+    let f16_again = h.weights_for(WorkerId(2));
     assert_eq!(
         f16.as_ptr(),
         f16_again.as_ptr(),
         "one f16 encoding shared by both"
     );
-    let int8 = h.c.weights_for(WorkerId(3));
-    let plain = h.c.weights_frame.clone();
+    let int8 = h.weights_for(WorkerId(3));
+    let plain = h.c.trainer.weights(protocol::Compression::None);
     assert!(f16.len() < plain.len() / 2 + 64 && int8.len() < plain.len() / 4 + 1024);
     let CoordinatorToWorker::Weights(w) = decode_from_coordinator(&f16).expect("frame") else {
         panic!("weights")
@@ -467,7 +477,7 @@ fn compression_is_negotiated_per_worker_and_encoded_once_per_version() {
     let worst = w
         .params
         .iter()
-        .zip(&h.c.params)
+        .zip(h.c.trainer.params())
         .map(|(a, b)| (a - b).abs())
         .fold(0.0, f32::max);
     assert!(worst < 1e-3, "f16 weights within rounding: {worst}");

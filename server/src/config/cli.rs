@@ -1,0 +1,126 @@
+//! The command line as typed: every flag, its default and its help text.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+/// Train a model together: the crowdtrain coordinator (rank-0 parameter server).
+///
+/// Serves the volunteer page at http://HOST:PORT/, accepts workers on ws://HOST:PORT/ws and
+/// trains an MLP on the embedded MNIST digits (10,000 samples: 8,000 train, 2,000 test).
+#[derive(Debug, Clone, Parser)]
+#[command(name = "coordinator", version)]
+pub struct Cli {
+    /// Address to listen on. Use 0.0.0.0 to accept workers from other machines.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+
+    /// Port to listen on (0 picks a free one).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+
+    /// Hidden layer widths, comma-separated (input 784 and output 10 are fixed by the data).
+    #[arg(long, value_delimiter = ',', default_value = "128")]
+    pub hidden: Vec<usize>,
+
+    /// Optimizer the coordinator applies to the averaged gradient.
+    #[arg(long, value_enum, default_value_t = OptimizerChoice::Adam)]
+    pub optimizer: OptimizerChoice,
+
+    /// Learning rate [default: 0.001 for adam, 0.1 for sgd, 0.05 for momentum].
+    #[arg(long)]
+    pub lr: Option<f32>,
+
+    /// Momentum coefficient; only with --optimizer momentum [default: 0.9].
+    #[arg(long)]
+    pub momentum: Option<f32>,
+
+    /// Samples per gradient, per worker and round.
+    #[arg(long, default_value_t = 32)]
+    pub batch_size: u32,
+
+    /// Evaluate on the test split every N rounds.
+    #[arg(long, default_value_t = 10)]
+    pub eval_interval: u64,
+
+    /// Seed for the initial weights and the train/test split.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+
+    /// Stop (exit 0) after this many rounds.
+    #[arg(long)]
+    pub max_rounds: Option<u64>,
+
+    /// Stop (exit 0) as soon as an evaluation reaches this test accuracy (0-1).
+    #[arg(long)]
+    pub target_accuracy: Option<f64>,
+
+    /// Training mode: sync (rounds with a barrier, deadline and quorum), async (apply
+    /// gradients as they arrive, staleness-bounded) or hogwild (apply at once, no checks).
+    #[arg(long, value_enum, default_value_t = ModeChoice::Sync)]
+    pub mode: ModeChoice,
+
+    /// Sync: open a round only with at least this many workers, and close it at its deadline
+    /// only with at least this many answers (the quorum).
+    #[arg(long, default_value_t = 1)]
+    pub min_workers: usize,
+
+    /// Sync: how long a round waits for stragglers (2s, 500ms, or seconds), or `auto`
+    /// (1.5 × the 90th percentile of recent answer times, clamped to 250ms-60s).
+    #[arg(long, default_value = "auto")]
+    pub round_timeout: String,
+
+    /// Sync: a worker that misses this many deadlines in a row leaves the quorum until it
+    /// answers again.
+    #[arg(long, default_value_t = 3)]
+    pub miss_limit: u32,
+
+    /// Async: apply an update every B gradients (FedBuff-style buffer).
+    #[arg(long, default_value_t = 1)]
+    pub buffer: usize,
+
+    /// Async: reject gradients computed on weights more than S versions old; fresher stale
+    /// ones are down-weighted by 1 / (1 + staleness).
+    #[arg(long, default_value_t = 8)]
+    pub max_staleness: u64,
+
+    /// Time between WebSocket pings to each worker (5s, 500ms, or seconds).
+    #[arg(long, default_value = "5s", value_parser = super::parse_duration)]
+    pub ping_interval: Duration,
+
+    /// Silence (no pong, no data) after which a worker is considered gone.
+    #[arg(long, default_value = "20s", value_parser = super::parse_duration)]
+    pub ping_timeout: Duration,
+
+    /// Require workers to present this token in Hello.
+    #[arg(long, env = "CROWDTRAIN_JOIN_TOKEN")]
+    pub join_token: Option<String>,
+
+    /// Refuse workers beyond this many connected at once.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_workers: usize,
+
+    /// Serve the volunteer page from this directory instead of the copy built into the
+    /// binary (for editing the page; it must hold the built wasm package in pkg/).
+    #[arg(long)]
+    pub web_dir: Option<PathBuf>,
+
+    /// Log level: error, warn, info, debug or trace (RUST_LOG overrides it).
+    #[arg(long, default_value = "info")]
+    pub log_level: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OptimizerChoice {
+    Sgd,
+    Momentum,
+    Adam,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModeChoice {
+    Sync,
+    Async,
+    Hogwild,
+}

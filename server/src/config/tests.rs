@@ -1,0 +1,153 @@
+//! Flags parse to the documented defaults, and bad ones are refused by name.
+
+use super::*;
+
+fn parse(args: &[&str]) -> Result<Config, String> {
+    Config::from_args(std::iter::once("coordinator").chain(args.iter().copied()))
+}
+
+#[test]
+fn defaults_are_the_documented_ones() {
+    let c = parse(&[]).expect("defaults are valid");
+    assert_eq!((c.host.as_str(), c.port), ("127.0.0.1", 8080));
+    assert_eq!(c.layers, [784, 128, 10]);
+    assert!(matches!(c.optimizer, OptimizerKind::Adam { lr, .. } if lr == 0.001));
+    assert_eq!((c.batch_size, c.eval_interval, c.min_workers), (32, 10, 1));
+    assert_eq!(
+        c.mode,
+        Mode::Sync {
+            timeout: RoundTimeout::Auto,
+            miss_limit: 3
+        }
+    );
+    assert_eq!(c.liveness.timeout, Duration::from_secs(20));
+}
+
+#[test]
+fn modes_take_their_own_flags() {
+    let c = parse(&["--round-timeout", "500ms", "--miss-limit", "2"]).expect("valid");
+    let timeout = RoundTimeout::Fixed(Duration::from_millis(500));
+    assert_eq!(
+        c.mode,
+        Mode::Sync {
+            timeout,
+            miss_limit: 2
+        }
+    );
+    let c = parse(&["--mode", "async", "--buffer", "4", "--max-staleness", "3"]).expect("valid");
+    assert_eq!(
+        c.mode,
+        Mode::Async {
+            buffer: 4,
+            max_staleness: 3
+        }
+    );
+    assert_eq!(
+        parse(&["--mode", "hogwild"]).expect("valid").mode,
+        Mode::Hogwild
+    );
+}
+
+#[test]
+fn durations_are_written_the_way_operators_write_them() {
+    for (raw, ms) in [
+        ("2s", 2000),
+        ("500ms", 500),
+        ("2", 2000),
+        ("0.25", 250),
+        ("1m", 60_000),
+    ] {
+        let c = parse(&["--round-timeout", raw]).expect(raw);
+        let want = RoundTimeout::Fixed(Duration::from_millis(ms));
+        assert!(
+            matches!(c.mode, Mode::Sync { timeout, .. } if timeout == want),
+            "{raw}"
+        );
+    }
+    let c = parse(&["--ping-interval", "250ms", "--ping-timeout", "2s"]).expect("valid");
+    assert_eq!(c.liveness.interval, Duration::from_millis(250));
+    assert_eq!(c.liveness.timeout, Duration::from_secs(2));
+}
+
+#[test]
+fn flags_are_applied() {
+    let c = parse(&[
+        "--hidden",
+        "64,32",
+        "--optimizer",
+        "momentum",
+        "--momentum",
+        "0.5",
+        "--lr",
+        "0.2",
+        "--max-rounds",
+        "7",
+        "--target-accuracy",
+        "0.9",
+        "--port",
+        "0",
+    ])
+    .expect("valid");
+    assert_eq!(c.layers, [784, 64, 32, 10]);
+    assert_eq!(
+        c.optimizer,
+        OptimizerKind::Momentum {
+            lr: 0.2,
+            momentum: 0.5
+        }
+    );
+    assert_eq!(
+        (c.max_rounds, c.target_accuracy, c.port),
+        (Some(7), Some(0.9), 0)
+    );
+}
+
+#[test]
+fn bad_combinations_are_refused_with_a_clear_message() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--hidden", "0"], "--hidden"),
+        (&["--hidden", "1,2,3,4,5,6,7,8,9"], "at most 8"),
+        (&["--lr", "0"], "--lr"),
+        (&["--lr", "NaN"], "--lr"),
+        (
+            &["--momentum", "0.9"],
+            "only applies to --optimizer momentum",
+        ),
+        (&["--optimizer", "momentum", "--momentum", "1.0"], "[0, 1)"),
+        (&["--batch-size", "0"], "--batch-size"),
+        (&["--batch-size", "9000"], "--batch-size"),
+        (&["--eval-interval", "0"], "--eval-interval"),
+        (&["--max-rounds", "0"], "--max-rounds"),
+        (&["--target-accuracy", "1.5"], "--target-accuracy"),
+        (&["--min-workers", "0"], "--min-workers"),
+        (
+            &["--min-workers", "5", "--max-workers", "2"],
+            "no round could ever start",
+        ),
+        (&["--join-token", ""], "--join-token"),
+        (&["--log-level", "loud"], "--log-level"),
+        (&["--web-dir", "/definitely/not/here"], "--web-dir"),
+        (&["--optimizer", "rmsprop"], "invalid value 'rmsprop'"),
+        (&["--round-timeout", "soon"], "--round-timeout"),
+        (&["--round-timeout", "0"], "--round-timeout"),
+        (&["--miss-limit", "0"], "--miss-limit"),
+        (&["--buffer", "4"], "only applies to --mode async"),
+        (&["--mode", "async", "--buffer", "0"], "--buffer"),
+        (
+            &["--mode", "async", "--round-timeout", "2"],
+            "only applies to --mode sync",
+        ),
+        (
+            &["--mode", "hogwild", "--max-staleness", "2"],
+            "only applies to --mode async",
+        ),
+        (&["--ping-interval", "30"], "--ping-interval"),
+        (&["--ping-interval", "soon"], "not a duration"),
+        (&["--round-timeout", "2 parsecs"], "--round-timeout"),
+        (&["--round-timeout", "2h"], "--round-timeout"),
+    ];
+    for (args, needle) in cases {
+        let err = parse(args).expect_err(&format!("{args:?} must be refused"));
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}

@@ -1,0 +1,141 @@
+//! The coordinator's edge: the events sessions send it, the handle they send them with, and
+//! what it publishes back (status, weights, the outcome). No training logic here.
+
+use bytes::Bytes;
+use model::{Evaluation, Mlp};
+use protocol::{Gradient, Hello, WorkerId};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::refusal::Refusal;
+use crate::status::Status;
+
+/// Events queued towards the coordinator. Gradients are the large ones (4 bytes per
+/// parameter), so this bound also bounds the memory held by gradients in flight.
+pub const EVENT_CHANNEL_CAPACITY: usize = 64;
+
+/// Frames queued towards one session. A synchronous round sends at most a Shard and a
+/// Weights frame (plus the odd Error), so a worker with this many frames unread is not
+/// keeping up and is dropped rather than let the coordinator block or buffer without bound.
+pub const OUTBOX_CAPACITY: usize = 8;
+
+/// What a session is told to do with its socket.
+#[derive(Debug, Clone)]
+pub enum Outbound {
+    /// Send this binary frame.
+    Frame(Bytes),
+    /// Send this refusal as an error frame, then close the session.
+    Close(Refusal),
+}
+
+#[derive(Debug)]
+pub enum Event {
+    Join {
+        hello: Hello,
+        outbox: mpsc::Sender<Outbound>,
+        reply: oneshot::Sender<Result<Joined, Refusal>>,
+    },
+    Gradient {
+        worker: WorkerId,
+        session: SessionId,
+        gradient: Gradient,
+    },
+    Leave {
+        worker: WorkerId,
+        session: SessionId,
+    },
+    /// A session was closed for bad input (undecodable frame, wrong shape, NaN, ...), before
+    /// or after joining. Counted; the worker itself leaves with its own `Leave`.
+    Rejected { refusal: Refusal },
+}
+
+/// One connection of a worker. A worker resuming its identity gets a new session; events of
+/// the old one are ignored from then on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionId(pub u64);
+
+/// What a session needs to validate its worker's frames.
+#[derive(Debug, Clone, Copy)]
+pub struct Joined {
+    pub worker: WorkerId,
+    pub session: SessionId,
+    pub param_count: usize,
+    pub batch_size: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct CoordinatorHandle {
+    pub(super) tx: mpsc::Sender<Event>,
+}
+
+/// The coordinator task has stopped (shutdown).
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the coordinator has stopped")]
+pub struct Stopped;
+
+impl CoordinatorHandle {
+    pub async fn join(
+        &self,
+        hello: Hello,
+        outbox: mpsc::Sender<Outbound>,
+    ) -> Result<Result<Joined, Refusal>, Stopped> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Event::Join {
+            hello,
+            outbox,
+            reply,
+        })
+        .await?;
+        rx.await.map_err(|_| Stopped)
+    }
+
+    pub async fn gradient(&self, joined: &Joined, gradient: Gradient) -> Result<(), Stopped> {
+        self.send(Event::Gradient {
+            worker: joined.worker,
+            session: joined.session,
+            gradient,
+        })
+        .await
+    }
+
+    pub async fn leave(&self, joined: &Joined) {
+        // If the coordinator is gone there is nobody left to tell.
+        let _ = self
+            .send(Event::Leave {
+                worker: joined.worker,
+                session: joined.session,
+            })
+            .await;
+    }
+
+    pub async fn rejected(&self, refusal: Refusal) {
+        let _ = self.send(Event::Rejected { refusal }).await;
+    }
+
+    async fn send(&self, event: Event) -> Result<(), Stopped> {
+        self.tx.send(event).await.map_err(|_| Stopped)
+    }
+}
+
+/// The latest weights, for `/api/params`.
+#[derive(Debug, Clone)]
+pub struct WeightsSnapshot {
+    pub round: u64,
+    /// An encoded `Weights` frame; the parameters start at `codec::WEIGHTS_DATA_OFFSET`.
+    pub frame: Bytes,
+}
+
+/// How training ended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Outcome {
+    pub rounds: u64,
+    pub evaluation: Option<Evaluation>,
+    pub reached_target: bool,
+}
+
+/// The receiving ends of what the coordinator publishes.
+#[derive(Debug, Clone)]
+pub struct Published {
+    pub status: watch::Receiver<Status>,
+    pub weights: watch::Receiver<WeightsSnapshot>,
+    pub mlp: Mlp,
+}

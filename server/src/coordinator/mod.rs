@@ -1,0 +1,397 @@
+//! The single owner of the training state.
+//!
+//! One task owns the [`Trainer`] (parameters, optimizer), the [`Registry`] (workers,
+//! identities, shards), the [`Schedule`] (when gradients become an update) and the
+//! [`Metrics`], and processes [`Event`]s one at a time from a bounded channel: no locks
+//! around training state, and every change happens here, in order.
+//!
+//! Each event goes to [`Coordinator::handle`] with the time; round deadlines go to
+//! [`Coordinator::tick`]. The schedule answers with [`Action`]s, which [`Coordinator::execute`]
+//! carries out (send weights, refuse, apply an update). Then the coordinator settles:
+//! removes dropped workers and asks the schedule to close and open rounds, until nothing is
+//! left to do, and publishes the status.
+//!
+//! Files: [`handle`] (events and the sessions' handle), [`registry`], [`schedule`] (the
+//! trait and its actions), [`sync`] and [`asynchronous`] (the two schedules), [`trainer`],
+//! [`metrics`].
+
+pub mod asynchronous;
+pub mod handle;
+pub mod metrics;
+pub mod registry;
+pub mod schedule;
+pub mod sync;
+pub mod trainer;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use model::{Dataset, Evaluation};
+use protocol::{
+    encode_from_coordinator, CoordinatorToWorker, ErrorCode, Gradient, Hello, ModelSpec, Welcome,
+    WorkerId,
+};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info};
+
+pub use self::handle::{
+    CoordinatorHandle, Event, Joined, Outbound, Outcome, Published, SessionId, Stopped,
+    WeightsSnapshot, EVENT_CHANNEL_CAPACITY, OUTBOX_CAPACITY,
+};
+use self::metrics::{Live, Metrics, RunInfo};
+use self::registry::Registry;
+use self::schedule::{Action, Schedule, Update, View};
+use self::trainer::Trainer;
+use crate::config::Config;
+use crate::dataset::Split;
+use crate::refusal::Refusal;
+use crate::status::{State, Status, WorkerStatus};
+
+pub struct Coordinator {
+    config: Config,
+    trainer: Trainer,
+    registry: Registry,
+    schedule: Box<dyn Schedule>,
+    metrics: Metrics,
+    train: Dataset,
+    outcome: Option<Outcome>,
+    last_eval: Option<Evaluation>,
+    worker_list: Arc<Vec<WorkerStatus>>,
+    status_tx: watch::Sender<Status>,
+    weights_rx: watch::Receiver<WeightsSnapshot>,
+    events_tx: mpsc::Sender<Event>,
+    events_rx: mpsc::Receiver<Event>,
+    shutdown: CancellationToken,
+}
+
+impl std::fmt::Debug for Coordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coordinator")
+            .field("version", &self.trainer.version())
+            .field("workers", &self.registry.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Coordinator {
+    pub fn new(
+        config: Config,
+        data: Split,
+        shutdown: CancellationToken,
+    ) -> Result<Self, model::ModelError> {
+        let (trainer, weights_rx) =
+            Trainer::new(&config.layers, config.seed, config.optimizer, data.test)?;
+        let params = trainer.params().len();
+        let schedule = schedule::for_mode(config.mode, config.min_workers, params, now());
+        let metrics = Metrics::new(RunInfo {
+            mode: config.mode.name(),
+            model: config.layers.clone(),
+            param_count: params,
+            optimizer: format!("{:?}", config.optimizer),
+            batch_size: config.batch_size,
+        });
+        let token_seed = config.seed
+            ^ std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+        let registry = Registry::new(config.join_token.clone(), config.max_workers, token_seed);
+        let (events_tx, events_rx) = mpsc::channel(EVENT_CHANNEL_CAPACITY);
+        let (status_tx, _) = watch::channel(Status::default());
+        let mut coordinator = Self {
+            config,
+            trainer,
+            registry,
+            schedule,
+            metrics,
+            train: data.train,
+            outcome: None,
+            last_eval: None,
+            worker_list: Arc::default(),
+            status_tx,
+            weights_rx,
+            events_tx,
+            events_rx,
+            shutdown,
+        };
+        coordinator.publish();
+        Ok(coordinator)
+    }
+
+    /// The handle sessions reach this coordinator with.
+    pub fn sender(&self) -> CoordinatorHandle {
+        CoordinatorHandle {
+            tx: self.events_tx.clone(),
+        }
+    }
+
+    /// What it publishes: the status, the weights, the model.
+    pub fn published(&self) -> Published {
+        Published {
+            status: self.status_tx.subscribe(),
+            weights: self.weights_rx.clone(),
+            mlp: self.trainer.mlp().clone(),
+        }
+    }
+
+    /// The status as last published.
+    pub fn status(&self) -> Status {
+        self.status_tx.borrow().clone()
+    }
+
+    /// Processes events and round deadlines until shutdown (or until training is done,
+    /// which triggers shutdown).
+    pub async fn run(mut self) -> Outcome {
+        loop {
+            let deadline = self.schedule.deadline().map(tokio::time::Instant::from_std);
+            tokio::select! {
+                biased;
+                () = self.shutdown.cancelled() => break,
+                event = self.events_rx.recv() => match event {
+                    Some(event) => self.handle(event, now()),
+                    None => break,
+                },
+                () = sleep_until(deadline) => self.tick(now()),
+            }
+        }
+        self.outcome.unwrap_or(Outcome {
+            rounds: self.trainer.version(),
+            evaluation: self.last_eval,
+            reached_target: false,
+        })
+    }
+
+    pub fn handle(&mut self, event: Event, now: Instant) {
+        match event {
+            Event::Join {
+                hello,
+                outbox,
+                reply,
+            } => {
+                let result = self.join(&hello, outbox);
+                let worker = result.as_ref().ok().map(|j| j.worker);
+                if let (Err(_), Some(worker)) = (reply.send(result), worker) {
+                    // The session died while joining.
+                    self.registry.drop_worker(worker);
+                }
+            }
+            Event::Gradient {
+                worker,
+                session,
+                gradient,
+            } => {
+                // A replaced session's gradients are ignored: the worker lives on elsewhere.
+                if self.registry.is_current(worker, session) {
+                    self.gradient(worker, &gradient, now);
+                }
+            }
+            Event::Leave { worker, session } => {
+                if self.registry.is_current(worker, session) {
+                    self.registry.drop_worker(worker);
+                }
+            }
+            Event::Rejected { refusal } => {
+                debug!(%refusal, "session closed for bad input");
+                self.metrics.session_rejected();
+            }
+        }
+        self.settle(now);
+        self.publish();
+    }
+
+    /// A round deadline passed.
+    pub fn tick(&mut self, now: Instant) {
+        let actions = self.schedule.tick(now);
+        self.execute(actions);
+        self.settle(now);
+        self.publish();
+    }
+
+    /// When [`Coordinator::tick`] is next due.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.schedule.deadline()
+    }
+
+    fn view(&self) -> View {
+        View {
+            version: self.trainer.version(),
+            finished: self.outcome.is_some(),
+        }
+    }
+
+    fn join(&mut self, hello: &Hello, outbox: mpsc::Sender<Outbound>) -> Result<Joined, Refusal> {
+        if self.outcome.is_some() {
+            return Err(Refusal::new(
+                ErrorCode::ShuttingDown,
+                "training is finished",
+            ));
+        }
+        let admission = self.registry.admit(hello, outbox)?;
+        let id = admission.id;
+        if admission.replaced {
+            self.schedule.left(id);
+        }
+        if admission.resumed {
+            self.metrics.resumed();
+        }
+        let welcome = encode_from_coordinator(&CoordinatorToWorker::Welcome(Welcome {
+            worker_id: id,
+            resume_token: admission.token,
+            model: ModelSpec {
+                layers: self.config.layers.iter().map(|&w| w as u32).collect(),
+            },
+            batch_size: self.config.batch_size,
+            compression: hello.compression,
+        }));
+        self.registry
+            .send(id, Outbound::Frame(Bytes::from(welcome)));
+        let actions = self.schedule.joined(id, self.view());
+        self.execute(actions);
+        info!(worker = %id, kind = ?admission.kind, resumed = admission.resumed, workers = self.registry.len(), "worker joined");
+        Ok(Joined {
+            worker: id,
+            session: admission.session,
+            param_count: self.trainer.params().len(),
+            batch_size: self.config.batch_size,
+        })
+    }
+
+    fn gradient(&mut self, worker: WorkerId, gradient: &Gradient, now: Instant) {
+        let actions = self.schedule.gradient(worker, gradient, self.view(), now);
+        self.execute(actions);
+    }
+
+    /// Carries out a schedule's actions, in order.
+    fn execute(&mut self, actions: Vec<Action>) {
+        for action in actions {
+            match action {
+                Action::Rebalance => self.registry.rebalance(&self.train),
+                Action::Weights(id) => {
+                    if let Some(compression) = self.registry.compression(id) {
+                        let frame = self.trainer.weights(compression);
+                        self.registry.send(id, Outbound::Frame(frame));
+                        self.schedule.sent(id, self.trainer.version());
+                    }
+                }
+                Action::Accepted(id) => {
+                    self.metrics.accepted();
+                    self.registry.credit(id);
+                }
+                Action::Refuse(id, refusal) => {
+                    debug!(worker = %id, %refusal, "gradient refused");
+                    self.metrics.refused(refusal.code);
+                    self.registry.send_error(id, refusal);
+                }
+                Action::Apply(update) => self.apply(&update),
+                Action::Quorum(..) => self.registry.mark_changed(),
+                Action::Extended => self.metrics.extended(),
+            }
+        }
+    }
+
+    /// Removes dropped workers and lets the schedule close and open rounds, until stable.
+    fn settle(&mut self, now: Instant) {
+        loop {
+            while let Some(id) = self.registry.next_dropped() {
+                if self.registry.remove(id) {
+                    self.schedule.left(id);
+                    info!(worker = %id, workers = self.registry.len(), "worker left");
+                }
+            }
+            let actions = self.schedule.settle(self.view(), now);
+            if actions.is_empty() && !self.registry.has_dropped() {
+                break;
+            }
+            self.execute(actions);
+        }
+    }
+
+    /// Steps the optimizer, evaluates when due, logs the round, and stops when a stop
+    /// condition is met. Shared by every schedule.
+    fn apply(&mut self, update: &Update) {
+        self.trainer.apply(&update.gradient);
+        let version = self.trainer.version();
+        self.registry.mark_changed();
+        let since = self.metrics.updated(update, version - 1);
+        let last = self.config.max_rounds.is_some_and(|max| version >= max);
+        let evaluation = if version.is_multiple_of(self.config.eval_interval) || last {
+            self.trainer.evaluate()
+        } else {
+            None
+        };
+        if let Some(e) = evaluation {
+            self.metrics.evaluated(version, e);
+            self.last_eval = Some(e);
+        }
+        info!(
+            round = version,
+            mode = %self.config.mode.name(),
+            answered = update.answered,
+            missed = update.missed,
+            late = since.late,
+            stale = since.stale,
+            dup = since.duplicate,
+            deadline_hit = update.deadline_hit,
+            train_loss = format_args!("{:.4}", update.mean_loss),
+            round_ms = format_args!("{:.1}", update.duration.as_secs_f64() * 1e3),
+            test_accuracy = %metrics::LogValue(evaluation.map(|e| e.accuracy)),
+            test_loss = %metrics::LogValue(evaluation.map(|e| e.loss)),
+            "round"
+        );
+        let reached_target = match (evaluation, self.config.target_accuracy) {
+            (Some(e), Some(target)) => e.accuracy >= target,
+            _ => false,
+        };
+        if last || reached_target {
+            info!(
+                round = version,
+                reached_target,
+                test_accuracy = ?self.last_eval.map(|e| e.accuracy),
+                "training finished"
+            );
+            self.outcome = Some(Outcome {
+                rounds: version,
+                evaluation: self.last_eval,
+                reached_target,
+            });
+            self.shutdown.cancel();
+        }
+    }
+
+    fn publish(&mut self) {
+        let standing = self.schedule.standing();
+        let state = match (&self.outcome, standing.training) {
+            (Some(_), _) => State::Done,
+            (None, true) => State::Training,
+            (None, false) => State::Waiting,
+        };
+        if self.registry.take_changed() {
+            let schedule = &self.schedule;
+            self.worker_list = Arc::new(self.registry.list(|id| schedule.is_skipped(id)));
+        }
+        let status = self.metrics.snapshot(Live {
+            state,
+            round: self.trainer.version(),
+            workers: self.registry.len(),
+            standing,
+            worker_list: self.worker_list.clone(),
+        });
+        self.status_tx.send_replace(status);
+    }
+}
+
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests;

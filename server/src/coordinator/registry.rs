@@ -1,0 +1,295 @@
+//! Who is connected: workers and their identities (join, resume, leave), the shard each one
+//! holds, and the one way frames reach a worker (its bounded outbox).
+//!
+//! Identities outlive connections: a resume token maps back to its worker id, and each
+//! connection is a [`SessionId`], so events from a replaced connection are ignored. A worker
+//! whose outbox is full or closed is marked dropped; the coordinator removes it when it
+//! settles.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+
+use bytes::Bytes;
+use model::{Dataset, SplitMix64};
+use protocol::{
+    encode_from_coordinator, Compression, CoordinatorToWorker, ErrorCode, Hello, Shard, WorkerId,
+    WorkerKind,
+};
+use tokio::sync::mpsc;
+use tracing::warn;
+
+use super::handle::{Outbound, SessionId};
+use crate::refusal::Refusal;
+use crate::status::WorkerStatus;
+
+#[derive(Debug)]
+struct Worker {
+    kind: WorkerKind,
+    outbox: mpsc::Sender<Outbound>,
+    session: SessionId,
+    /// Negotiated in Hello: how its weights and gradients travel.
+    compression: Compression,
+    /// Its resume token (the key of its entry in `identities`).
+    token: String,
+    /// The shard this connection holds (what was last sent on it).
+    shard: Option<Range<usize>>,
+    gradients: u64,
+}
+
+/// What a resume token stands for, kept after the worker leaves.
+#[derive(Debug, Clone, Copy)]
+struct Identity {
+    id: WorkerId,
+    gradients: u64,
+}
+
+/// A worker let in by [`Registry::admit`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admission {
+    pub id: WorkerId,
+    pub session: SessionId,
+    pub token: String,
+    pub kind: WorkerKind,
+    /// It came back with its resume token.
+    pub resumed: bool,
+    /// Its identity was still connected on another session, which was told to close.
+    pub replaced: bool,
+}
+
+#[derive(Debug)]
+pub struct Registry {
+    workers: BTreeMap<WorkerId, Worker>,
+    identities: HashMap<String, Identity>,
+    next_worker: u32,
+    next_session: u64,
+    token_rng: SplitMix64,
+    join_token: Option<String>,
+    max_workers: usize,
+    /// Workers whose outbox failed while sending, or who left; removed when settling.
+    dropped: Vec<WorkerId>,
+    /// The published worker list is out of date (membership, skips or counts changed at a
+    /// round or update). Per-gradient counts alone do not set it: that would make every
+    /// event O(workers).
+    changed: bool,
+}
+
+impl Registry {
+    pub fn new(join_token: Option<String>, max_workers: usize, token_seed: u64) -> Self {
+        Self {
+            workers: BTreeMap::new(),
+            identities: HashMap::new(),
+            next_worker: 1,
+            next_session: 1,
+            token_rng: SplitMix64::new(token_seed),
+            join_token,
+            max_workers,
+            dropped: Vec::new(),
+            changed: true,
+        }
+    }
+
+    /// Lets a worker in: checks the join token and the worker limit, and resumes the
+    /// identity its token names (replacing a connection that still holds it).
+    pub fn admit(
+        &mut self,
+        hello: &Hello,
+        outbox: mpsc::Sender<Outbound>,
+    ) -> Result<Admission, Refusal> {
+        if let Some(expected) = &self.join_token {
+            if hello.join_token.as_deref() != Some(expected.as_str()) {
+                let msg = "missing or wrong join token";
+                return Err(Refusal::new(ErrorCode::Unauthorized, msg));
+            }
+        }
+        let resumed = hello
+            .resume_token
+            .as_ref()
+            .and_then(|token| self.identities.get(token).map(|i| (token.clone(), *i)));
+        if resumed.is_none() && self.workers.len() >= self.max_workers {
+            let msg = format!(
+                "the coordinator accepts at most {} workers",
+                self.max_workers
+            );
+            return Err(Refusal::new(ErrorCode::Full, msg));
+        }
+        let (token, mut identity, resumed) = match resumed {
+            Some((token, identity)) => (token, identity, true),
+            None => {
+                let id = WorkerId(self.next_worker);
+                self.next_worker += 1;
+                let token = format!(
+                    "{:016x}{:016x}",
+                    self.token_rng.next_u64(),
+                    self.token_rng.next_u64()
+                );
+                let identity = Identity { id, gradients: 0 };
+                self.identities.insert(token.clone(), identity);
+                (token, identity, false)
+            }
+        };
+        // Still connected (the old socket has not noticed it is dead): replace it.
+        let replaced = match self.workers.remove(&identity.id) {
+            Some(old) => {
+                identity.gradients = old.gradients;
+                let msg = "this worker resumed on another connection";
+                let _ = old
+                    .outbox
+                    .try_send(Outbound::Close(Refusal::new(ErrorCode::Replaced, msg)));
+                true
+            }
+            None => false,
+        };
+        let session = SessionId(self.next_session);
+        self.next_session += 1;
+        let kind = hello.kind.unwrap_or(WorkerKind::Native);
+        self.workers.insert(
+            identity.id,
+            Worker {
+                kind,
+                outbox,
+                session,
+                compression: hello.compression,
+                token: token.clone(),
+                shard: None,
+                gradients: identity.gradients,
+            },
+        );
+        self.changed = true;
+        Ok(Admission {
+            id: identity.id,
+            session,
+            token,
+            kind,
+            resumed,
+            replaced,
+        })
+    }
+
+    /// `session` is the worker's current connection (not one it resumed away from).
+    pub fn is_current(&self, id: WorkerId, session: SessionId) -> bool {
+        self.workers.get(&id).is_some_and(|w| w.session == session)
+    }
+
+    pub fn len(&self) -> usize {
+        self.workers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.workers.is_empty()
+    }
+
+    pub fn compression(&self, id: WorkerId) -> Option<Compression> {
+        self.workers.get(&id).map(|w| w.compression)
+    }
+
+    /// One more accepted gradient from `id`.
+    pub fn credit(&mut self, id: WorkerId) {
+        if let Some(w) = self.workers.get_mut(&id) {
+            w.gradients += 1;
+        }
+    }
+
+    /// Queues a frame for `id`. A worker that is not reading (full outbox) or gone is
+    /// marked dropped rather than let the coordinator block or buffer without bound.
+    pub fn send(&mut self, id: WorkerId, msg: Outbound) {
+        let Some(worker) = self.workers.get(&id) else {
+            return;
+        };
+        match worker.outbox.try_send(msg) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                warn!(worker = %id, "worker is not reading its frames; dropping it");
+                self.dropped.push(id);
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => self.dropped.push(id),
+        }
+    }
+
+    /// Sends a non-fatal error frame: the session goes on.
+    pub fn send_error(&mut self, id: WorkerId, refusal: Refusal) {
+        let frame = encode_from_coordinator(&CoordinatorToWorker::Error {
+            code: refusal.code,
+            message: refusal.message,
+        });
+        self.send(id, Outbound::Frame(Bytes::from(frame)));
+    }
+
+    /// Marks `id` for removal at the next settle.
+    pub fn drop_worker(&mut self, id: WorkerId) {
+        self.dropped.push(id);
+    }
+
+    /// The next worker marked for removal.
+    pub fn next_dropped(&mut self) -> Option<WorkerId> {
+        self.dropped.pop()
+    }
+
+    pub fn has_dropped(&self) -> bool {
+        !self.dropped.is_empty()
+    }
+
+    /// Removes a worker; its identity keeps its gradient count for a later resume.
+    /// Returns whether it was connected.
+    pub fn remove(&mut self, id: WorkerId) -> bool {
+        let Some(w) = self.workers.remove(&id) else {
+            return false;
+        };
+        if let Some(identity) = self.identities.get_mut(&w.token) {
+            identity.gradients = w.gradients;
+        }
+        self.changed = true;
+        true
+    }
+
+    /// Re-cuts `train` over the connected workers (ascending id) and sends each worker
+    /// whose shard changed its new one.
+    pub fn rebalance(&mut self, train: &Dataset) {
+        let ids: Vec<WorkerId> = self.workers.keys().copied().collect();
+        let shards = model::assign_shards(ids.len(), train.len());
+        for (&id, range) in ids.iter().zip(shards) {
+            let worker = self.workers.get_mut(&id).expect("listed above");
+            if worker.shard.as_ref() == Some(&range) {
+                continue;
+            }
+            worker.shard = Some(range.clone());
+            let (features, pixels, labels) = train.slice(range.clone()).into_parts();
+            let frame = encode_from_coordinator(&CoordinatorToWorker::Shard(Shard {
+                first_index: range.start as u32,
+                features: features as u32,
+                labels,
+                pixels,
+            }));
+            self.send(id, Outbound::Frame(Bytes::from(frame)));
+        }
+    }
+
+    /// The published list is out of date.
+    pub fn mark_changed(&mut self) {
+        self.changed = true;
+    }
+
+    /// Whether the list changed since the last call.
+    pub fn take_changed(&mut self) -> bool {
+        std::mem::take(&mut self.changed)
+    }
+
+    pub fn list(&self, skipped: impl Fn(WorkerId) -> bool) -> Vec<WorkerStatus> {
+        self.workers
+            .iter()
+            .map(|(&id, w)| WorkerStatus {
+                id: id.0,
+                kind: match w.kind {
+                    WorkerKind::Browser => "browser",
+                    WorkerKind::Native => "native",
+                },
+                gradients: w.gradients,
+                shard_len: w.shard.as_ref().map_or(0, Range::len),
+                skipped: skipped(id),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+#[path = "registry_tests.rs"]
+mod tests;

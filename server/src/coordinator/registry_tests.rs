@@ -1,0 +1,131 @@
+//! Admission, resume, sending and shards, without a coordinator around them.
+
+use protocol::{decode_from_coordinator, Compression, ErrorCode, Hello, WorkerKind};
+use tokio::sync::mpsc;
+
+use super::*;
+
+fn hello(join: Option<&str>, resume: Option<&str>) -> Hello {
+    Hello {
+        kind: Some(WorkerKind::Browser),
+        join_token: join.map(str::to_owned),
+        resume_token: resume.map(str::to_owned),
+        compression: Compression::Int8,
+    }
+}
+
+fn outbox(capacity: usize) -> (mpsc::Sender<Outbound>, mpsc::Receiver<Outbound>) {
+    mpsc::channel(capacity)
+}
+
+#[test]
+fn the_join_token_and_the_worker_limit_are_enforced() {
+    let mut r = Registry::new(Some("secret".into()), 1, 1);
+    let refused = r
+        .admit(&hello(None, None), outbox(1).0)
+        .expect_err("no token");
+    assert_eq!(refused.code, ErrorCode::Unauthorized);
+    let refused = r
+        .admit(&hello(Some("guess"), None), outbox(1).0)
+        .expect_err("wrong");
+    assert_eq!(refused.code, ErrorCode::Unauthorized);
+    let a = r
+        .admit(&hello(Some("secret"), None), outbox(1).0)
+        .expect("in");
+    assert_eq!(
+        (a.kind, a.resumed, a.replaced),
+        (WorkerKind::Browser, false, false)
+    );
+    assert_eq!(r.compression(a.id), Some(Compression::Int8));
+    let full = r
+        .admit(&hello(Some("secret"), None), outbox(1).0)
+        .expect_err("full");
+    assert_eq!(full.code, ErrorCode::Full);
+    assert!(full.message.contains("at most 1"), "{full}");
+    // A resume is not a new worker: it gets in even when full.
+    let back = r
+        .admit(&hello(Some("secret"), Some(&a.token)), outbox(1).0)
+        .expect("resumes");
+    assert_eq!((back.id, back.resumed, back.replaced), (a.id, true, true));
+}
+
+#[test]
+fn a_resume_replaces_the_live_session_and_keeps_the_gradient_count() {
+    let mut r = Registry::new(None, 10, 1);
+    let (tx, mut old_rx) = outbox(4);
+    let a = r.admit(&hello(None, None), tx).expect("in");
+    r.credit(a.id);
+    r.credit(a.id);
+    let b = r
+        .admit(&hello(None, Some(&a.token)), outbox(4).0)
+        .expect("in");
+    assert_eq!(b.id, a.id);
+    assert_ne!(b.session, a.session);
+    assert!(!r.is_current(a.id, a.session) && r.is_current(b.id, b.session));
+    let Ok(Outbound::Close(refusal)) = old_rx.try_recv() else {
+        panic!("the old session is told to close")
+    };
+    assert_eq!(refusal.code, ErrorCode::Replaced);
+    // Leaves, comes back later: same id, count remembered.
+    assert!(r.remove(b.id));
+    assert!(!r.remove(b.id), "already gone");
+    let c = r
+        .admit(&hello(None, Some(&a.token)), outbox(4).0)
+        .expect("in");
+    assert_eq!((c.id, c.replaced), (a.id, false));
+    assert_eq!(r.list(|_| false)[0].gradients, 2);
+    // Unknown tokens are new identities; tokens are distinct.
+    let d = r
+        .admit(&hello(None, Some("not-a-token")), outbox(4).0)
+        .expect("in");
+    assert_ne!(d.id, a.id);
+    assert_ne!(d.token, a.token);
+}
+
+#[test]
+fn a_worker_that_does_not_read_is_marked_dropped() {
+    let mut r = Registry::new(None, 10, 1);
+    let (tx, _rx) = outbox(1);
+    let a = r.admit(&hello(None, None), tx).expect("in");
+    r.send(a.id, Outbound::Frame(Bytes::from_static(b"1")));
+    assert!(!r.has_dropped());
+    r.send(a.id, Outbound::Frame(Bytes::from_static(b"2")));
+    assert_eq!(r.next_dropped(), Some(a.id));
+    // A closed outbox too.
+    let (tx, rx) = outbox(1);
+    let b = r.admit(&hello(None, None), tx).expect("in");
+    drop(rx);
+    r.send_error(b.id, Refusal::new(ErrorCode::Late, "late"));
+    assert_eq!(r.next_dropped(), Some(b.id));
+}
+
+#[test]
+fn rebalance_sends_each_worker_its_shard_only_when_it_changes() {
+    let mut r = Registry::new(None, 10, 1);
+    let train = Dataset::new(2, (0..20).collect(), vec![0, 1, 0, 1, 0, 1, 0, 1, 0, 1]).expect("ok");
+    let (tx, mut rx_a) = outbox(8);
+    let a = r.admit(&hello(None, None), tx).expect("in");
+    r.rebalance(&train);
+    let shard = |rx: &mut mpsc::Receiver<Outbound>| match rx.try_recv() {
+        Ok(Outbound::Frame(f)) => match decode_from_coordinator(&f).expect("frame") {
+            CoordinatorToWorker::Shard(s) => Some((s.first_index, s.labels.len(), s.pixels)),
+            other => panic!("{other:?}"),
+        },
+        _ => None,
+    };
+    assert_eq!(shard(&mut rx_a), Some((0, 10, (0..20).collect())));
+    r.rebalance(&train);
+    assert_eq!(shard(&mut rx_a), None, "unchanged: nothing sent");
+    let (tx, mut rx_b) = outbox(8);
+    let b = r.admit(&hello(None, None), tx).expect("in");
+    r.rebalance(&train);
+    assert_eq!(shard(&mut rx_a).map(|s| (s.0, s.1)), Some((0, 5)));
+    assert_eq!(shard(&mut rx_b).map(|s| (s.0, s.1)), Some((5, 5)));
+    let list = r.list(|id| id == b.id);
+    assert_eq!(
+        list.iter()
+            .map(|w| (w.id, w.shard_len, w.skipped))
+            .collect::<Vec<_>>(),
+        [(a.id.0, 5, false), (b.id.0, 5, true)]
+    );
+}

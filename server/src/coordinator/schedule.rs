@@ -1,0 +1,140 @@
+//! What a schedule is: the part of the coordinator that decides when gradients become an
+//! update, and who is sent weights. Two implement it: [`super::sync::SyncSchedule`] (rounds
+//! with a barrier, deadline and quorum) and [`super::asynchronous::AsyncSchedule`] (apply as
+//! gradients arrive; hogwild is its unbounded case).
+//!
+//! A schedule is sans-IO: it keeps only its own bookkeeping, is told the time, and answers
+//! with [`Action`]s for the coordinator to carry out in order. It never touches outboxes,
+//! parameters or counters.
+
+use std::fmt::Debug;
+use std::time::{Duration, Instant};
+
+use protocol::{Gradient, WorkerId};
+
+use super::asynchronous::AsyncSchedule;
+use super::sync::SyncSchedule;
+use crate::aggregate::AggregatorKind;
+use crate::config::Mode;
+use crate::refusal::Refusal;
+
+/// The schedule a mode runs: the one place the mode is matched.
+pub fn for_mode(
+    mode: Mode,
+    min_workers: usize,
+    param_count: usize,
+    now: Instant,
+) -> Box<dyn Schedule> {
+    let aggregator = AggregatorKind::default();
+    match mode {
+        Mode::Sync {
+            timeout,
+            miss_limit,
+        } => Box::new(SyncSchedule::new(
+            timeout,
+            min_workers,
+            miss_limit,
+            aggregator,
+            param_count,
+        )),
+        Mode::Async {
+            buffer,
+            max_staleness,
+        } => Box::new(AsyncSchedule::new(
+            buffer,
+            Some(max_staleness),
+            aggregator,
+            param_count,
+            now,
+        )),
+        Mode::Hogwild => Box::new(AsyncSchedule::hogwild(aggregator, param_count, now)),
+    }
+}
+
+/// What the coordinator knows that a schedule needs to decide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct View {
+    /// The version of the current weights (= updates applied so far).
+    pub version: u64,
+    /// Training has finished: open nothing new.
+    pub finished: bool,
+}
+
+/// One update, ready for the optimizer: the combined gradient and what the round log line,
+/// the metrics and the status say about it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Update {
+    pub gradient: Vec<f32>,
+    /// Samples behind the gradient.
+    pub samples: u64,
+    /// Sample-weighted mean of the workers' reported losses.
+    pub mean_loss: f64,
+    /// Gradients combined.
+    pub answered: usize,
+    /// Sync: participants that had not answered when the deadline closed the round.
+    pub missed: usize,
+    /// Sync: closed by its deadline (with quorum) rather than by everyone answering.
+    pub deadline_hit: bool,
+    /// From the round's opening (or the previous version's publication) to now.
+    pub duration: Duration,
+}
+
+/// What a schedule asks the coordinator to do, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Re-cut the train split over the connected workers and send changed shards.
+    Rebalance,
+    /// Send the current weights to this worker (the coordinator then calls
+    /// [`Schedule::sent`] with the version it sent).
+    Weights(WorkerId),
+    /// The worker's gradient was taken into the round or buffer.
+    Accepted(WorkerId),
+    /// The worker's gradient was dropped: send it this (non-fatal) refusal and count it.
+    Refuse(WorkerId, Refusal),
+    /// Step the optimizer with this update. Settling again afterwards sees the new version.
+    Apply(Update),
+    /// Sync: the worker left (`false`) or rejoined (`true`) the quorum.
+    Quorum(WorkerId, bool),
+    /// Sync: the deadline passed without quorum and the round was extended.
+    Extended,
+}
+
+/// Where a schedule stands, for the status.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Standing {
+    /// A round is open (sync) or workers are pulling (async).
+    pub training: bool,
+    pub participants: usize,
+    pub answered: usize,
+    /// Workers skipped from the quorum for missing deadlines.
+    pub skipped: usize,
+    /// The timeout of the latest round opened (sync).
+    pub round_timeout: Option<Duration>,
+}
+
+pub trait Schedule: Send + Debug {
+    /// A worker was admitted (new, or resuming its identity on a new connection).
+    fn joined(&mut self, worker: WorkerId, view: View) -> Vec<Action>;
+    /// A worker left; it is not waited for any more.
+    fn left(&mut self, worker: WorkerId);
+    /// A gradient that passed the session's checks (shape, finiteness).
+    fn gradient(
+        &mut self,
+        worker: WorkerId,
+        gradient: &Gradient,
+        view: View,
+        now: Instant,
+    ) -> Vec<Action>;
+    /// The coordinator sent `worker` the weights of `version`.
+    fn sent(&mut self, worker: WorkerId, version: u64);
+    /// Time passed the [`Schedule::deadline`].
+    fn tick(&mut self, now: Instant) -> Vec<Action>;
+    /// Closes what is finished and opens what is due. The coordinator calls it after every
+    /// event and again after carrying out its actions, until it asks for nothing.
+    fn settle(&mut self, view: View, now: Instant) -> Vec<Action>;
+    /// When [`Schedule::tick`] is next due, if ever.
+    fn deadline(&self) -> Option<Instant>;
+    fn standing(&self) -> Standing;
+    /// Sync: skipped from the quorum.
+    fn is_skipped(&self, worker: WorkerId) -> bool;
+}

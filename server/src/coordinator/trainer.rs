@@ -1,0 +1,158 @@
+//! The model being trained: parameters, optimizer, version, the encoded-weights cache, and
+//! evaluation on the test split (which never leaves the coordinator).
+
+use bytes::Bytes;
+use model::{evaluate, Dataset, Evaluation, Mlp, ModelError, Optimizer, OptimizerKind};
+use protocol::{encode_weights, Compression, Round};
+use tokio::sync::watch;
+use tracing::warn;
+
+use super::handle::WeightsSnapshot;
+
+#[derive(Debug)]
+pub struct Trainer {
+    mlp: Mlp,
+    params: Vec<f32>,
+    optimizer: Box<dyn Optimizer + Send>,
+    /// Updates applied = version of `params`.
+    version: u64,
+    test: Dataset,
+    /// The current weights, encoded once per version and compression and shared by every
+    /// outbox: uncompressed eagerly (for `/api/params`), f16 and int8 on first use.
+    frames: [Option<Bytes>; 3],
+    weights_tx: watch::Sender<WeightsSnapshot>,
+}
+
+impl Trainer {
+    pub fn new(
+        layers: &[usize],
+        seed: u64,
+        optimizer: OptimizerKind,
+        test: Dataset,
+    ) -> Result<(Self, watch::Receiver<WeightsSnapshot>), ModelError> {
+        let mlp = Mlp::new(layers)?;
+        let params: Vec<f32> = mlp.init(seed);
+        let optimizer = optimizer.build(params.len());
+        let frame = encode(0, &params, Compression::None);
+        let (weights_tx, weights_rx) = watch::channel(WeightsSnapshot {
+            round: 0,
+            frame: frame.clone(),
+        });
+        let trainer = Self {
+            mlp,
+            params,
+            optimizer,
+            version: 0,
+            test,
+            frames: [Some(frame), None, None],
+            weights_tx,
+        };
+        Ok((trainer, weights_rx))
+    }
+
+    pub fn mlp(&self) -> &Mlp {
+        &self.mlp
+    }
+
+    pub fn params(&self) -> &[f32] {
+        &self.params
+    }
+
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Steps the optimizer with the combined gradient and publishes the new version.
+    pub fn apply(&mut self, gradient: &[f32]) {
+        self.optimizer.step(&mut self.params, gradient);
+        self.version += 1;
+        let frame = encode(self.version, &self.params, Compression::None);
+        self.frames = [Some(frame.clone()), None, None];
+        self.weights_tx.send_replace(WeightsSnapshot {
+            round: self.version,
+            frame,
+        });
+    }
+
+    /// The current weights as a `Weights` frame in `compression`, encoded at most once per
+    /// version and compression.
+    pub fn weights(&mut self, compression: Compression) -> Bytes {
+        let slot = match compression {
+            Compression::None => 0,
+            Compression::F16 => 1,
+            Compression::Int8 => 2,
+        };
+        let (version, params) = (self.version, &self.params);
+        self.frames[slot]
+            .get_or_insert_with(|| encode(version, params, compression))
+            .clone()
+    }
+
+    /// Test-split loss and accuracy of the current weights.
+    pub fn evaluate(&self) -> Option<Evaluation> {
+        evaluate(&self.mlp, &self.params, &self.test)
+            .inspect_err(|err| warn!(%err, "evaluation failed"))
+            .ok()
+    }
+}
+
+fn encode(version: u64, params: &[f32], compression: Compression) -> Bytes {
+    Bytes::from(encode_weights(Round(version), params, compression))
+}
+
+#[cfg(test)]
+mod tests {
+    use protocol::{decode_from_coordinator, CoordinatorToWorker};
+
+    use super::*;
+
+    fn trainer(optimizer: OptimizerKind) -> (Trainer, watch::Receiver<WeightsSnapshot>) {
+        let test = Dataset::new(4, vec![0, 255, 0, 255, 255, 0, 255, 0], vec![0, 1]).expect("ok");
+        Trainer::new(&[4, 3, 2], 7, optimizer, test).expect("model")
+    }
+
+    fn decoded(frame: &Bytes) -> (u64, Vec<f32>) {
+        match decode_from_coordinator(frame).expect("frame") {
+            CoordinatorToWorker::Weights(w) => (w.round.0, w.params),
+            other => panic!("not weights: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn apply_steps_the_optimizer_bumps_the_version_and_publishes() {
+        let (mut t, rx) = trainer(OptimizerKind::Sgd { lr: 0.5 });
+        let before = t.params().to_vec();
+        let gradient: Vec<f32> = (0..before.len()).map(|i| i as f32 * 0.01).collect();
+        t.apply(&gradient);
+        assert_eq!(t.version(), 1);
+        for ((p, b), g) in t.params().iter().zip(&before).zip(&gradient) {
+            assert_eq!(*p, b - 0.5 * g, "SGD: p = p - lr * g, exactly");
+        }
+        let published = rx.borrow().clone();
+        assert_eq!(decoded(&published.frame), (1, t.params().to_vec()));
+        assert_eq!(published.round, 1);
+    }
+
+    #[test]
+    fn weights_are_encoded_once_per_version_and_compression() {
+        let (mut t, _rx) = trainer(OptimizerKind::Sgd { lr: 0.1 });
+        let a = t.weights(Compression::Int8);
+        let b = t.weights(Compression::Int8);
+        assert_eq!(a.as_ptr(), b.as_ptr(), "shared, not re-encoded");
+        assert_eq!(decoded(&t.weights(Compression::None)).1, t.params());
+        t.apply(&vec![1.0; t.params().len()]);
+        let c = t.weights(Compression::Int8);
+        assert_ne!(a.as_ptr(), c.as_ptr(), "a new version is encoded anew");
+        assert_eq!(decoded(&c).0, 1);
+    }
+
+    #[test]
+    fn evaluation_scores_the_test_split() {
+        let (t, _rx) = trainer(OptimizerKind::Sgd { lr: 0.1 });
+        let e = t.evaluate().expect("evaluates");
+        assert!(
+            (0.0..=1.0).contains(&e.accuracy) && e.loss.is_finite(),
+            "{e:?}"
+        );
+    }
+}
