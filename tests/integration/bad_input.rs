@@ -157,8 +157,7 @@ async fn run(with_bad_clients: bool) -> (Vec<u8>, server::Status) {
     let json = get_status_json(server.addr).await;
     assert_eq!(json["sessions_rejected"], refused);
     let s = status.borrow().clone();
-    server.shutdown.cancel();
-    server.wait().await.expect("clean stop");
+    stop(server).await;
     (params, s)
 }
 

@@ -161,8 +161,7 @@ async fn two_tabs_train_to_90_percent_and_survive_a_closed_tab() {
     assert_eq!(browsers(&s), 1);
 
     second.close().await;
-    server.shutdown.cancel();
-    server.wait().await.expect("clean stop");
+    stop(server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,8 +176,7 @@ async fn tabs_reconnect_by_themselves_after_a_coordinator_restart() {
     })
     .await;
 
-    server.shutdown.cancel();
-    server.wait().await.expect("clean stop");
+    stop(server).await;
 
     // A new coordinator on the same address; nobody touches the tabs.
     let restarted = start_server_at(addr, &[]).await;
@@ -191,8 +189,7 @@ async fn tabs_reconnect_by_themselves_after_a_coordinator_restart() {
     for tab in tabs {
         tab.close().await;
     }
-    restarted.shutdown.cancel();
-    restarted.wait().await.expect("clean stop");
+    stop(restarted).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,6 +223,5 @@ async fn reloading_a_tab_keeps_its_worker_id() {
     })
     .await;
     tab.close().await;
-    server.shutdown.cancel();
-    server.wait().await.expect("clean stop");
+    stop(server).await;
 }

@@ -6,12 +6,12 @@ use crate::util::*;
 /// served the current weights at once and contributes from the next round.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_worker_does_not_stall_and_a_late_joiner_contributes() {
-    let server = start_server(&["--min-workers", "3"]).await;
-    let mut status = server.status.clone();
-
     // Two real workers and a third client that will die holding round 0.
-    let _w1 = spawn_worker(server.addr);
-    let _w2 = spawn_worker(server.addr);
+    let Swarm {
+        server,
+        mut status,
+        workers: _workers,
+    } = swarm(&["--min-workers", "3"], 2).await;
     wait_status(&mut status, "two workers", |s| s.workers == 2).await;
     let mut doomed = RawClient::connect(server.addr).await;
     doomed.hello().await;
@@ -77,6 +77,5 @@ async fn a_dead_worker_does_not_stall_and_a_late_joiner_contributes() {
     .await;
     assert_eq!(s.workers, 4);
     assert_eq!(s.gradients_rejected, 0, "{s:?}");
-    server.shutdown.cancel();
-    server.wait().await.expect("clean stop");
+    stop(server).await;
 }

@@ -9,24 +9,26 @@ async fn four_workers_equal_single_process_sgd_on_the_union_of_their_batches() {
     const ROUNDS: u64 = 20;
     const BATCH: usize = 32;
     const LR: f32 = 0.1;
-    let server = start_server(&[
-        "--min-workers",
-        "4",
-        "--optimizer",
-        "sgd",
-        "--lr",
-        "0.1",
-        "--batch-size",
-        "32",
-        "--max-rounds",
-        "20",
-        "--seed",
-        "7",
-    ])
+    let swarm = swarm(
+        &[
+            "--min-workers",
+            "4",
+            "--optimizer",
+            "sgd",
+            "--lr",
+            "0.1",
+            "--batch-size",
+            "32",
+            "--max-rounds",
+            "20",
+            "--seed",
+            "7",
+        ],
+        4,
+    )
     .await;
-    let weights = server.weights.clone();
-    let _workers: Vec<_> = (0..4).map(|_| spawn_worker(server.addr)).collect();
-    let summary = guard("20 rounds", server.wait()).await.expect("server ran");
+    let weights = swarm.server.weights.clone();
+    let (summary, _) = swarm.finish("20 rounds").await;
     assert_eq!(summary.rounds, ROUNDS);
     let distributed = snapshot_params(&weights.borrow());
 

@@ -56,6 +56,5 @@ async fn status_params_health_and_static_files() {
     let (code, _, _) = http_get(server.addr, "/no-such-file").await;
     assert_eq!(code, 404);
 
-    server.shutdown.cancel();
-    server.wait().await.expect("clean stop");
+    stop(server).await;
 }

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use model::SplitMix64;
-use protocol::{CoordinatorToWorker, WorkerKind};
+use protocol::CoordinatorToWorker;
 use tokio_util::sync::CancellationToken;
 
 use crate::util::*;
@@ -53,12 +53,9 @@ async fn a_frozen_worker_costs_a_few_deadlines_then_is_skipped() {
     ];
 
     // Without the straggler.
-    let server = start_server(FLAGS).await;
-    let mut status = server.status.clone();
-    let _workers: Vec<_> = (0..4).map(|_| spawn_worker(server.addr)).collect();
-    let baseline = rounds_per_s(&mut status, 20, 620).await;
-    server.shutdown.cancel();
-    server.wait().await.expect("clean stop");
+    let mut clean = swarm(FLAGS, 4).await;
+    let baseline = rounds_per_s(&mut clean.status, 20, 620).await;
+    clean.stop().await;
 
     // With one of five frozen: it joins first, so it is a participant from round 0.
     let server = start_server(FLAGS).await;
@@ -92,8 +89,7 @@ async fn a_frozen_worker_costs_a_few_deadlines_then_is_skipped() {
         "{s:?}"
     );
     frozen.cancel();
-    server.shutdown.cancel();
-    server.wait().await.expect("clean stop");
+    stop(server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -125,7 +121,7 @@ async fn churn_for_200_rounds_stalls_nothing_and_counts_nothing_twice() {
         .map(|_| spawn(worker::new_core(&options)))
         .collect();
     let mut rng = SplitMix64::new(99);
-    let (mut disconnects, mut resumes) = (0u64, 0u64);
+    let (mut disconnects, mut resumes, mut confirmed) = (0u64, 0u64, 0u64);
     let started = Instant::now();
     let mut round = 0;
     let done = loop {
@@ -147,14 +143,26 @@ async fn churn_for_200_rounds_stalls_nothing_and_counts_nothing_twice() {
                 .await
                 .expect("task");
             disconnects += 1;
-            // The replacement above is a fresh identity; half of them resume instead.
-            if n % 2 == 0 {
+            // The replacement above is a fresh identity; half of them resume instead. A core
+            // that was never welcomed has no token to resume with (it was cancelled while
+            // connecting): it rejoins as a fresh identity, and is not counted as a resume.
+            if n % 2 == 0 && core.resume_token().is_some() {
                 let fresh = std::mem::replace(&mut slots[i], spawn(core));
                 fresh.cancel.cancel();
                 let _ = fresh.task.await;
                 resumes += 1;
             }
         }
+        // Every resume reaches the coordinator before the next churn.
+        let s = wait_status(&mut status, "the resumes", |s| {
+            s.resumed >= resumes || s.state == server::status::State::Done
+        })
+        .await;
+        if s.state == server::status::State::Done {
+            break s;
+        }
+        assert_eq!(s.resumed, resumes, "{s:?}");
+        confirmed = resumes;
     };
     let elapsed = started.elapsed();
     let summary = guard("the server to stop", server.wait())
@@ -171,9 +179,13 @@ async fn churn_for_200_rounds_stalls_nothing_and_counts_nothing_twice() {
     // honest worker ever had a gradient refused as a duplicate.
     assert_eq!(done.answered_total, done.gradients_accepted, "{done:?}");
     assert_eq!(done.duplicate_rejected, 0);
+    assert!(resumes >= 10, "the churn resumed identities: {resumes}");
+    // Every resume up to the last churn was confirmed by the coordinator's count. Only the
+    // last churn's (at most 2) may be missing: if the 200th round ended the run while they
+    // were connecting, they were refused because training was done.
     assert!(
-        done.resumed >= resumes / 2,
-        "resumes reached the coordinator: {done:?}"
+        (confirmed..=resumes).contains(&done.resumed) && resumes - confirmed <= 2,
+        "{resumes} resumes sent, {confirmed} confirmed: {done:?}"
     );
     assert!(
         summary.test_accuracy.expect("evaluated") >= 0.90,
@@ -187,29 +199,28 @@ async fn churn_for_200_rounds_stalls_nothing_and_counts_nothing_twice() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_mode_with_a_5x_slower_worker_reaches_93_percent() {
     let _heavy = HEAVY.lock().await;
-    let server = start_server(&[
-        "--mode",
-        "async",
-        "--max-staleness",
-        "4",
-        "--target-accuracy",
-        "0.93",
-        "--max-rounds",
-        "20000",
-    ])
-    .await;
-    let status = server.status.clone();
     // A fast worker's cycle here is ~2 ms (gradient + round trip); the slow one adds 10 ms.
-    let _fast: Vec<_> = (0..3).map(|_| spawn_worker(server.addr)).collect();
-    let (_slow, _) = spawn_worker_with(worker::Options {
-        url: ws_url(server.addr),
-        compute_delay: Some(Duration::from_millis(10)),
-        ..worker::Options::default()
-    });
     let started = Instant::now();
-    let summary = guard("async training to 93 %", server.wait())
-        .await
-        .expect("ran");
+    let swarm = swarm_with(
+        &[
+            "--mode",
+            "async",
+            "--max-staleness",
+            "4",
+            "--target-accuracy",
+            "0.93",
+            "--max-rounds",
+            "20000",
+        ],
+        4,
+        |i| worker::Options {
+            compute_delay: (i == 3).then_some(Duration::from_millis(10)),
+            ..worker::Options::default()
+        },
+    )
+    .await;
+    let status = swarm.status.clone();
+    let (summary, _) = swarm.finish("async training to 93 %").await;
     let s = status.borrow().clone();
     println!(
         "async: {} updates to {:?} in {:.1} s ({:.0} updates/s); late {}, stale {}, duplicate {}",
@@ -233,18 +244,20 @@ async fn async_mode_with_a_5x_slower_worker_reaches_93_percent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hogwild_converges_on_the_default_model() {
     let _heavy = HEAVY.lock().await;
-    let server = start_server(&[
-        "--mode",
-        "hogwild",
-        "--target-accuracy",
-        "0.93",
-        "--max-rounds",
-        "20000",
-    ])
-    .await;
-    let _workers: Vec<_> = (0..4).map(|_| spawn_worker(server.addr)).collect();
     let started = Instant::now();
-    let summary = guard("hogwild training", server.wait()).await.expect("ran");
+    let swarm = swarm(
+        &[
+            "--mode",
+            "hogwild",
+            "--target-accuracy",
+            "0.93",
+            "--max-rounds",
+            "20000",
+        ],
+        4,
+    )
+    .await;
+    let (summary, _) = swarm.finish("hogwild training").await;
     println!(
         "hogwild: {} updates to {:?} in {:.1} s",
         summary.rounds,
@@ -284,8 +297,7 @@ async fn a_worker_that_stops_answering_pings_is_dropped() {
     );
     assert_eq!(s.state, server::status::State::Waiting);
     drop(silent);
-    server.shutdown.cancel();
-    server.wait().await.expect("clean stop");
+    stop(server).await;
 }
 
 /// A resumed worker keeps its id and its shard, and its earlier gradient is not counted twice.
@@ -302,14 +314,19 @@ async fn a_reconnect_with_the_token_keeps_id_and_shard() {
     let before = status.borrow().worker_list.clone();
     let id = b.core.stats().worker_id.expect("welcomed");
     // A network blip: same core (same token), new connection; the old one is dropped.
-    let core = b.core;
+    let shard = *b.shards.last().expect("b was sent a shard");
+    let ManualWorker {
+        client: b_client,
+        core,
+        ..
+    } = b;
     let mut again = RawClient::connect(server.addr).await;
     again
         .send_raw(tokio_tungstenite::tungstenite::Message::Binary(
             core.hello_frame().into(),
         ))
         .await;
-    drop(b.client);
+    drop(b_client);
     let Some(CoordinatorToWorker::Welcome(w)) = again.recv().await else {
         panic!("welcome")
     };
@@ -319,6 +336,18 @@ async fn a_reconnect_with_the_token_keeps_id_and_shard() {
         .send_raw(tokio_tungstenite::tungstenite::Message::Binary(gb.into()))
         .await;
     again.expect_error(protocol::ErrorCode::Late).await;
+    // Round 1 closes without the replaced session; round 2 re-sends the resumed connection
+    // its shard, and it is the same one.
+    let ga = a.next_gradient().await;
+    a.send(ga).await;
+    let again_shard = loop {
+        match again.recv().await {
+            Some(CoordinatorToWorker::Shard(s)) => break (s.first_index, s.labels.len()),
+            Some(_) => continue,
+            None => panic!("closed before the shard"),
+        }
+    };
+    assert_eq!(again_shard, shard, "same shard after the resume");
     let s = wait_status(&mut status, "the resume", |s| s.resumed == 1).await;
     let mine = |list: &[server::status::WorkerStatus]| list.iter().find(|w| w.id == id.0).cloned();
     let (was, is) = (
@@ -327,9 +356,7 @@ async fn a_reconnect_with_the_token_keeps_id_and_shard() {
     );
     assert_eq!(was.gradients, is.gradients);
     assert_eq!(s.workers, 2);
-    let _ = WorkerKind::Native;
-    server.shutdown.cancel();
-    server.wait().await.expect("clean stop");
+    stop(server).await;
 }
 
 /// Wire compression: the default model trains with f16 and int8 weights and gradients.
@@ -343,17 +370,14 @@ async fn compressed_workers_train_the_default_model() {
         protocol::Compression::F16,
         protocol::Compression::Int8,
     ] {
-        let server = start_server(&["--min-workers", "4", "--max-rounds", "300"]).await;
-        let _workers: Vec<_> = (0..4)
-            .map(|_| {
-                spawn_worker_with(worker::Options {
-                    url: ws_url(server.addr),
-                    compression,
-                    ..worker::Options::default()
-                })
-            })
-            .collect();
-        let summary = guard("300 rounds", server.wait()).await.expect("ran");
+        let swarm = swarm_with(&["--min-workers", "4", "--max-rounds", "300"], 4, |_| {
+            worker::Options {
+                compression,
+                ..worker::Options::default()
+            }
+        })
+        .await;
+        let (summary, _) = swarm.finish("300 rounds").await;
         let a = summary.test_accuracy.expect("evaluated");
         println!(
             "compression {}: {:.2} % after 300 rounds",

@@ -1,7 +1,4 @@
-use std::process::Stdio;
 use std::time::{Duration, Instant};
-
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::util::*;
 
@@ -10,33 +7,8 @@ use crate::util::*;
 #[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_with_connected_workers_exits_0_within_5_s() {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_coordinator"))
-        .args(["--port", "0", "--log-level", "info"])
-        .env("NO_COLOR", "1")
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn coordinator");
-    // The coordinator logs the address it bound; read it from its output.
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let addr: std::net::SocketAddr = guard("the listening line", async {
-        loop {
-            let line = lines
-                .next_line()
-                .await
-                .expect("read")
-                .expect("coordinator exited early");
-            if let Some(rest) = line.split("http://").nth(1) {
-                let addr = rest.split('/').next().expect("split yields one item");
-                return addr.parse().expect("address");
-            }
-        }
-    })
-    .await;
-    // Keep draining its output so it never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let (mut child, addr) =
+        spawn_coordinator(env!("CARGO_BIN_EXE_coordinator").as_ref(), None, &[]).await;
 
     let workers: Vec<_> = (0..2).map(|_| spawn_worker(addr)).collect();
     // A third, test-driven worker tells us when training is under way.
@@ -72,4 +44,41 @@ async fn sigterm_with_connected_workers_exits_0_within_5_s() {
             "workers get a close frame: {ended:?}"
         );
     }
+}
+
+/// The binary copied to another directory, run from there with no flags about where the page
+/// is, serves the page and its wasm worker from itself, and trains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copied_binary_serves_its_page_and_trains() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let copy = dir.path().join("coordinator");
+    std::fs::copy(env!("CARGO_BIN_EXE_coordinator"), &copy).expect("copy the binary");
+    let (mut child, addr) =
+        spawn_coordinator(&copy, Some(dir.path()), &["--max-rounds", "30"]).await;
+    let (code, head, body) = http_get(addr, "/").await;
+    assert_eq!(code, 200, "{head}");
+    assert!(
+        String::from_utf8_lossy(&body).contains("main.js"),
+        "the volunteer page"
+    );
+    let (code, head, body) = http_get(addr, "/pkg/worker_wasm_bg.wasm").await;
+    assert_eq!(
+        code, 200,
+        "the wasm worker is built in (scripts/test.sh builds it first): {head}"
+    );
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: application/wasm"),
+        "{head}"
+    );
+    assert_eq!(&body[..4], b"\0asm", "a wasm module");
+    let (code, _, _) = http_get(addr, "/pkg/nothing-here.js").await;
+    assert_eq!(code, 404);
+    let (task, _) = spawn_worker(addr);
+    let exit = guard("30 rounds and exit", child.wait())
+        .await
+        .expect("wait");
+    assert!(exit.success(), "exit status {exit}");
+    let (_, stats) = guard("worker end", task).await.expect("worker task");
+    assert!(stats.gradients_sent >= 29, "{stats:?}");
 }

@@ -3,20 +3,20 @@ use crate::util::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_native_workers_reach_93_percent() {
     let _heavy = HEAVY.lock().await;
-    let server = start_server(&[
-        "--min-workers",
-        "4",
-        "--target-accuracy",
-        "0.93",
-        "--max-rounds",
-        "3000",
-    ])
-    .await;
-    let workers: Vec<_> = (0..4).map(|_| spawn_worker(server.addr)).collect();
     let started = std::time::Instant::now();
-    let summary = guard("training to 93 %", server.wait())
-        .await
-        .expect("server ran");
+    let swarm = swarm(
+        &[
+            "--min-workers",
+            "4",
+            "--target-accuracy",
+            "0.93",
+            "--max-rounds",
+            "3000",
+        ],
+        4,
+    )
+    .await;
+    let (summary, workers) = swarm.finish("training to 93 %").await;
     let elapsed = started.elapsed();
     println!(
         "reached {:?} test accuracy in {} rounds, {:.1} s",
@@ -30,7 +30,7 @@ async fn four_native_workers_reach_93_percent() {
         summary.rounds
     );
     assert!(summary.test_accuracy.expect("evaluated") >= 0.93);
-    for (task, _) in workers {
+    for task in workers {
         let (ended, stats) = guard("worker end", task).await.expect("worker task");
         // Every worker was told the coordinator is going away, and contributed to most rounds.
         assert!(

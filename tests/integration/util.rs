@@ -165,6 +165,8 @@ impl RawClient {
 pub struct ManualWorker {
     pub client: RawClient,
     pub core: worker_core::WorkerCore,
+    /// Every shard it was sent, as (first index, samples).
+    pub shards: Vec<(u32, usize)>,
 }
 
 impl ManualWorker {
@@ -174,7 +176,11 @@ impl ManualWorker {
         client
             .send_raw(Message::Binary(core.hello_frame().into()))
             .await;
-        Self { client, core }
+        Self {
+            client,
+            core,
+            shards: Vec::new(),
+        }
     }
 
     /// Reads frames until the core produces a gradient frame; returns it unsent.
@@ -185,6 +191,9 @@ impl ManualWorker {
                 Some(Ok(_)) => continue,
                 other => panic!("connection ended while waiting for weights: {other:?}"),
             };
+            if let Ok(CoordinatorToWorker::Shard(s)) = decode_from_coordinator(&frame) {
+                self.shards.push((s.first_index, s.labels.len()));
+            }
             if let Some(reply) = self.core.handle_frame(&frame).expect("valid frames") {
                 return reply;
             }
@@ -266,4 +275,108 @@ pub fn snapshot_params(snapshot: &server::coordinator::WeightsSnapshot) -> Vec<f
         CoordinatorToWorker::Weights(w) => w.params,
         other => panic!("not weights: {other:?}"),
     }
+}
+
+/// A coordinator on port 0 with native workers: the shape most tests start from.
+pub struct Swarm {
+    pub server: RunningServer,
+    pub status: watch::Receiver<Status>,
+    pub workers: Vec<(WorkerTask, CancellationToken)>,
+}
+
+/// Starts a coordinator with `flags` and `n` default native workers.
+pub async fn swarm(flags: &[&str], n: usize) -> Swarm {
+    swarm_with(flags, n, |_| worker::Options::default()).await
+}
+
+/// The same, with worker `i`'s options from `options(i)` (the URL is filled in).
+pub async fn swarm_with(
+    flags: &[&str],
+    n: usize,
+    options: impl Fn(usize) -> worker::Options,
+) -> Swarm {
+    let server = start_server(flags).await;
+    let status = server.status.clone();
+    let workers = (0..n)
+        .map(|i| {
+            spawn_worker_with(worker::Options {
+                url: ws_url(server.addr),
+                ..options(i)
+            })
+        })
+        .collect();
+    Swarm {
+        server,
+        status,
+        workers,
+    }
+}
+
+impl Swarm {
+    pub fn addr(&self) -> SocketAddr {
+        self.server.addr
+    }
+
+    /// Waits until the status satisfies `pred`.
+    pub async fn wait_for(&mut self, what: &str, pred: impl FnMut(&Status) -> bool) -> Status {
+        wait_status(&mut self.status, what, pred).await
+    }
+
+    /// Waits for training to end by itself (--max-rounds or --target-accuracy).
+    pub async fn finish(self, what: &str) -> (server::Summary, Vec<WorkerTask>) {
+        let summary = guard(what, self.server.wait()).await.expect("server ran");
+        (summary, self.workers.into_iter().map(|(t, _)| t).collect())
+    }
+
+    /// Stops the coordinator and expects a clean stop.
+    pub async fn stop(self) {
+        stop(self.server).await;
+    }
+}
+
+/// Stops a coordinator and expects a clean stop.
+pub async fn stop(server: RunningServer) {
+    guard("a clean stop", server.stop())
+        .await
+        .expect("clean stop");
+}
+
+/// Runs a real coordinator binary (`--port 0`, plus `flags`) in `cwd`, and reads the address
+/// it logs. Its output keeps being drained so it never blocks on a full pipe.
+pub async fn spawn_coordinator(
+    binary: &std::path::Path,
+    cwd: Option<&std::path::Path>,
+    flags: &[&str],
+) -> (tokio::process::Child, SocketAddr) {
+    use tokio::io::AsyncBufReadExt;
+    let mut command = tokio::process::Command::new(binary);
+    command
+        .args(["--port", "0", "--log-level", "info"])
+        .args(flags)
+        .env("NO_COLOR", "1")
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true);
+    if let Some(cwd) = cwd {
+        command.current_dir(cwd);
+    }
+    let mut child = command.spawn().expect("spawn coordinator");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let addr: SocketAddr = guard("the listening line", async {
+        loop {
+            let line = lines
+                .next_line()
+                .await
+                .expect("read")
+                .expect("coordinator exited early");
+            if let Some(rest) = line.split("http://").nth(1) {
+                let addr = rest.split('/').next().expect("split yields one item");
+                return addr.parse().expect("address");
+            }
+        }
+    })
+    .await;
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, addr)
 }
