@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent installs shared by scripts/run.sh and scripts/test.sh. Every step checks first
 # and skips what is already there at the right version, so a second run costs nothing.
-# Versions and the reasons for each flag: ../shared/TOOLCHAIN.md.
+# Versions and the reasons for each flag: docs/TOOLCHAIN.md.
 
 WASM_PACK_VERSION=0.15.1
 

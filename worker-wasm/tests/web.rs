@@ -41,7 +41,8 @@ fn wasm_gradient_equals_the_native_gradient() {
         return;
     }
     // Native x86_64 runs matrixmultiply's AVX2+FMA kernel (one rounding per multiply-add);
-    // wasm32 runs its scalar kernel. Without FMA on the native side the two must agree exactly.
+    // wasm32 runs its simd128 kernel, which has no FMA. Without FMA on the native side the two
+    // must agree exactly.
     assert!(
         option_env!("CROWDTRAIN_REFERENCE_WITHOUT_FMA").is_none(),
         "the native reference was computed without FMA, so it must be bitwise identical"
@@ -65,6 +66,7 @@ fn wasm_gradient_equals_the_native_gradient() {
 #[wasm_bindgen_test]
 fn wasm_decodes_what_native_encodes_and_encodes_the_same_bytes() {
     let worker_frames = fixture::unpack(NATIVE_WORKER_FRAMES);
+    assert_eq!(worker_frames.len(), fixture::worker_messages().len());
     for (frame, expected) in worker_frames.iter().zip(fixture::worker_messages()) {
         assert_eq!(decode_from_worker(frame).expect("decodes"), expected);
         // Byte-identical encoding means native decodes what wasm encodes.
