@@ -38,3 +38,7 @@ mod browser;
 /// Deadlines, quorum, skipped stragglers, churn with resume tokens, async and hogwild.
 #[path = "integration/robust.rs"]
 mod robust;
+
+/// Hostile clients speaking the real protocol: poisoned gradients, replays, lies.
+#[path = "integration/attacks.rs"]
+mod attacks;

@@ -117,6 +117,13 @@ async fn run(
         "3600".into(),
         "--log-level".into(),
         "warn".into(),
+        // The synthetic gradients are nothing like real ones; the adaptive norm bound, set
+        // from a real gradient, would clip them and change the checked result.
+        "--max-grad-norm".into(),
+        "1e30".into(),
+        // The streaming mean: the reference is a mean, and O(P) memory is what is measured.
+        "--aggregator".into(),
+        "mean".into(),
     ];
     // CROWDTRAIN_BENCH_WRAPPER runs the coordinator under a profiler, e.g.
     // "valgrind --tool=massif --massif-out-file=/tmp/massif.out" (figures are then the

@@ -52,10 +52,28 @@ impl GradientSum {
 
     /// Adds a mean gradient over `samples` samples with an explicit weight.
     pub fn accumulate_weighted(&mut self, grads: &[f32], samples: u32, weight: f32) {
+        self.accumulate_scaled(grads, samples, weight, 1.0);
+    }
+
+    /// Adds `scale · grads` with weight `weight`: the sum grows by `weight · scale · g`, the
+    /// total weight by `weight` alone, so a clipped gradient (scale < 1) counts as one
+    /// contribution of reduced length, not as a lighter one.
+    ///
+    /// A scale too small for f32 products (an attacker's 3e38 clipped to an honest norm)
+    /// is applied in f64, so the result is exact to f32 rounding instead of subnormal noise.
+    pub fn accumulate_scaled(&mut self, grads: &[f32], samples: u32, weight: f32, scale: f32) {
         assert_eq!(grads.len(), self.sum.len(), "gradient length");
-        // A plain zip loop over equal-length slices: the compiler vectorises it.
-        for (s, &g) in self.sum.iter_mut().zip(grads) {
-            *s += weight * g;
+        let factor = weight * scale;
+        if factor.is_normal() || factor == 0.0 {
+            // A plain zip loop over equal-length slices: the compiler vectorises it.
+            for (s, &g) in self.sum.iter_mut().zip(grads) {
+                *s += factor * g;
+            }
+        } else {
+            let factor = f64::from(weight) * f64::from(scale);
+            for (s, &g) in self.sum.iter_mut().zip(grads) {
+                *s += (factor * f64::from(g)) as f32;
+            }
         }
         self.samples += u64::from(samples);
         self.weight += f64::from(weight);
@@ -144,6 +162,21 @@ mod tests {
         sum.accumulate_weighted(&[1.0], 10, 3.0);
         assert_eq!(sum.samples(), 20);
         assert_eq!(sum.take_mean(), Some(vec![1.75])); // (4·1 + 1·3) / 4
+    }
+
+    #[test]
+    fn a_scaled_gradient_keeps_its_weight_and_tiny_scales_are_exact() {
+        let mut sum = GradientSum::new(2);
+        sum.accumulate_scaled(&[4.0, -8.0], 32, 32.0, 0.5);
+        sum.accumulate_scaled(&[0.0, 0.0], 32, 32.0, 1.0);
+        // (32·0.5·g + 0) / 64
+        assert_eq!(sum.take_mean(), Some(vec![1.0, -2.0]));
+        // An attacker's 3e38 scaled to length ~1: 3e38 · 1e-38 · 32 = 96, then / 32.
+        sum.accumulate_scaled(&[3e38, -3e38], 32, 32.0, 1e-38 / 3.0);
+        let mean = sum.take_mean().expect("one contribution");
+        for (got, want) in mean.iter().zip([1.0f32, -1.0]) {
+            assert!((got - want).abs() < 1e-6, "{got} vs {want}");
+        }
     }
 
     #[test]

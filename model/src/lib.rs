@@ -22,6 +22,7 @@ pub mod mlp;
 pub mod optim;
 pub mod params;
 pub mod rng;
+pub mod robust;
 mod scalar;
 
 pub use data::{assign_shards, batch_positions, Dataset};

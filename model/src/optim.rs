@@ -40,6 +40,10 @@ impl OptimizerKind {
 pub trait Optimizer: std::fmt::Debug {
     /// Applies one update to `params` from the (averaged) gradient `grads`.
     fn step(&mut self, params: &mut [f32], grads: &[f32]);
+    /// Whether [`Optimizer::step`] with `grads` would leave every parameter (and the
+    /// optimizer's own state) finite. Changes nothing: a coordinator asks before stepping,
+    /// so a step that would break the model is never taken.
+    fn would_stay_finite(&self, params: &[f32], grads: &[f32]) -> bool;
 }
 
 /// Plain SGD: `p -= lr · g`.
@@ -53,6 +57,13 @@ impl Optimizer for Sgd {
         for (p, &g) in params.iter_mut().zip(grads) {
             *p -= self.lr * g;
         }
+    }
+
+    fn would_stay_finite(&self, params: &[f32], grads: &[f32]) -> bool {
+        params
+            .iter()
+            .zip(grads)
+            .all(|(&p, &g)| (p - self.lr * g).is_finite())
     }
 }
 
@@ -80,6 +91,17 @@ impl Optimizer for Momentum {
             *v = self.momentum * *v + g;
             *p -= self.lr * *v;
         }
+    }
+
+    fn would_stay_finite(&self, params: &[f32], grads: &[f32]) -> bool {
+        params
+            .iter()
+            .zip(&self.velocity)
+            .zip(grads)
+            .all(|((&p, &v), &g)| {
+                let v = self.momentum * v + g;
+                v.is_finite() && (p - self.lr * v).is_finite()
+            })
     }
 }
 
@@ -127,6 +149,25 @@ impl Optimizer for Adam {
             *p -= step * *m / ((*v / c2).sqrt() + self.eps);
         }
     }
+
+    fn would_stay_finite(&self, params: &[f32], grads: &[f32]) -> bool {
+        let t = self.t.saturating_add(1);
+        let (c1, c2) = (1.0 - self.beta1.powi(t), 1.0 - self.beta2.powi(t));
+        let step = self.lr / c1;
+        let (b1, b2) = (self.beta1, self.beta2);
+        params
+            .iter()
+            .zip(&self.m)
+            .zip(&self.v)
+            .zip(grads)
+            .all(|(((&p, &m), &v), &g)| {
+                let m = b1 * m + (1.0 - b1) * g;
+                let v = b2 * v + (1.0 - b2) * g * g;
+                m.is_finite()
+                    && v.is_finite()
+                    && (p - step * m / ((v / c2).sqrt() + self.eps)).is_finite()
+            })
+    }
 }
 
 #[cfg(test)]
@@ -155,6 +196,45 @@ mod tests {
         assert!((p[0] - -0.01).abs() < 1e-6);
         assert!((p[1] - 0.01).abs() < 1e-5);
         assert_eq!(p[2], 5.0);
+    }
+
+    #[test]
+    fn a_step_that_would_overflow_is_seen_before_it_is_taken() {
+        for kind in [
+            OptimizerKind::Sgd { lr: 0.1 },
+            OptimizerKind::Momentum {
+                lr: 0.1,
+                momentum: 0.9,
+            },
+            OptimizerKind::Adam {
+                lr: 0.1,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+            },
+        ] {
+            let opt = kind.build(2);
+            let params = [1.0f32, -1.0];
+            assert!(opt.would_stay_finite(&params, &[0.5, 0.5]), "{kind:?}");
+            // 3e38 squared overflows Adam's second moment; times lr it still fits SGD, so
+            // push SGD over with parameters already near the top of f32.
+            assert!(
+                !opt.would_stay_finite(&[f32::MAX, 0.0], &[-3e38, 0.0]),
+                "{kind:?}"
+            );
+            assert!(
+                !opt.would_stay_finite(&params, &[f32::NAN, 0.0]),
+                "{kind:?}"
+            );
+        }
+        let adam = OptimizerKind::Adam {
+            lr: 0.1,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+        }
+        .build(1);
+        assert!(!adam.would_stay_finite(&[0.0], &[3e38]), "g² overflows v");
     }
 
     #[test]

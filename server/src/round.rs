@@ -11,10 +11,11 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use protocol::{ErrorCode, Gradient, Round, WorkerId};
+use protocol::{ErrorCode, Round, WorkerId};
 use thiserror::Error;
 
 use crate::aggregate::Aggregator;
+use crate::coordinator::schedule::Contribution;
 use crate::refusal::Refusal;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
@@ -151,7 +152,7 @@ impl OpenRound {
     pub fn accept(
         &mut self,
         worker: WorkerId,
-        gradient: &Gradient,
+        gradient: &Contribution<'_>,
         now: Instant,
     ) -> Result<Progress, RoundError> {
         if gradient.round < self.round {
@@ -175,7 +176,7 @@ impl OpenRound {
         self.answered.insert(worker);
         let samples = gradient.samples;
         self.aggregator
-            .add(&gradient.grads, samples, samples as f32);
+            .add(gradient.grads, samples, samples as f32, gradient.scale);
         self.loss_sum += f64::from(gradient.loss) * f64::from(samples);
         self.latencies
             .push(now.saturating_duration_since(self.started_at));

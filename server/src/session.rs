@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, instrument};
 
 use crate::config::Liveness;
+use crate::coordinator::clip::norm_and_finite;
 use crate::coordinator::{CoordinatorHandle, Joined, Outbound, OUTBOX_CAPACITY};
 use crate::refusal::Refusal;
 
@@ -241,10 +242,11 @@ where
                     }
                     Err(err) => return End::refuse(err.code(), err.to_string()),
                 };
-                if let Err(refusal) = validate(&gradient, &joined) {
-                    return End::Refuse(refusal);
-                }
-                if coordinator.gradient(&joined, gradient).await.is_err() {
+                let norm = match validate(&gradient, &joined) {
+                    Ok(norm) => norm,
+                    Err(refusal) => return End::Refuse(refusal),
+                };
+                if coordinator.gradient(&joined, gradient, norm).await.is_err() {
                     return End::Shutdown;
                 }
             }
@@ -262,8 +264,9 @@ where
     }
 }
 
-/// Checks that do not need the training state: shape, sample count, finiteness.
-pub fn validate(g: &Gradient, joined: &Joined) -> Result<(), Refusal> {
+/// Checks that do not need the training state: shape, sample count, finiteness. Returns the
+/// gradient's L2 norm (in f64, so finite values cannot overflow it), for the norm bound.
+pub fn validate(g: &Gradient, joined: &Joined) -> Result<f64, Refusal> {
     if g.grads.len() != joined.param_count {
         return Err(Refusal::new(
             ErrorCode::ShapeMismatch,
@@ -289,13 +292,15 @@ pub fn validate(g: &Gradient, joined: &Joined) -> Result<(), Refusal> {
             format!("loss is {}", g.loss),
         ));
     }
-    if let Some(i) = g.grads.iter().position(|v| !v.is_finite()) {
+    let (norm, finite) = norm_and_finite(&g.grads);
+    if !finite {
+        let i = g.grads.iter().position(|v| !v.is_finite()).unwrap_or(0);
         return Err(Refusal::new(
             ErrorCode::NonFinite,
             format!("gradient value {i} is {}", g.grads[i]),
         ));
     }
-    Ok(())
+    Ok(norm)
 }
 
 #[cfg(test)]
@@ -318,7 +323,10 @@ mod tests {
             loss,
             grads,
         };
-        assert!(validate(&g(vec![0.0; 3], 8, 1.0), &joined).is_ok());
+        assert_eq!(validate(&g(vec![3.0, 0.0, 4.0], 8, 1.0), &joined), Ok(5.0));
+        // Finite values whose squares overflow f32: the norm is still exact, in f64.
+        let huge = validate(&g(vec![3e38; 3], 8, 1.0), &joined).expect("finite");
+        assert!((huge / (3e38 * 3f64.sqrt()) - 1.0).abs() < 1e-6, "{huge}");
         let cases = [
             (
                 g(vec![0.0; 2], 1, 1.0),

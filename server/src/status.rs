@@ -22,6 +22,8 @@ pub struct WorkerStatus {
     pub kind: &'static str,
     /// Gradients accepted from this worker.
     pub gradients: u64,
+    /// Its gradients scaled down by the norm bound.
+    pub clipped: u64,
     /// Samples in its current shard (0 until its first round).
     pub shard_len: usize,
     /// Sync: missed too many deadlines in a row; not waited for until it answers again.
@@ -51,6 +53,8 @@ pub struct Status {
     pub state: State,
     /// `sync`, `async` or `hogwild`.
     pub mode: &'static str,
+    /// `mean`, `trimmed-mean` or `median`.
+    pub aggregator: &'static str,
     /// Completed rounds, which is also the version of the current weights.
     pub round: u64,
     /// Connected (welcomed) workers.
@@ -75,6 +79,12 @@ pub struct Status {
     pub stale_rejected: u64,
     /// Of those: a second gradient for the same round (or the same weights, in async).
     pub duplicate_rejected: u64,
+    /// Gradients longer than the norm bound, scaled down to it before they were combined.
+    pub gradients_clipped: u64,
+    /// The current bound on a gradient's L2 norm (`--max-grad-norm`, or adaptive).
+    pub grad_norm_bound: f64,
+    /// Updates not applied because they would have made a parameter non-finite.
+    pub updates_refused: u64,
     /// Σ answers over applied rounds. With `round_answered` (the open round) it equals
     /// `gradients_accepted`: every accepted gradient is counted in exactly one round.
     pub answered_total: u64,

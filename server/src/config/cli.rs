@@ -93,6 +93,27 @@ pub struct Cli {
     #[arg(long, default_value = "20s", value_parser = super::parse_duration)]
     pub ping_timeout: Duration,
 
+    /// How a round's gradients are combined: mean-around-median (per coordinate, drop the
+    /// values farthest from the median), trimmed-mean (drop the largest and smallest),
+    /// median, or mean (exact, not robust).
+    #[arg(long, value_enum, default_value_t = AggregatorChoice::MeanAroundMedian)]
+    pub aggregator: AggregatorChoice,
+
+    /// mean-around-median and trimmed-mean: the fraction of gradients dropped (from each end,
+    /// for trimmed-mean) of every coordinate [default: 0.2, so one in five].
+    #[arg(long)]
+    pub trim: Option<f32>,
+
+    /// Memory a round may use to keep its gradients for trimmed-mean or median, in MiB;
+    /// a round that would need more uses the mean.
+    #[arg(long, default_value_t = 512)]
+    pub aggregator_memory: usize,
+
+    /// Bound on one gradient's L2 norm: longer ones are scaled down to it before they are
+    /// combined [default: adaptive, 4 × the median of recent gradients' norms].
+    #[arg(long)]
+    pub max_grad_norm: Option<f64>,
+
     /// Require workers to present this token in Hello.
     #[arg(long, env = "CROWDTRAIN_JOIN_TOKEN")]
     pub join_token: Option<String>,
@@ -116,6 +137,14 @@ pub enum OptimizerChoice {
     Sgd,
     Momentum,
     Adam,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AggregatorChoice {
+    MeanAroundMedian,
+    Mean,
+    TrimmedMean,
+    Median,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

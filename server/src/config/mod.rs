@@ -13,8 +13,9 @@ use clap::Parser;
 use model::OptimizerKind;
 use thiserror::Error;
 
-pub use self::cli::{Cli, ModeChoice, OptimizerChoice};
+pub use self::cli::{AggregatorChoice, Cli, ModeChoice, OptimizerChoice};
 pub use self::duration::parse_duration;
+use crate::aggregate::{AggregatorKind, Rule};
 use crate::deadline::RoundTimeout;
 
 /// Samples in the default dataset's train split; the rest (2,000) is the test split.
@@ -67,6 +68,9 @@ pub struct Config {
     pub min_workers: usize,
     pub mode: Mode,
     pub liveness: Liveness,
+    pub aggregator: AggregatorKind,
+    /// `--max-grad-norm`; `None`: adaptive.
+    pub max_grad_norm: Option<f64>,
     pub join_token: Option<String>,
     pub max_workers: usize,
     /// Serve the page from here instead of the copy built into the binary.
@@ -116,6 +120,14 @@ pub enum ConfigError {
         interval: Duration,
         timeout: Duration,
     },
+    #[error("--trim must be in [0, 0.5), got {0}")]
+    Trim(f32),
+    #[error("--trim only applies to --aggregator mean-around-median or trimmed-mean")]
+    TrimWithoutTrimmedMean,
+    #[error("--aggregator-memory must be between 1 and 65536 MiB, got {0}")]
+    AggregatorMemory(usize),
+    #[error("--max-grad-norm must be a number in (0, 1e30], got {0}")]
+    MaxGradNorm(f64),
     #[error("--join-token must not be empty")]
     EmptyJoinToken,
     #[error("--log-level must be one of error, warn, info, debug, trace; got {0:?}")]
@@ -200,6 +212,10 @@ impl TryFrom<Cli> for Config {
                 max: cli.max_workers,
             });
         }
+        let aggregator = aggregator(&cli)?;
+        if let Some(n) = cli.max_grad_norm.filter(|n| !(*n > 0.0 && *n <= 1e30)) {
+            return Err(ConfigError::MaxGradNorm(n));
+        }
         if cli.join_token.as_deref() == Some("") {
             return Err(ConfigError::EmptyJoinToken);
         }
@@ -232,12 +248,36 @@ impl TryFrom<Cli> for Config {
             min_workers: cli.min_workers,
             mode,
             liveness,
+            aggregator,
+            max_grad_norm: cli.max_grad_norm,
             join_token: cli.join_token,
             max_workers: cli.max_workers,
             web_dir: cli.web_dir,
             log_level,
         })
     }
+}
+
+/// `--aggregator` with its parameters.
+fn aggregator(cli: &Cli) -> Result<AggregatorKind, ConfigError> {
+    if !(1..=65536).contains(&cli.aggregator_memory) {
+        return Err(ConfigError::AggregatorMemory(cli.aggregator_memory));
+    }
+    let trim = cli.trim.unwrap_or(0.2);
+    if !(0.0..0.5).contains(&trim) {
+        return Err(ConfigError::Trim(trim));
+    }
+    let rule = match (cli.aggregator, cli.trim) {
+        (AggregatorChoice::MeanAroundMedian, _) => Rule::MeanAroundMedian { trim },
+        (AggregatorChoice::TrimmedMean, _) => Rule::TrimmedMean { trim },
+        (_, Some(_)) => return Err(ConfigError::TrimWithoutTrimmedMean),
+        (AggregatorChoice::Mean, None) => Rule::Mean,
+        (AggregatorChoice::Median, None) => Rule::Median,
+    };
+    Ok(AggregatorKind {
+        rule,
+        memory: cli.aggregator_memory << 20,
+    })
 }
 
 /// Checks the mode's flags together. Flags of another mode are refused rather than silently

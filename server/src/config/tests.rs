@@ -143,6 +143,13 @@ fn bad_combinations_are_refused_with_a_clear_message() {
         ),
         (&["--ping-interval", "30"], "--ping-interval"),
         (&["--ping-interval", "soon"], "not a duration"),
+        (&["--max-grad-norm", "0"], "--max-grad-norm"),
+        (&["--trim", "0.5"], "--trim"),
+        (&["--aggregator", "median", "--trim", "0.1"], "only applies"),
+        (&["--aggregator", "krum"], "invalid value 'krum'"),
+        (&["--aggregator-memory", "0"], "--aggregator-memory"),
+        (&["--max-grad-norm", "NaN"], "--max-grad-norm"),
+        (&["--max-grad-norm", "1e31"], "--max-grad-norm"),
         (&["--round-timeout", "2 parsecs"], "--round-timeout"),
         (&["--round-timeout", "2h"], "--round-timeout"),
     ];

@@ -10,9 +10,9 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use protocol::{ErrorCode, Gradient, WorkerId};
+use protocol::{ErrorCode, WorkerId};
 
-use super::schedule::{Action, Schedule, Standing, Update, View};
+use super::schedule::{Action, Contribution, Schedule, Standing, Update, View};
 use crate::aggregate::{Aggregator, AggregatorKind};
 use crate::refusal::Refusal;
 
@@ -43,7 +43,7 @@ impl AsyncSchedule {
             buffer_size,
             max_staleness,
             awaiting: BTreeMap::new(),
-            buffer: aggregator.build(param_count),
+            buffer: aggregator.build(param_count, buffer_size),
             buffer_loss: 0.0,
             version_since: now,
             rebalance: false,
@@ -70,7 +70,7 @@ impl Schedule for AsyncSchedule {
     fn gradient(
         &mut self,
         worker: WorkerId,
-        gradient: &Gradient,
+        gradient: &Contribution<'_>,
         view: View,
         now: Instant,
     ) -> Vec<Action> {
@@ -114,7 +114,8 @@ impl Schedule for AsyncSchedule {
             // Hogwild: every gradient at full weight.
             None => samples as f32,
         };
-        self.buffer.add(&gradient.grads, samples, weight);
+        self.buffer
+            .add(gradient.grads, samples, weight, gradient.scale);
         self.buffer_loss += f64::from(gradient.loss) * f64::from(samples);
         let mut actions = vec![Action::Accepted(worker)];
         if self.buffer.contributions() >= self.buffer_size {

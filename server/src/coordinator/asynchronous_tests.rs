@@ -6,6 +6,7 @@ use protocol::{ErrorCode, Gradient, Round, WorkerId};
 
 use super::*;
 use crate::aggregate::AggregatorKind;
+use crate::coordinator::schedule::Contribution;
 
 const PARAMS: usize = 2;
 const A: WorkerId = WorkerId(1);
@@ -44,7 +45,7 @@ fn a_pull_is_answered_once_then_refreshed_with_the_newest_weights() {
     );
     s.sent(A, 0);
     let later = t0 + Duration::from_millis(7);
-    let actions = s.gradient(A, &grad(0, 0.5, 4), view(0), later);
+    let actions = s.gradient(A, &Contribution::of(&grad(0, 0.5, 4)), view(0), later);
     let [Action::Accepted(A), Action::Apply(u), Action::Weights(A)] = actions.as_slice() else {
         panic!("{actions:?}")
     };
@@ -55,12 +56,12 @@ fn a_pull_is_answered_once_then_refreshed_with_the_newest_weights() {
     );
     // Not sent anything new yet: the same version again is a duplicate, a newer one not open.
     assert_eq!(
-        code(&s.gradient(A, &grad(0, 0.5, 4), view(1), later)),
+        code(&s.gradient(A, &Contribution::of(&grad(0, 0.5, 4)), view(1), later)),
         ErrorCode::Duplicate
     );
     s.sent(A, 1);
     assert_eq!(
-        code(&s.gradient(A, &grad(2, 0.5, 4), view(1), later)),
+        code(&s.gradient(A, &Contribution::of(&grad(2, 0.5, 4)), view(1), later)),
         ErrorCode::RoundNotOpen
     );
 }
@@ -74,8 +75,12 @@ fn stale_gradients_are_down_weighted_or_refused_beyond_the_bound() {
     s.sent(A, 3);
     s.sent(B, 4);
     // At version 4: A is 1 behind (weight 8 / 2 = 4), B fresh (weight 4).
-    assert_eq!(s.gradient(A, &grad(3, 1.0, 8), view(4), t0).len(), 2);
-    let actions = s.gradient(B, &grad(4, 4.0, 4), view(4), t0);
+    assert_eq!(
+        s.gradient(A, &Contribution::of(&grad(3, 1.0, 8)), view(4), t0)
+            .len(),
+        2
+    );
+    let actions = s.gradient(B, &Contribution::of(&grad(4, 4.0, 4)), view(4), t0);
     let Some(Action::Apply(u)) = actions.get(1) else {
         panic!("{actions:?}")
     };
@@ -83,7 +88,7 @@ fn stale_gradients_are_down_weighted_or_refused_beyond_the_bound() {
     assert_eq!(u.gradient, vec![2.5; PARAMS]);
     // Two behind with a bound of 1: refused, and sent fresh weights.
     s.sent(A, 3);
-    let actions = s.gradient(A, &grad(3, 1.0, 8), view(5), t0);
+    let actions = s.gradient(A, &Contribution::of(&grad(3, 1.0, 8)), view(5), t0);
     assert_eq!(code(&actions), ErrorCode::Stale);
     assert_eq!(actions[1], Action::Weights(A));
 }
@@ -94,7 +99,7 @@ fn hogwild_applies_everything_at_full_weight() {
     let mut s = AsyncSchedule::hogwild(AggregatorKind::default(), PARAMS, t0);
     s.joined(A, view(0));
     s.sent(A, 0);
-    let actions = s.gradient(A, &grad(0, 3.0, 2), view(100), t0);
+    let actions = s.gradient(A, &Contribution::of(&grad(0, 3.0, 2)), view(100), t0);
     assert!(
         matches!(&actions[1], Action::Apply(u) if u.gradient == vec![3.0; PARAMS]),
         "{actions:?}"
@@ -119,7 +124,8 @@ fn a_leave_re_cuts_the_shards_once_unless_finished() {
     assert!(s.settle(finished, t0).is_empty());
     assert!(!s.standing().training);
     assert!(
-        s.gradient(A, &grad(0, 1.0, 1), view(0), t0).is_empty(),
+        s.gradient(A, &Contribution::of(&grad(0, 1.0, 1)), view(0), t0)
+            .is_empty(),
         "gone: ignored"
     );
 }

@@ -38,6 +38,8 @@ pub enum Event {
         worker: WorkerId,
         session: SessionId,
         gradient: Gradient,
+        /// Its L2 norm, computed in f64 by the session while validating.
+        norm: f64,
     },
     Leave {
         worker: WorkerId,
@@ -88,11 +90,17 @@ impl CoordinatorHandle {
         rx.await.map_err(|_| Stopped)
     }
 
-    pub async fn gradient(&self, joined: &Joined, gradient: Gradient) -> Result<(), Stopped> {
+    pub async fn gradient(
+        &self,
+        joined: &Joined,
+        gradient: Gradient,
+        norm: f64,
+    ) -> Result<(), Stopped> {
         self.send(Event::Gradient {
             worker: joined.worker,
             session: joined.session,
             gradient,
+            norm,
         })
         .await
     }

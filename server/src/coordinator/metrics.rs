@@ -13,6 +13,7 @@ use crate::status::{RoundReport, State, Status, WorkerStatus};
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunInfo {
     pub mode: &'static str,
+    pub aggregator: &'static str,
     pub model: Vec<usize>,
     pub param_count: usize,
     pub optimizer: String,
@@ -35,6 +36,7 @@ pub struct Live {
     pub workers: usize,
     pub standing: Standing,
     pub worker_list: Arc<Vec<WorkerStatus>>,
+    pub grad_norm_bound: f64,
 }
 
 #[derive(Debug)]
@@ -45,6 +47,8 @@ pub struct Metrics {
     late: u64,
     stale_rejected: u64,
     duplicate_rejected: u64,
+    gradients_clipped: u64,
+    updates_refused: u64,
     answered_total: u64,
     samples_seen: u64,
     deadline_closes: u64,
@@ -66,6 +70,8 @@ impl Metrics {
             late: 0,
             stale_rejected: 0,
             duplicate_rejected: 0,
+            gradients_clipped: 0,
+            updates_refused: 0,
             answered_total: 0,
             samples_seen: 0,
             deadline_closes: 0,
@@ -93,6 +99,16 @@ impl Metrics {
             ErrorCode::Duplicate => (self.duplicate_rejected += 1, s.duplicate += 1),
             _ => ((), ()),
         };
+    }
+
+    /// A gradient was scaled down by the norm bound.
+    pub fn clipped(&mut self) {
+        self.gradients_clipped += 1;
+    }
+
+    /// An update was not applied: it would have made a parameter non-finite.
+    pub fn update_refused(&mut self) {
+        self.updates_refused += 1;
     }
 
     pub fn resumed(&mut self) {
@@ -139,6 +155,7 @@ impl Metrics {
         Status {
             state: live.state,
             mode: self.info.mode,
+            aggregator: self.info.aggregator,
             round: live.round,
             workers: live.workers,
             round_participants: live.standing.participants,
@@ -153,6 +170,9 @@ impl Metrics {
             late: self.late,
             stale_rejected: self.stale_rejected,
             duplicate_rejected: self.duplicate_rejected,
+            gradients_clipped: self.gradients_clipped,
+            grad_norm_bound: live.grad_norm_bound,
+            updates_refused: self.updates_refused,
             answered_total: self.answered_total,
             deadline_closes: self.deadline_closes,
             deadline_extensions: self.deadline_extensions,
@@ -193,6 +213,7 @@ mod tests {
     fn metrics() -> Metrics {
         Metrics::new(RunInfo {
             mode: "sync",
+            aggregator: "mean",
             model: vec![4, 2],
             param_count: 10,
             optimizer: "sgd".into(),
@@ -213,6 +234,7 @@ mod tests {
                 round_timeout: Some(Duration::from_millis(250)),
             },
             worker_list: Arc::default(),
+            grad_norm_bound: 2.5,
         }
     }
 
@@ -278,6 +300,8 @@ mod tests {
         m.resumed();
         m.session_rejected();
         m.extended();
+        m.clipped();
+        m.update_refused();
         let s = m.snapshot(live());
         assert_eq!((s.mode, s.param_count, s.batch_size), ("sync", 10, 8));
         assert_eq!((s.test_accuracy, s.test_loss), (Some(0.9), Some(0.25)));
@@ -288,5 +312,7 @@ mod tests {
         );
         assert_eq!((s.state, s.round, s.workers), (State::Training, 3, 2));
         assert_eq!((s.round_participants, s.round_answered), (2, 1));
+        assert_eq!((s.gradients_clipped, s.updates_refused), (1, 1));
+        assert_eq!(s.grad_norm_bound, 2.5);
     }
 }

@@ -16,7 +16,9 @@
 //! [`metrics`].
 
 pub mod asynchronous;
+pub mod clip;
 pub mod handle;
+pub mod identities;
 pub mod metrics;
 pub mod registry;
 pub mod schedule;
@@ -34,15 +36,16 @@ use protocol::{
 };
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
+use self::clip::NormBound;
 pub use self::handle::{
     CoordinatorHandle, Event, Joined, Outbound, Outcome, Published, SessionId, Stopped,
     WeightsSnapshot, EVENT_CHANNEL_CAPACITY, OUTBOX_CAPACITY,
 };
 use self::metrics::{Live, Metrics, RunInfo};
 use self::registry::Registry;
-use self::schedule::{Action, Schedule, Update, View};
+use self::schedule::{Action, Contribution, Schedule, Update, View};
 use self::trainer::Trainer;
 use crate::config::Config;
 use crate::dataset::Split;
@@ -55,6 +58,7 @@ pub struct Coordinator {
     registry: Registry,
     schedule: Box<dyn Schedule>,
     metrics: Metrics,
+    bound: NormBound,
     train: Dataset,
     outcome: Option<Outcome>,
     last_eval: Option<Evaluation>,
@@ -84,19 +88,24 @@ impl Coordinator {
         let (trainer, weights_rx) =
             Trainer::new(&config.layers, config.seed, config.optimizer, data.test)?;
         let params = trainer.params().len();
-        let schedule = schedule::for_mode(config.mode, config.min_workers, params, now());
+        let reference = trainer.reference_norm(&data.train, config.batch_size as usize)?;
+        let bound = NormBound::new(config.max_grad_norm, reference);
+        let schedule = schedule::for_mode(
+            config.mode,
+            config.aggregator,
+            config.min_workers,
+            params,
+            now(),
+        );
         let metrics = Metrics::new(RunInfo {
             mode: config.mode.name(),
+            aggregator: config.aggregator.rule.name(),
             model: config.layers.clone(),
             param_count: params,
             optimizer: format!("{:?}", config.optimizer),
             batch_size: config.batch_size,
         });
-        let token_seed = config.seed
-            ^ std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64);
-        let registry = Registry::new(config.join_token.clone(), config.max_workers, token_seed);
+        let registry = Registry::new(config.join_token.clone(), config.max_workers);
         let (events_tx, events_rx) = mpsc::channel(EVENT_CHANNEL_CAPACITY);
         let (status_tx, _) = watch::channel(Status::default());
         let mut coordinator = Self {
@@ -105,6 +114,7 @@ impl Coordinator {
             registry,
             schedule,
             metrics,
+            bound,
             train: data.train,
             outcome: None,
             last_eval: None,
@@ -169,7 +179,7 @@ impl Coordinator {
                 outbox,
                 reply,
             } => {
-                let result = self.join(&hello, outbox);
+                let result = self.join(&hello, outbox, now);
                 let worker = result.as_ref().ok().map(|j| j.worker);
                 if let (Err(_), Some(worker)) = (reply.send(result), worker) {
                     // The session died while joining.
@@ -180,10 +190,11 @@ impl Coordinator {
                 worker,
                 session,
                 gradient,
+                norm,
             } => {
                 // A replaced session's gradients are ignored: the worker lives on elsewhere.
                 if self.registry.is_current(worker, session) {
-                    self.gradient(worker, &gradient, now);
+                    self.gradient(worker, &gradient, norm, now);
                 }
             }
             Event::Leave { worker, session } => {
@@ -220,14 +231,19 @@ impl Coordinator {
         }
     }
 
-    fn join(&mut self, hello: &Hello, outbox: mpsc::Sender<Outbound>) -> Result<Joined, Refusal> {
+    fn join(
+        &mut self,
+        hello: &Hello,
+        outbox: mpsc::Sender<Outbound>,
+        now: Instant,
+    ) -> Result<Joined, Refusal> {
         if self.outcome.is_some() {
             return Err(Refusal::new(
                 ErrorCode::ShuttingDown,
                 "training is finished",
             ));
         }
-        let admission = self.registry.admit(hello, outbox)?;
+        let admission = self.registry.admit(hello, outbox, now)?;
         let id = admission.id;
         if admission.replaced {
             self.schedule.left(id);
@@ -257,8 +273,30 @@ impl Coordinator {
         })
     }
 
-    fn gradient(&mut self, worker: WorkerId, gradient: &Gradient, now: Instant) {
-        let actions = self.schedule.gradient(worker, gradient, self.view(), now);
+    /// Weighs a validated gradient (its assigned batch, the norm bound) and hands it to
+    /// the schedule.
+    fn gradient(&mut self, worker: WorkerId, gradient: &Gradient, norm: f64, now: Instant) {
+        let clip = self.bound.clip(norm);
+        if clip.clipped {
+            debug!(%worker, norm, bound = self.bound.bound(), "gradient clipped to the norm bound");
+            self.metrics.clipped();
+            self.registry.note_clipped(worker);
+        }
+        let samples = self
+            .registry
+            .assigned_batch(worker, self.config.batch_size)
+            .unwrap_or(gradient.samples);
+        let contribution = Contribution {
+            samples,
+            scale: clip.scale,
+            ..Contribution::of(gradient)
+        };
+        let actions = self
+            .schedule
+            .gradient(worker, &contribution, self.view(), now);
+        if actions.contains(&Action::Accepted(worker)) {
+            self.bound.learn(norm);
+        }
         self.execute(actions);
     }
 
@@ -294,7 +332,7 @@ impl Coordinator {
     fn settle(&mut self, now: Instant) {
         loop {
             while let Some(id) = self.registry.next_dropped() {
-                if self.registry.remove(id) {
+                if self.registry.remove(id, now) {
                     self.schedule.left(id);
                     info!(worker = %id, workers = self.registry.len(), "worker left");
                 }
@@ -310,7 +348,15 @@ impl Coordinator {
     /// Steps the optimizer, evaluates when due, logs the round, and stops when a stop
     /// condition is met. Shared by every schedule.
     fn apply(&mut self, update: &Update) {
-        self.trainer.apply(&update.gradient);
+        if !self.trainer.apply(&update.gradient) {
+            warn!(
+                round = self.trainer.version(),
+                answered = update.answered,
+                "update not applied: it would have made a parameter non-finite"
+            );
+            self.metrics.update_refused();
+            return;
+        }
         let version = self.trainer.version();
         self.registry.mark_changed();
         let since = self.metrics.updated(update, version - 1);
@@ -376,6 +422,7 @@ impl Coordinator {
             workers: self.registry.len(),
             standing,
             worker_list: self.worker_list.clone(),
+            grad_norm_bound: self.bound.bound(),
         });
         self.status_tx.send_replace(status);
     }

@@ -6,19 +6,22 @@
 //! whose outbox is full or closed is marked dropped; the coordinator removes it when it
 //! settles.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ops::Range;
+use std::time::Instant;
 
 use bytes::Bytes;
-use model::{Dataset, SplitMix64};
+use model::Dataset;
 use protocol::{
     encode_from_coordinator, Compression, CoordinatorToWorker, ErrorCode, Hello, Shard, WorkerId,
     WorkerKind,
 };
+use subtle::ConstantTimeEq;
 use tokio::sync::mpsc;
 use tracing::warn;
 
 use super::handle::{Outbound, SessionId};
+use super::identities::Identities;
 use crate::refusal::Refusal;
 use crate::status::WorkerStatus;
 
@@ -29,18 +32,11 @@ struct Worker {
     session: SessionId,
     /// Negotiated in Hello: how its weights and gradients travel.
     compression: Compression,
-    /// Its resume token (the key of its entry in `identities`).
-    token: String,
     /// The shard this connection holds (what was last sent on it).
     shard: Option<Range<usize>>,
     gradients: u64,
-}
-
-/// What a resume token stands for, kept after the worker leaves.
-#[derive(Debug, Clone, Copy)]
-struct Identity {
-    id: WorkerId,
-    gradients: u64,
+    /// Gradients scaled down by the norm bound.
+    clipped: u64,
 }
 
 /// A worker let in by [`Registry::admit`].
@@ -56,13 +52,16 @@ pub struct Admission {
     pub replaced: bool,
 }
 
+/// Identities kept per `--max-workers` slot (at least 256 slots): room for every connected
+/// worker and for that many more who left and may come back.
+const IDENTITIES_PER_WORKER_SLOT: usize = 4;
+
 #[derive(Debug)]
 pub struct Registry {
     workers: BTreeMap<WorkerId, Worker>,
-    identities: HashMap<String, Identity>,
+    identities: Identities,
     next_worker: u32,
     next_session: u64,
-    token_rng: SplitMix64,
     join_token: Option<String>,
     max_workers: usize,
     /// Workers whose outbox failed while sending, or who left; removed when settling.
@@ -74,13 +73,12 @@ pub struct Registry {
 }
 
 impl Registry {
-    pub fn new(join_token: Option<String>, max_workers: usize, token_seed: u64) -> Self {
+    pub fn new(join_token: Option<String>, max_workers: usize) -> Self {
         Self {
             workers: BTreeMap::new(),
-            identities: HashMap::new(),
+            identities: Identities::new(IDENTITIES_PER_WORKER_SLOT * max_workers.max(256)),
             next_worker: 1,
             next_session: 1,
-            token_rng: SplitMix64::new(token_seed),
             join_token,
             max_workers,
             dropped: Vec::new(),
@@ -94,9 +92,11 @@ impl Registry {
         &mut self,
         hello: &Hello,
         outbox: mpsc::Sender<Outbound>,
+        now: Instant,
     ) -> Result<Admission, Refusal> {
         if let Some(expected) = &self.join_token {
-            if hello.join_token.as_deref() != Some(expected.as_str()) {
+            let given = hello.join_token.as_deref().unwrap_or_default();
+            if !bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {
                 let msg = "missing or wrong join token";
                 return Err(Refusal::new(ErrorCode::Unauthorized, msg));
             }
@@ -104,7 +104,7 @@ impl Registry {
         let resumed = hello
             .resume_token
             .as_ref()
-            .and_then(|token| self.identities.get(token).map(|i| (token.clone(), *i)));
+            .and_then(|token| Some((token.clone(), self.identities.resume(token, now)?)));
         if resumed.is_none() && self.workers.len() >= self.max_workers {
             let msg = format!(
                 "the coordinator accepts at most {} workers",
@@ -112,25 +112,25 @@ impl Registry {
             );
             return Err(Refusal::new(ErrorCode::Full, msg));
         }
-        let (token, mut identity, resumed) = match resumed {
+        let (token, (id, mut gradients), resumed) = match resumed {
             Some((token, identity)) => (token, identity, true),
             None => {
                 let id = WorkerId(self.next_worker);
+                let token = self.identities.issue(id, now).map_err(|e| {
+                    warn!(%e, "cannot issue a resume token");
+                    Refusal::new(
+                        ErrorCode::Full,
+                        "the coordinator cannot issue identities now",
+                    )
+                })?;
                 self.next_worker += 1;
-                let token = format!(
-                    "{:016x}{:016x}",
-                    self.token_rng.next_u64(),
-                    self.token_rng.next_u64()
-                );
-                let identity = Identity { id, gradients: 0 };
-                self.identities.insert(token.clone(), identity);
-                (token, identity, false)
+                (token, (id, 0), false)
             }
         };
         // Still connected (the old socket has not noticed it is dead): replace it.
-        let replaced = match self.workers.remove(&identity.id) {
+        let replaced = match self.workers.remove(&id) {
             Some(old) => {
-                identity.gradients = old.gradients;
+                gradients = old.gradients;
                 let msg = "this worker resumed on another connection";
                 let _ = old
                     .outbox
@@ -143,20 +143,20 @@ impl Registry {
         self.next_session += 1;
         let kind = hello.kind.unwrap_or(WorkerKind::Native);
         self.workers.insert(
-            identity.id,
+            id,
             Worker {
                 kind,
                 outbox,
                 session,
                 compression: hello.compression,
-                token: token.clone(),
                 shard: None,
-                gradients: identity.gradients,
+                gradients,
+                clipped: 0,
             },
         );
         self.changed = true;
         Ok(Admission {
-            id: identity.id,
+            id,
             session,
             token,
             kind,
@@ -180,6 +180,21 @@ impl Registry {
 
     pub fn compression(&self, id: WorkerId) -> Option<Compression> {
         self.workers.get(&id).map(|w| w.compression)
+    }
+
+    /// The samples `id`'s next gradient is computed on: its batch, as the coordinator
+    /// assigned it (`batch_size`, or its whole shard if smaller). `None` before it has a
+    /// shard.
+    pub fn assigned_batch(&self, id: WorkerId, batch_size: u32) -> Option<u32> {
+        let shard = self.workers.get(&id)?.shard.as_ref()?;
+        Some(batch_size.min(u32::try_from(shard.len()).unwrap_or(u32::MAX)))
+    }
+
+    /// One more gradient from `id` was scaled down by the norm bound.
+    pub fn note_clipped(&mut self, id: WorkerId) {
+        if let Some(w) = self.workers.get_mut(&id) {
+            w.clipped += 1;
+        }
     }
 
     /// One more accepted gradient from `id`.
@@ -230,13 +245,11 @@ impl Registry {
 
     /// Removes a worker; its identity keeps its gradient count for a later resume.
     /// Returns whether it was connected.
-    pub fn remove(&mut self, id: WorkerId) -> bool {
+    pub fn remove(&mut self, id: WorkerId, now: Instant) -> bool {
         let Some(w) = self.workers.remove(&id) else {
             return false;
         };
-        if let Some(identity) = self.identities.get_mut(&w.token) {
-            identity.gradients = w.gradients;
-        }
+        self.identities.left(id, w.gradients, now);
         self.changed = true;
         true
     }
@@ -283,6 +296,7 @@ impl Registry {
                     WorkerKind::Native => "native",
                 },
                 gradients: w.gradients,
+                clipped: w.clipped,
                 shard_len: w.shard.as_ref().map_or(0, Range::len),
                 skipped: skipped(id),
             })

@@ -5,6 +5,10 @@ use tokio::sync::mpsc;
 
 use super::*;
 
+fn t() -> Instant {
+    Instant::now()
+}
+
 fn hello(join: Option<&str>, resume: Option<&str>) -> Hello {
     Hello {
         kind: Some(WorkerKind::Browser),
@@ -20,17 +24,17 @@ fn outbox(capacity: usize) -> (mpsc::Sender<Outbound>, mpsc::Receiver<Outbound>)
 
 #[test]
 fn the_join_token_and_the_worker_limit_are_enforced() {
-    let mut r = Registry::new(Some("secret".into()), 1, 1);
+    let mut r = Registry::new(Some("secret".into()), 1);
     let refused = r
-        .admit(&hello(None, None), outbox(1).0)
+        .admit(&hello(None, None), outbox(1).0, t())
         .expect_err("no token");
     assert_eq!(refused.code, ErrorCode::Unauthorized);
     let refused = r
-        .admit(&hello(Some("guess"), None), outbox(1).0)
+        .admit(&hello(Some("guess"), None), outbox(1).0, t())
         .expect_err("wrong");
     assert_eq!(refused.code, ErrorCode::Unauthorized);
     let a = r
-        .admit(&hello(Some("secret"), None), outbox(1).0)
+        .admit(&hello(Some("secret"), None), outbox(1).0, t())
         .expect("in");
     assert_eq!(
         (a.kind, a.resumed, a.replaced),
@@ -38,26 +42,26 @@ fn the_join_token_and_the_worker_limit_are_enforced() {
     );
     assert_eq!(r.compression(a.id), Some(Compression::Int8));
     let full = r
-        .admit(&hello(Some("secret"), None), outbox(1).0)
+        .admit(&hello(Some("secret"), None), outbox(1).0, t())
         .expect_err("full");
     assert_eq!(full.code, ErrorCode::Full);
     assert!(full.message.contains("at most 1"), "{full}");
     // A resume is not a new worker: it gets in even when full.
     let back = r
-        .admit(&hello(Some("secret"), Some(&a.token)), outbox(1).0)
+        .admit(&hello(Some("secret"), Some(&a.token)), outbox(1).0, t())
         .expect("resumes");
     assert_eq!((back.id, back.resumed, back.replaced), (a.id, true, true));
 }
 
 #[test]
 fn a_resume_replaces_the_live_session_and_keeps_the_gradient_count() {
-    let mut r = Registry::new(None, 10, 1);
+    let mut r = Registry::new(None, 10);
     let (tx, mut old_rx) = outbox(4);
-    let a = r.admit(&hello(None, None), tx).expect("in");
+    let a = r.admit(&hello(None, None), tx, t()).expect("in");
     r.credit(a.id);
     r.credit(a.id);
     let b = r
-        .admit(&hello(None, Some(&a.token)), outbox(4).0)
+        .admit(&hello(None, Some(&a.token)), outbox(4).0, t())
         .expect("in");
     assert_eq!(b.id, a.id);
     assert_ne!(b.session, a.session);
@@ -67,16 +71,16 @@ fn a_resume_replaces_the_live_session_and_keeps_the_gradient_count() {
     };
     assert_eq!(refusal.code, ErrorCode::Replaced);
     // Leaves, comes back later: same id, count remembered.
-    assert!(r.remove(b.id));
-    assert!(!r.remove(b.id), "already gone");
+    assert!(r.remove(b.id, t()));
+    assert!(!r.remove(b.id, t()), "already gone");
     let c = r
-        .admit(&hello(None, Some(&a.token)), outbox(4).0)
+        .admit(&hello(None, Some(&a.token)), outbox(4).0, t())
         .expect("in");
     assert_eq!((c.id, c.replaced), (a.id, false));
     assert_eq!(r.list(|_| false)[0].gradients, 2);
     // Unknown tokens are new identities; tokens are distinct.
     let d = r
-        .admit(&hello(None, Some("not-a-token")), outbox(4).0)
+        .admit(&hello(None, Some("not-a-token")), outbox(4).0, t())
         .expect("in");
     assert_ne!(d.id, a.id);
     assert_ne!(d.token, a.token);
@@ -84,16 +88,16 @@ fn a_resume_replaces_the_live_session_and_keeps_the_gradient_count() {
 
 #[test]
 fn a_worker_that_does_not_read_is_marked_dropped() {
-    let mut r = Registry::new(None, 10, 1);
+    let mut r = Registry::new(None, 10);
     let (tx, _rx) = outbox(1);
-    let a = r.admit(&hello(None, None), tx).expect("in");
+    let a = r.admit(&hello(None, None), tx, t()).expect("in");
     r.send(a.id, Outbound::Frame(Bytes::from_static(b"1")));
     assert!(!r.has_dropped());
     r.send(a.id, Outbound::Frame(Bytes::from_static(b"2")));
     assert_eq!(r.next_dropped(), Some(a.id));
     // A closed outbox too.
     let (tx, rx) = outbox(1);
-    let b = r.admit(&hello(None, None), tx).expect("in");
+    let b = r.admit(&hello(None, None), tx, t()).expect("in");
     drop(rx);
     r.send_error(b.id, Refusal::new(ErrorCode::Late, "late"));
     assert_eq!(r.next_dropped(), Some(b.id));
@@ -101,10 +105,10 @@ fn a_worker_that_does_not_read_is_marked_dropped() {
 
 #[test]
 fn rebalance_sends_each_worker_its_shard_only_when_it_changes() {
-    let mut r = Registry::new(None, 10, 1);
+    let mut r = Registry::new(None, 10);
     let train = Dataset::new(2, (0..20).collect(), vec![0, 1, 0, 1, 0, 1, 0, 1, 0, 1]).expect("ok");
     let (tx, mut rx_a) = outbox(8);
-    let a = r.admit(&hello(None, None), tx).expect("in");
+    let a = r.admit(&hello(None, None), tx, t()).expect("in");
     r.rebalance(&train);
     let shard = |rx: &mut mpsc::Receiver<Outbound>| match rx.try_recv() {
         Ok(Outbound::Frame(f)) => match decode_from_coordinator(&f).expect("frame") {
@@ -117,7 +121,7 @@ fn rebalance_sends_each_worker_its_shard_only_when_it_changes() {
     r.rebalance(&train);
     assert_eq!(shard(&mut rx_a), None, "unchanged: nothing sent");
     let (tx, mut rx_b) = outbox(8);
-    let b = r.admit(&hello(None, None), tx).expect("in");
+    let b = r.admit(&hello(None, None), tx, t()).expect("in");
     r.rebalance(&train);
     assert_eq!(shard(&mut rx_a).map(|s| (s.0, s.1)), Some((0, 5)));
     assert_eq!(shard(&mut rx_b).map(|s| (s.0, s.1)), Some((5, 5)));

@@ -10,7 +10,7 @@
 use std::fmt::Debug;
 use std::time::{Duration, Instant};
 
-use protocol::{Gradient, WorkerId};
+use protocol::{Gradient, Round, WorkerId};
 
 use super::asynchronous::AsyncSchedule;
 use super::sync::SyncSchedule;
@@ -21,11 +21,11 @@ use crate::refusal::Refusal;
 /// The schedule a mode runs: the one place the mode is matched.
 pub fn for_mode(
     mode: Mode,
+    aggregator: AggregatorKind,
     min_workers: usize,
     param_count: usize,
     now: Instant,
 ) -> Box<dyn Schedule> {
-    let aggregator = AggregatorKind::default();
     match mode {
         Mode::Sync {
             timeout,
@@ -58,6 +58,34 @@ pub struct View {
     pub version: u64,
     /// Training has finished: open nothing new.
     pub finished: bool,
+}
+
+/// A gradient as a schedule combines it: validated by the session, weighed by the
+/// coordinator.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Contribution<'a> {
+    /// The round (sync) or version (async) it was computed on.
+    pub round: Round,
+    pub grads: &'a [f32],
+    /// The samples the coordinator assigned (the worker's batch), not what it claimed.
+    pub samples: u32,
+    /// The worker's reported loss, for the log line only.
+    pub loss: f32,
+    /// 1, or less when the norm bound clipped it.
+    pub scale: f32,
+}
+
+impl<'a> Contribution<'a> {
+    /// A gradient taken as it claims to be, unclipped.
+    pub fn of(gradient: &'a Gradient) -> Self {
+        Self {
+            round: gradient.round,
+            grads: &gradient.grads,
+            samples: gradient.samples,
+            loss: gradient.loss,
+            scale: 1.0,
+        }
+    }
 }
 
 /// One update, ready for the optimizer: the combined gradient and what the round log line,
@@ -117,11 +145,11 @@ pub trait Schedule: Send + Debug {
     fn joined(&mut self, worker: WorkerId, view: View) -> Vec<Action>;
     /// A worker left; it is not waited for any more.
     fn left(&mut self, worker: WorkerId);
-    /// A gradient that passed the session's checks (shape, finiteness).
+    /// A gradient that passed the session's checks (shape, finiteness) and the norm bound.
     fn gradient(
         &mut self,
         worker: WorkerId,
-        gradient: &Gradient,
+        gradient: &Contribution<'_>,
         view: View,
         now: Instant,
     ) -> Vec<Action>;

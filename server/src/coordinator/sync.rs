@@ -9,10 +9,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use protocol::{Gradient, Round, WorkerId};
+use protocol::{Round, WorkerId};
 use tracing::{debug, info};
 
-use super::schedule::{Action, Schedule, Standing, Update, View};
+use super::schedule::{Action, Contribution, Schedule, Standing, Update, View};
 use crate::aggregate::AggregatorKind;
 use crate::deadline::{DeadlinePolicy, RoundTimeout};
 use crate::round::{OpenRound, Progress, RoundError};
@@ -93,10 +93,11 @@ impl SyncSchedule {
             participants = participants.len(),
             "round opened"
         );
+        let aggregator = self.aggregator.build(self.param_count, participants.len());
         self.round = Some(OpenRound::new(
             Round(view.version),
             participants,
-            self.aggregator.build(self.param_count),
+            aggregator,
             now,
             timeout,
             self.min_workers,
@@ -156,7 +157,7 @@ impl Schedule for SyncSchedule {
     fn gradient(
         &mut self,
         worker: WorkerId,
-        gradient: &Gradient,
+        gradient: &Contribution<'_>,
         view: View,
         now: Instant,
     ) -> Vec<Action> {

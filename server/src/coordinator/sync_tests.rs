@@ -6,6 +6,7 @@ use protocol::{ErrorCode, Gradient, Round, WorkerId};
 
 use super::*;
 use crate::aggregate::AggregatorKind;
+use crate::coordinator::schedule::Contribution;
 use crate::deadline::RoundTimeout;
 
 const PARAMS: usize = 3;
@@ -73,11 +74,11 @@ fn a_round_opens_at_min_workers_and_its_update_is_the_sample_weighted_mean() {
 
     let ms = |n| t0 + Duration::from_millis(n);
     assert_eq!(
-        s.gradient(A, &grad(0, 1.0, 8), view(0), ms(10)),
+        s.gradient(A, &Contribution::of(&grad(0, 1.0, 8)), view(0), ms(10)),
         [Action::Accepted(A)]
     );
     assert!(s.settle(view(0), ms(10)).is_empty(), "waits for B");
-    s.gradient(B, &grad(0, 4.0, 24), view(0), ms(30));
+    s.gradient(B, &Contribution::of(&grad(0, 4.0, 24)), view(0), ms(30));
     let closed = s.settle(view(0), ms(30));
     let [Action::Apply(update)] = closed.as_slice() else {
         panic!("{closed:?}")
@@ -105,17 +106,17 @@ fn gradients_for_other_rounds_are_refused_with_their_reason() {
     };
     // No round open yet.
     assert_eq!(
-        refused(s.gradient(A, &grad(4, 1.0, 1), view(5), t0)),
+        refused(s.gradient(A, &Contribution::of(&grad(4, 1.0, 1)), view(5), t0)),
         ErrorCode::Late
     );
     assert_eq!(
-        refused(s.gradient(A, &grad(6, 1.0, 1), view(5), t0)),
+        refused(s.gradient(A, &Contribution::of(&grad(6, 1.0, 1)), view(5), t0)),
         ErrorCode::RoundNotOpen
     );
     s.settle(view(5), t0);
-    s.gradient(A, &grad(5, 1.0, 1), view(5), t0);
+    s.gradient(A, &Contribution::of(&grad(5, 1.0, 1)), view(5), t0);
     assert_eq!(
-        refused(s.gradient(A, &grad(5, 1.0, 1), view(5), t0)),
+        refused(s.gradient(A, &Contribution::of(&grad(5, 1.0, 1)), view(5), t0)),
         ErrorCode::Duplicate
     );
 }
@@ -134,8 +135,18 @@ fn deadlines_close_with_quorum_skip_after_k_misses_and_an_answer_brings_back() {
     assert_eq!(actions.len(), 4);
     for _ in 0..2 {
         let deadline = s.deadline().expect("open");
-        s.gradient(A, &grad(version, 1.0, 1), view(version), deadline);
-        s.gradient(B, &grad(version, 1.0, 1), view(version), deadline);
+        s.gradient(
+            A,
+            &Contribution::of(&grad(version, 1.0, 1)),
+            view(version),
+            deadline,
+        );
+        s.gradient(
+            B,
+            &Contribution::of(&grad(version, 1.0, 1)),
+            view(version),
+            deadline,
+        );
         assert!(s.tick(deadline).is_empty(), "quorum: no extension");
         actions = s.settle(view(version), deadline);
         assert!(
@@ -153,7 +164,12 @@ fn deadlines_close_with_quorum_skip_after_k_misses_and_an_answer_brings_back() {
     assert!(!actions.contains(&Action::Weights(C)), "{actions:?}");
     assert_eq!(s.standing().participants, 2);
     // C answers (late for round 1): back in the quorum.
-    let back = s.gradient(C, &grad(1, 1.0, 1), view(version), ms(1000));
+    let back = s.gradient(
+        C,
+        &Contribution::of(&grad(1, 1.0, 1)),
+        view(version),
+        ms(1000),
+    );
     assert_eq!(back[0], Action::Quorum(C, true));
     assert!(matches!(&back[1], Action::Refuse(C, r) if r.code == ErrorCode::Late));
     assert!(!s.is_skipped(C));
@@ -167,7 +183,7 @@ fn a_deadline_without_quorum_extends_and_admits_newcomers() {
     s.joined(B, view(0));
     s.settle(view(0), t0);
     s.joined(C, view(0));
-    s.gradient(A, &grad(0, 1.0, 1), view(0), t0);
+    s.gradient(A, &Contribution::of(&grad(0, 1.0, 1)), view(0), t0);
     let deadline = s.deadline().expect("open");
     assert!(s.tick(deadline - Duration::from_millis(1)).is_empty());
     let extended = s.tick(deadline);
@@ -177,7 +193,7 @@ fn a_deadline_without_quorum_extends_and_admits_newcomers() {
     );
     assert_eq!(s.deadline(), Some(deadline + Duration::from_millis(100)));
     // C's answer now completes the quorum at the new deadline... but B is still awaited.
-    s.gradient(C, &grad(0, 1.0, 1), view(0), deadline);
+    s.gradient(C, &Contribution::of(&grad(0, 1.0, 1)), view(0), deadline);
     assert!(s.settle(view(0), deadline).is_empty());
     let later = deadline + Duration::from_millis(100);
     s.tick(later);

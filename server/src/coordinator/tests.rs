@@ -49,7 +49,15 @@ impl Client {
     }
 }
 
+/// A coordinator for a tiny model whose norm bound never clips (the transitions under test
+/// use made-up gradients); [`harness_adaptive`] keeps the default bound.
 fn harness(flags: &[&str]) -> Harness {
+    let mut all = vec!["--max-grad-norm", "1e30"];
+    all.extend_from_slice(flags);
+    harness_adaptive(&all)
+}
+
+fn harness_adaptive(flags: &[&str]) -> Harness {
     let args = ["coordinator", "--hidden", "4"]
         .into_iter()
         .chain(flags.iter().copied());
@@ -125,17 +133,32 @@ impl Harness {
         ms: u64,
         value: f32,
     ) {
+        self.gradient_claiming(worker, session, round, ms, value, 4);
+    }
+
+    /// A gradient of `value` everywhere that claims `samples` samples.
+    fn gradient_claiming(
+        &mut self,
+        worker: WorkerId,
+        session: SessionId,
+        round: u64,
+        ms: u64,
+        value: f32,
+        samples: u32,
+    ) {
         let gradient = Gradient {
             round: Round(round),
-            samples: 4,
+            samples,
             loss: 1.0,
             grads: vec![value; self.params],
         };
+        let norm = super::clip::norm_and_finite(&gradient.grads).0;
         self.c.handle(
             Event::Gradient {
                 worker,
                 session,
                 gradient,
+                norm,
             },
             self.at(ms),
         );
@@ -481,4 +504,52 @@ fn compression_is_negotiated_per_worker_and_encoded_once_per_version() {
         .map(|(a, b)| (a - b).abs())
         .fold(0.0, f32::max);
     assert!(worst < 1e-3, "f16 weights within rounding: {worst}");
+}
+
+#[test]
+fn a_gradient_beyond_the_norm_bound_moves_the_model_by_the_bound_and_no_further() {
+    let mut h = harness_adaptive(&["--optimizer", "sgd", "--lr", "1", "--min-workers", "2"]);
+    let (a, b) = (h.join(None, 0), h.join(None, 0));
+    let bound = h.status().grad_norm_bound;
+    assert!(
+        bound.is_finite() && bound > 0.0,
+        "from the coordinator's own gradient: {bound}"
+    );
+    let before = h.c.trainer.params().to_vec();
+    // `a` answers with a finite 1e30 everywhere; `b` with zeros.
+    h.gradient_valued(&a, 0, 1, 1e30);
+    h.gradient_valued(&b, 0, 1, 0.0);
+    let s = h.status();
+    assert_eq!((s.round, s.gradients_clipped), (1, 1));
+    assert_eq!(
+        s.worker_list.iter().map(|w| w.clipped).collect::<Vec<_>>(),
+        [1, 0]
+    );
+    // SGD with lr 1: the step is the mean, (bound · unit + 0) / 2, so it has length bound / 2.
+    let moved: f64 = before
+        .iter()
+        .zip(h.c.trainer.params())
+        .map(|(p, q)| f64::from(p - q).powi(2))
+        .sum::<f64>()
+        .sqrt();
+    assert!(
+        (moved / (bound / 2.0) - 1.0).abs() < 1e-3,
+        "moved {moved}, bound {bound}"
+    );
+    assert!(h.c.trainer.params().iter().all(|p| p.is_finite()));
+}
+
+#[test]
+fn a_workers_weight_is_its_assigned_batch_not_its_claim() {
+    let mut h = harness(&["--optimizer", "sgd", "--lr", "1", "--min-workers", "2"]);
+    let (a, b) = (h.join(None, 0), h.join(None, 0));
+    let before = h.c.trainer.params().to_vec();
+    // Both were assigned a full batch; `a` claims 1 sample, `b` 32.
+    h.gradient_claiming(a.id, a.session, 0, 1, 1.0, 1);
+    h.gradient_claiming(b.id, b.session, 0, 1, 3.0, 32);
+    assert_eq!(h.status().round, 1);
+    for (p, q) in before.iter().zip(h.c.trainer.params()) {
+        // Equal weights: the mean is 2, not (1·1 + 3·32) / 33.
+        assert!((p - q - 2.0).abs() < 1e-5, "{p} - {q}");
+    }
 }

@@ -62,8 +62,13 @@ impl Trainer {
         self.version
     }
 
-    /// Steps the optimizer with the combined gradient and publishes the new version.
-    pub fn apply(&mut self, gradient: &[f32]) {
+    /// Steps the optimizer with the combined gradient and publishes the new version. A step
+    /// that would make any parameter (or the optimizer's state) non-finite is not taken:
+    /// nothing changes and it returns `false`.
+    pub fn apply(&mut self, gradient: &[f32]) -> bool {
+        if !self.optimizer.would_stay_finite(&self.params, gradient) {
+            return false;
+        }
         self.optimizer.step(&mut self.params, gradient);
         self.version += 1;
         let frame = encode(self.version, &self.params, Compression::None);
@@ -72,6 +77,15 @@ impl Trainer {
             round: self.version,
             frame,
         });
+        true
+    }
+
+    /// The L2 norm of the coordinator's own gradient on the first `batch` samples of
+    /// `train` at the current weights: a trustworthy scale for honest gradients.
+    pub fn reference_norm(&self, train: &Dataset, batch: usize) -> Result<f64, ModelError> {
+        let (x, labels) = train.batch(0..batch.min(train.len()));
+        let (_, grads) = self.mlp.loss_and_grad(&self.params, x.view(), &labels)?;
+        Ok(super::clip::norm_and_finite(&grads).0)
     }
 
     /// The current weights as a `Weights` frame in `compression`, encoded at most once per
@@ -123,7 +137,7 @@ mod tests {
         let (mut t, rx) = trainer(OptimizerKind::Sgd { lr: 0.5 });
         let before = t.params().to_vec();
         let gradient: Vec<f32> = (0..before.len()).map(|i| i as f32 * 0.01).collect();
-        t.apply(&gradient);
+        assert!(t.apply(&gradient));
         assert_eq!(t.version(), 1);
         for ((p, b), g) in t.params().iter().zip(&before).zip(&gradient) {
             assert_eq!(*p, b - 0.5 * g, "SGD: p = p - lr * g, exactly");
@@ -140,10 +154,36 @@ mod tests {
         let b = t.weights(Compression::Int8);
         assert_eq!(a.as_ptr(), b.as_ptr(), "shared, not re-encoded");
         assert_eq!(decoded(&t.weights(Compression::None)).1, t.params());
-        t.apply(&vec![1.0; t.params().len()]);
+        assert!(t.apply(&vec![1.0; t.params().len()]));
         let c = t.weights(Compression::Int8);
         assert_ne!(a.as_ptr(), c.as_ptr(), "a new version is encoded anew");
         assert_eq!(decoded(&c).0, 1);
+    }
+
+    #[test]
+    fn a_step_that_would_break_the_model_is_not_taken() {
+        let (mut t, rx) = trainer(OptimizerKind::Adam {
+            lr: 0.01,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+        });
+        let before = t.params().to_vec();
+        // Finite, but its square overflows Adam's second moment.
+        assert!(!t.apply(&vec![3e38; before.len()]));
+        assert_eq!((t.params(), t.version()), (before.as_slice(), 0));
+        assert_eq!(rx.borrow().round, 0, "nothing published");
+        // The optimizer's state was not touched either: a normal step still works.
+        assert!(t.apply(&vec![0.1; before.len()]));
+        assert!(t.params().iter().all(|p| p.is_finite()));
+    }
+
+    #[test]
+    fn the_reference_norm_is_the_norm_of_a_real_gradient() {
+        let (t, _rx) = trainer(OptimizerKind::Sgd { lr: 0.1 });
+        let test = Dataset::new(4, vec![0, 255, 0, 255, 255, 0, 255, 0], vec![0, 1]).expect("ok");
+        let norm = t.reference_norm(&test, 32).expect("computes");
+        assert!(norm.is_finite() && norm > 0.0, "{norm}");
     }
 
     #[test]
