@@ -42,3 +42,7 @@ mod robust;
 /// Hostile clients speaking the real protocol: poisoned gradients, replays, lies.
 #[path = "integration/attacks.rs"]
 mod attacks;
+
+/// Admission: origins, connections per address, a flood of visitors.
+#[path = "integration/admission.rs"]
+mod admission;

@@ -106,6 +106,9 @@ async fn run(
         workers.to_string(),
         "--max-workers".into(),
         workers.max(1).to_string(),
+        // Every synthetic worker dials from 127.0.0.1.
+        "--max-per-ip".into(),
+        workers.max(1).to_string(),
         // No evaluation and no deadline: measure coordination only.
         "--eval-interval".into(),
         "1000000000".into(),

@@ -19,6 +19,7 @@
 //! - [`shutdown`]: Ctrl-C / SIGTERM.
 //! - [`server`]: wiring: `start(listener, config, shutdown)`.
 
+pub mod admission;
 pub mod aggregate;
 pub mod assets;
 pub mod config;

@@ -1,7 +1,10 @@
 //! HTTP surface: the WebSocket endpoint, the JSON API, the health check and static files.
 
-use axum::extract::{State, WebSocketUpgrade};
-use axum::http::{header, StatusCode};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, State, WebSocketUpgrade};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -9,6 +12,7 @@ use protocol::codec::WEIGHTS_DATA_OFFSET;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::admission::Admission;
 use crate::assets::WebSource;
 use crate::config::Liveness;
 use crate::coordinator::{CoordinatorHandle, Published};
@@ -28,6 +32,7 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     pub sessions: TaskTracker,
     pub liveness: Liveness,
+    pub admission: Arc<Admission>,
 }
 
 pub fn app(state: AppState, web: &WebSource) -> Router {
@@ -40,22 +45,34 @@ pub fn app(state: AppState, web: &WebSource) -> Router {
     web.serve(router)
 }
 
-async fn ws(State(state): State<AppState>, upgrade: WebSocketUpgrade) -> Response {
+async fn ws(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    upgrade: WebSocketUpgrade,
+) -> Response {
     if state.shutdown.is_cancelled() {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
     }
+    let slot = match state.admission.admit(&headers, peer.ip()) {
+        Ok(slot) => slot,
+        Err(refused) => {
+            tracing::info!(%peer, status = %refused.status, message = %refused.message, "upgrade refused");
+            return (refused.status, refused.message).into_response();
+        }
+    };
     let limit = max_message_size(state.published.mlp.param_count());
     upgrade
         .max_message_size(limit)
         .max_frame_size(limit)
         .on_upgrade(move |socket| {
             // Tracked so shutdown can wait for every session to send its close frame.
-            state.sessions.track_future(session::run(
-                socket,
-                state.coordinator,
-                state.shutdown,
-                state.liveness,
-            ))
+            let session = session::run(socket, state.coordinator, state.shutdown, state.liveness);
+            state.sessions.track_future(async move {
+                session.await;
+                // The address's connection count goes down when the session has ended.
+                drop(slot);
+            })
         })
 }
 

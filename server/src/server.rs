@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -11,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
+use crate::admission::Admission;
 use crate::assets::WebSource;
 use crate::config::Config;
 use crate::coordinator::{Coordinator, Outcome, WeightsSnapshot};
@@ -81,6 +83,10 @@ pub async fn start(
     let web = WebSource::new(config.web_dir.clone());
     web.announce();
     let liveness = config.liveness;
+    let admission = Arc::new(Admission::new(
+        config.allowed_origins.clone(),
+        config.max_per_ip,
+    ));
     let coordinator =
         Coordinator::new(config, data, shutdown.clone()).map_err(ServerError::Model)?;
     let (handle, published) = (coordinator.sender(), coordinator.published());
@@ -93,6 +99,7 @@ pub async fn start(
         shutdown: shutdown.clone(),
         sessions: sessions.clone(),
         liveness,
+        admission,
     };
     let router = app(state, &web);
 
@@ -110,7 +117,8 @@ pub async fn start(
     let task = tokio::spawn({
         let shutdown = shutdown.clone();
         async move {
-            let serve = axum::serve(listener, router)
+            let service = router.into_make_service_with_connect_info::<SocketAddr>();
+            let serve = axum::serve(listener, service)
                 .with_graceful_shutdown(shutdown.clone().cancelled_owned());
             let served = serve.await;
             // Serving stopped: make sure everything else stops too, then drain sessions.

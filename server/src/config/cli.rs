@@ -118,6 +118,15 @@ pub struct Cli {
     #[arg(long, env = "CROWDTRAIN_JOIN_TOKEN")]
     pub join_token: Option<String>,
 
+    /// Also accept WebSockets from pages at this origin (scheme://host[:port]); repeatable.
+    /// `*` accepts any. The coordinator's own origin is always accepted.
+    #[arg(long = "allowed-origin", value_name = "ORIGIN")]
+    pub allowed_origins: Vec<String>,
+
+    /// Refuse a WebSocket from an address that already has this many open.
+    #[arg(long, default_value_t = 64)]
+    pub max_per_ip: usize,
+
     /// Refuse workers beyond this many connected at once.
     #[arg(long, default_value_t = 10_000)]
     pub max_workers: usize,

@@ -15,6 +15,7 @@ use thiserror::Error;
 
 pub use self::cli::{AggregatorChoice, Cli, ModeChoice, OptimizerChoice};
 pub use self::duration::parse_duration;
+use crate::admission::Origins;
 use crate::aggregate::{AggregatorKind, Rule};
 use crate::deadline::RoundTimeout;
 
@@ -72,6 +73,8 @@ pub struct Config {
     /// `--max-grad-norm`; `None`: adaptive.
     pub max_grad_norm: Option<f64>,
     pub join_token: Option<String>,
+    pub allowed_origins: Origins,
+    pub max_per_ip: usize,
     pub max_workers: usize,
     /// Serve the page from here instead of the copy built into the binary.
     pub web_dir: Option<PathBuf>,
@@ -128,6 +131,12 @@ pub enum ConfigError {
     AggregatorMemory(usize),
     #[error("--max-grad-norm must be a number in (0, 1e30], got {0}")]
     MaxGradNorm(f64),
+    #[error(
+        "--allowed-origin must be * or scheme://host[:port] with scheme http or https, got {0:?}"
+    )]
+    AllowedOrigin(String),
+    #[error("--max-per-ip must be at least 1")]
+    MaxPerIp,
     #[error("--join-token must not be empty")]
     EmptyJoinToken,
     #[error("--log-level must be one of error, warn, info, debug, trace; got {0:?}")]
@@ -216,6 +225,10 @@ impl TryFrom<Cli> for Config {
         if let Some(n) = cli.max_grad_norm.filter(|n| !(*n > 0.0 && *n <= 1e30)) {
             return Err(ConfigError::MaxGradNorm(n));
         }
+        let allowed_origins = origins(&cli.allowed_origins)?;
+        if cli.max_per_ip == 0 {
+            return Err(ConfigError::MaxPerIp);
+        }
         if cli.join_token.as_deref() == Some("") {
             return Err(ConfigError::EmptyJoinToken);
         }
@@ -251,11 +264,31 @@ impl TryFrom<Cli> for Config {
             aggregator,
             max_grad_norm: cli.max_grad_norm,
             join_token: cli.join_token,
+            allowed_origins,
+            max_per_ip: cli.max_per_ip,
             max_workers: cli.max_workers,
             web_dir: cli.web_dir,
             log_level,
         })
     }
+}
+
+/// `--allowed-origin`s.
+fn origins(raw: &[String]) -> Result<Origins, ConfigError> {
+    if raw.iter().any(|o| o == "*") {
+        return Ok(Origins::Any);
+    }
+    for o in raw {
+        let ok = o.split_once("://").is_some_and(|(scheme, host)| {
+            matches!(scheme, "http" | "https")
+                && !host.is_empty()
+                && !host.trim_end_matches('/').contains('/')
+        });
+        if !ok {
+            return Err(ConfigError::AllowedOrigin(o.clone()));
+        }
+    }
+    Ok(Origins::Own(raw.to_vec()))
 }
 
 /// `--aggregator` with its parameters.

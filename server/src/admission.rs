@@ -1,0 +1,201 @@
+//! Who may open a WebSocket at all, decided at the HTTP upgrade, before a session exists:
+//! the page's origin, and how many connections one address holds.
+//!
+//! - **Origin.** Browsers send the page's origin with every WebSocket upgrade. By default
+//!   only the coordinator's own origin (the `Host` the request was sent to) is accepted, so
+//!   another site cannot make its visitors' tabs join; `--allowed-origin` adds origins, `*`
+//!   accepts any. Native workers send no `Origin` and are not affected.
+//! - **Connections per address.** At most `--max-per-ip` sockets from one IP at once. A
+//!   guard counts a connection from its upgrade to the end of its session.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::http::{header, HeaderMap, StatusCode};
+
+/// Which page origins may open a WebSocket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origins {
+    /// Only the coordinator's own origin, plus these (`scheme://host[:port]`).
+    Own(Vec<String>),
+    /// Any origin (`--allowed-origin '*'`).
+    Any,
+}
+
+/// A refused upgrade: the HTTP status and the sentence the client reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+#[derive(Debug)]
+pub struct Admission {
+    origins: Origins,
+    max_per_ip: usize,
+    /// Open connections per address. A std mutex: held for a map update, never across an
+    /// await, and touched once per connect and disconnect.
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// Counts one connection until dropped.
+#[derive(Debug)]
+pub struct Slot {
+    admission: Arc<Admission>,
+    ip: IpAddr,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self
+            .admission
+            .open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
+}
+
+impl Admission {
+    pub fn new(origins: Origins, max_per_ip: usize) -> Self {
+        Self {
+            origins,
+            max_per_ip,
+            open: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Checks an upgrade's origin and takes a slot for its address.
+    pub fn admit(self: &Arc<Self>, headers: &HeaderMap, ip: IpAddr) -> Result<Slot, Refused> {
+        self.check_origin(headers)?;
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let n = open.entry(ip).or_insert(0);
+        if *n >= self.max_per_ip {
+            return Err(Refused {
+                status: StatusCode::TOO_MANY_REQUESTS,
+                message: format!(
+                    "{ip} already has {} connections open (--max-per-ip {})",
+                    n, self.max_per_ip
+                ),
+            });
+        }
+        *n += 1;
+        Ok(Slot {
+            admission: Arc::clone(self),
+            ip,
+        })
+    }
+
+    /// Connections open from `ip`.
+    pub fn open_from(&self, ip: IpAddr) -> usize {
+        let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.get(&ip).copied().unwrap_or(0)
+    }
+
+    fn check_origin(&self, headers: &HeaderMap) -> Result<(), Refused> {
+        let Some(origin) = headers.get(header::ORIGIN) else {
+            return Ok(()); // not a browser
+        };
+        let origin = origin.to_str().unwrap_or("").trim_end_matches('/');
+        let allowed = match &self.origins {
+            Origins::Any => true,
+            Origins::Own(extra) => {
+                let host = headers
+                    .get(header::HOST)
+                    .and_then(|h| h.to_str().ok())
+                    .unwrap_or("");
+                let own = origin.split_once("://").is_some_and(|(scheme, rest)| {
+                    matches!(scheme, "http" | "https") && !host.is_empty() && rest == host
+                });
+                own || extra.iter().any(|o| o.trim_end_matches('/') == origin)
+            }
+        };
+        if allowed {
+            Ok(())
+        } else {
+            Err(Refused {
+                status: StatusCode::FORBIDDEN,
+                message: format!(
+                    "WebSocket from a page at {origin:?} refused: this coordinator accepts its own page (add origins with --allowed-origin)"
+                ),
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::HeaderValue;
+
+    use super::*;
+
+    fn headers(origin: Option<&str>, host: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_str(host).expect("ascii"));
+        if let Some(o) = origin {
+            h.insert(header::ORIGIN, HeaderValue::from_str(o).expect("ascii"));
+        }
+        h
+    }
+
+    const IP: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
+    #[test]
+    fn the_own_origin_and_listed_ones_pass_others_are_refused() {
+        let a = Arc::new(Admission::new(
+            Origins::Own(vec!["https://volunteers.example.org".into()]),
+            100,
+        ));
+        let host = "10.0.0.5:8080";
+        for ok in [
+            None,
+            Some("http://10.0.0.5:8080"),
+            Some("https://10.0.0.5:8080/"),
+            Some("https://volunteers.example.org"),
+        ] {
+            assert!(a.admit(&headers(ok, host), IP).is_ok(), "{ok:?}");
+        }
+        for bad in [
+            "http://evil.example",
+            "http://10.0.0.5:9999",
+            "null",
+            "file://10.0.0.5:8080",
+        ] {
+            let refused = a.admit(&headers(Some(bad), host), IP).expect_err(bad);
+            assert_eq!(refused.status, StatusCode::FORBIDDEN);
+            assert!(
+                refused.message.contains("--allowed-origin"),
+                "{}",
+                refused.message
+            );
+        }
+        let any = Arc::new(Admission::new(Origins::Any, 100));
+        assert!(any
+            .admit(&headers(Some("http://evil.example"), host), IP)
+            .is_ok());
+    }
+
+    #[test]
+    fn connections_per_address_are_capped_and_released_on_drop() {
+        let a = Arc::new(Admission::new(Origins::Any, 2));
+        let h = headers(None, "x");
+        let first = a.admit(&h, IP).expect("1");
+        let _second = a.admit(&h, IP).expect("2");
+        let refused = a.admit(&h, IP).expect_err("3");
+        assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+        let other: IpAddr = "192.0.2.1".parse().expect("ip");
+        assert!(
+            a.admit(&h, other).is_ok(),
+            "another address has its own count"
+        );
+        drop(first);
+        assert_eq!(a.open_from(IP), 1);
+        assert!(a.admit(&h, IP).is_ok());
+    }
+}

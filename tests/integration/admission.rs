@@ -1,0 +1,154 @@
+//! Who may connect: the page's origin, connections per address, and a flood of short-lived
+//! connections during training.
+
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::Error as WsError;
+
+use crate::util::*;
+
+/// Opens a WebSocket with this `Origin`; `Ok` if upgraded, else the HTTP status and body.
+async fn connect_from(
+    addr: std::net::SocketAddr,
+    origin: Option<&str>,
+) -> Result<(), (u16, String)> {
+    let mut request = ws_url(addr).into_client_request().expect("request");
+    if let Some(origin) = origin {
+        request
+            .headers_mut()
+            .insert("origin", HeaderValue::from_str(origin).expect("ascii"));
+    }
+    match guard("an upgrade", tokio_tungstenite::connect_async(request)).await {
+        Ok(_) => Ok(()),
+        Err(WsError::Http(response)) => {
+            let body = response
+                .body()
+                .as_ref()
+                .map(|b| String::from_utf8_lossy(b).to_string())
+                .unwrap_or_default();
+            Err((response.status().as_u16(), body))
+        }
+        Err(other) => panic!("unexpected handshake error: {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_from_another_origin_is_refused_and_listed_ones_are_not() {
+    let server = start_server(&["--allowed-origin", "https://volunteers.example.org"]).await;
+    let own = format!("http://{}", server.addr);
+    assert_eq!(connect_from(server.addr, Some(&own)).await, Ok(()));
+    assert_eq!(
+        connect_from(server.addr, None).await,
+        Ok(()),
+        "native workers send none"
+    );
+    assert_eq!(
+        connect_from(server.addr, Some("https://volunteers.example.org")).await,
+        Ok(())
+    );
+    let (status, body) = connect_from(server.addr, Some("http://evil.example"))
+        .await
+        .expect_err("another site's page");
+    assert_eq!(status, 403);
+    assert!(body.contains("--allowed-origin"), "{body}");
+    stop(server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_holds_at_most_max_per_ip_connections() {
+    let server = start_server(&["--max-per-ip", "3"]).await;
+    let mut status = server.status.clone();
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut c = RawClient::connect(server.addr).await;
+        c.hello().await;
+        held.push(c);
+    }
+    wait_status(&mut status, "three workers", |s| s.workers == 3).await;
+    let (code, body) = connect_from(server.addr, None).await.expect_err("a fourth");
+    assert_eq!(code, 429);
+    assert!(body.contains("--max-per-ip 3"), "{body}");
+    // One leaves: its slot is free again once its session has ended.
+    held.pop()
+        .expect("three")
+        .ws
+        .close(None)
+        .await
+        .expect("close");
+    wait_status(&mut status, "the worker to leave", |s| s.workers == 2).await;
+    let mut attempts = 0;
+    while connect_from(server.addr, None).await.is_err() {
+        attempts += 1;
+        assert!(attempts < 1000, "the slot was never released");
+        tokio::task::yield_now().await;
+    }
+    stop(server).await;
+}
+
+/// Resident memory of a process, from /proc.
+fn rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// 2,000 clients that join and leave while two workers train: training goes on, and the
+/// coordinator's memory comes back to within 10 % of what it was before them.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_thousand_connects_and_disconnects_during_training() {
+    let _heavy = HEAVY.lock().await;
+    let (mut child, addr) =
+        spawn_coordinator(env!("CARGO_BIN_EXE_coordinator").as_ref(), None, &[]).await;
+    let pid = child.id().expect("running");
+    let _workers: Vec<_> = (0..2).map(|_| spawn_worker(addr)).collect();
+    let round = || async {
+        get_status_json(addr).await["round"]
+            .as_u64()
+            .expect("round")
+    };
+    // Warm up: training under way, and a first wave of visitors so the allocator has seen
+    // this load once.
+    let churn = |n: usize| async move {
+        for _ in 0..n {
+            let mut c = RawClient::connect(addr).await;
+            c.hello().await;
+            c.recv().await.expect("welcome");
+            c.ws.close(None).await.expect("close");
+        }
+    };
+    churn(200).await;
+    let baseline = rss_kb(pid);
+    let before = round().await;
+    churn(2000).await;
+    let after = round().await;
+    // Settle: every visitor's session is gone (only the two workers remain).
+    let mut settled = 0;
+    while get_status_json(addr).await["workers"] != 2 {
+        settled += 1;
+        assert!(settled < 10_000, "the visitors never left");
+        tokio::task::yield_now().await;
+    }
+    let end = rss_kb(pid);
+    println!(
+        "2,000 visitors: rounds {before} → {after}; coordinator RSS {baseline} kB before, {end} kB after"
+    );
+    assert!(after > before + 10, "training went on: {before} → {after}");
+    assert!(
+        end as f64 <= baseline as f64 * 1.10,
+        "RSS {end} kB vs {baseline} kB before the visitors"
+    );
+    // A graceful stop, so the workers get their close frame.
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(term.success());
+    let exit = guard("the coordinator to exit", child.wait())
+        .await
+        .expect("wait");
+    assert!(exit.success(), "{exit}");
+}
