@@ -7,6 +7,9 @@ const autostart = params.get("autostart") !== "0";
 // Wire format: int8 by default (a quarter of the bytes, < 0.1 accuracy points here);
 // ?compression=none for exact f32, ?compression=f16 for half.
 const compression = params.get("compression") ?? "int8";
+// An invitation link carries the run's join token in the fragment (#token=SECRET), which
+// browsers never send to the server in a request.
+const joinToken = new URLSearchParams(location.hash.slice(1)).get("token");
 // Same origin as the page: wss behind https, ws otherwise.
 const wsUrl = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`;
 
@@ -61,6 +64,7 @@ worker.postMessage({
   autostart,
   compression,
   resumeToken: sessionStorage.getItem(TOKEN_KEY),
+  joinToken,
 });
 
 async function pollSwarm() {

@@ -1,5 +1,5 @@
 // Web Worker: loads the wasm package and runs the training loop off the page's thread.
-// Messages in: {cmd: "init", url, autostart, resumeToken, compression} | {cmd: "start"} |
+// Messages in: {cmd: "init", url, autostart, resumeToken, compression, joinToken} | {cmd: "start"} |
 // {cmd: "stop"}.
 // Messages out: the BrowserWorker's events ({state, round, gradients, loss, ...}).
 
@@ -21,6 +21,7 @@ onmessage = async ({ data: msg }) => {
         (event) => postMessage(event),
         msg.resumeToken ?? undefined,
         msg.compression ?? undefined,
+        msg.joinToken ?? undefined,
       );
       if (msg.autostart) worker.start();
       else postMessage({ state: "paused" });

@@ -73,6 +73,18 @@ impl Browser {
 
     /// Reloads the page through the DevTools protocol (as pressing F5 would).
     pub async fn reload(&self) {
+        self.cdp("Page.reload", serde_json::json!({})).await;
+    }
+
+    /// Evaluates a JavaScript expression in the page and returns its value.
+    pub async fn evaluate(&self, expression: &str) -> serde_json::Value {
+        let params = serde_json::json!({"expression": expression, "returnByValue": true});
+        let reply = self.cdp("Runtime.evaluate", params).await;
+        reply["result"]["result"]["value"].clone()
+    }
+
+    /// Sends one DevTools command to the page and returns its reply.
+    async fn cdp(&self, method: &str, params: serde_json::Value) -> serde_json::Value {
         use futures_util::{SinkExt, StreamExt};
         let port = self.devtools.expect("opened with devtools");
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
@@ -87,18 +99,18 @@ impl Browser {
         let (mut cdp, _) = tokio_tungstenite::connect_async(url)
             .await
             .expect("cdp connects");
-        let cmd = serde_json::json!({"id": 1, "method": "Page.reload", "params": {}});
+        let cmd = serde_json::json!({"id": 1, "method": method, "params": params});
         cdp.send(cmd.to_string().into()).await.expect("send");
         loop {
-            let msg = guard("Page.reload to be acknowledged", cdp.next())
+            let msg = guard("a DevTools reply", cdp.next())
                 .await
                 .expect("cdp open")
                 .expect("cdp frame");
             let reply: serde_json::Value =
                 serde_json::from_str(msg.to_text().unwrap_or("{}")).unwrap_or_default();
             if reply["id"] == 1 {
-                assert!(reply.get("error").is_none(), "{reply}");
-                return;
+                assert!(reply.get("error").is_none(), "{method}: {reply}");
+                return reply;
             }
         }
     }
@@ -223,5 +235,51 @@ async fn reloading_a_tab_keeps_its_worker_id() {
     })
     .await;
     tab.close().await;
+    stop(server).await;
+}
+
+/// A run with a join token: a tab opened with the invitation link trains; one opened without
+/// it is refused, says why, and stops retrying.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invitation_link_lets_a_tab_in_and_a_tab_without_it_is_told_why() {
+    let server = start_server(&["--join-token", "s3cret"]).await;
+    let mut status = server.status.clone();
+    let invited = Browser::open(&format!("http://{}/#token=s3cret", server.addr));
+    wait_status(&mut status, "the invited tab to train", |s| {
+        browsers(s) == 1 && s.round >= 3
+    })
+    .await;
+    let stranger = Browser::open_with_devtools(&page(server.addr));
+    // Its Hello without the token is refused (an event the coordinator counts); by then the
+    // page is up and its DevTools endpoint listening.
+    wait_status(&mut status, "the uninvited tab's refusal", |s| {
+        s.sessions_rejected >= 1
+    })
+    .await;
+    let message = "document.getElementById('message').textContent";
+    let state = "document.getElementById('state').dataset.state";
+    let mut polls = 0;
+    loop {
+        let shown = stranger.evaluate(message).await;
+        if shown
+            .as_str()
+            .is_some_and(|m| m.contains("invitation link"))
+        {
+            break;
+        }
+        polls += 1;
+        assert!(polls < 2000, "the page never said why: {shown}");
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        stranger.evaluate(state).await,
+        "error",
+        "it stopped, not retrying"
+    );
+    let s = status.borrow().clone();
+    assert_eq!(browsers(&s), 1, "only the invited tab is a worker");
+    assert!(s.sessions_rejected >= 1, "{s:?}");
+    invited.close().await;
+    stranger.close().await;
     stop(server).await;
 }

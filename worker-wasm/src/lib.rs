@@ -29,14 +29,17 @@ impl BrowserWorker {
     /// `on_event` receives plain objects: `{ state, workerId, round, gradients, loss,
     /// samplesPerSec, shardLen, resumeToken, message, retryInMs }` (fields present when
     /// known). `resume_token`, from an earlier `resumeToken` event, keeps the identity across
-    /// a page reload (the page keeps it in sessionStorage).
+    /// a page reload (the page keeps it in sessionStorage). `compression` is `"f16"`,
+    /// `"int8"` or anything else for none (exact `f32`). `join_token` is the run's invitation
+    /// (the page takes it from the link's `#token=`); refused without a valid one, the
+    /// worker says so (`state: "error"`) and stops instead of retrying.
     #[wasm_bindgen(constructor)]
-    /// `compression` is `"f16"`, `"int8"` or anything else for none (exact `f32`).
     pub fn new(
         url: String,
         on_event: js_sys::Function,
         resume_token: Option<String>,
         compression: Option<String>,
+        join_token: Option<String>,
     ) -> BrowserWorker {
         // Panics reach the console with their message instead of "unreachable".
         console_error_panic_hook::set_once();
@@ -45,6 +48,7 @@ impl BrowserWorker {
                 url,
                 on_event,
                 resume_token,
+                join_token.filter(|t| !t.is_empty()),
                 match compression.as_deref() {
                     Some("f16") => protocol::Compression::F16,
                     Some("int8") => protocol::Compression::Int8,

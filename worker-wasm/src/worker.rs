@@ -5,10 +5,10 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use js_sys::{Object, Reflect};
-use protocol::WorkerKind;
+use protocol::{ErrorCode, WorkerKind};
 use wasm_bindgen::prelude::*;
 use web_sys::WebSocket;
-use worker_core::{Stats, WorkerCore};
+use worker_core::{Stats, WorkerCore, WorkerError};
 
 use crate::transport::{Socket, SocketEvent};
 
@@ -36,7 +36,17 @@ pub struct Inner {
     current: RefCell<Option<(u32, WebSocket)>>,
     /// The identity to resume, across stop/start and (via the page) reloads.
     resume_token: RefCell<Option<String>>,
+    /// The run's join token, from the invitation link.
+    join_token: Option<String>,
     compression: protocol::Compression,
+}
+
+/// How a connection ended.
+enum Ended {
+    /// The coordinator went away or the connection failed: try again with backoff.
+    Retry(String),
+    /// Refused for a reason retrying cannot fix: say so and stop.
+    Final(String),
 }
 
 impl Inner {
@@ -44,6 +54,7 @@ impl Inner {
         url: String,
         on_event: js_sys::Function,
         resume_token: Option<String>,
+        join_token: Option<String>,
         compression: protocol::Compression,
     ) -> Self {
         Self {
@@ -53,6 +64,7 @@ impl Inner {
             running: Cell::new(false),
             current: RefCell::new(None),
             resume_token: RefCell::new(resume_token),
+            join_token,
             compression,
         }
     }
@@ -92,31 +104,39 @@ pub fn stop(inner: &Rc<Inner>) {
 async fn run(inner: Rc<Inner>, generation: u32) {
     // One core for the whole run: after a reconnect its Hello carries the resume token.
     let token = inner.resume_token.borrow().clone();
-    let mut core = WorkerCore::new(WorkerKind::Browser, None)
+    let mut core = WorkerCore::new(WorkerKind::Browser, inner.join_token.clone())
         .with_resume_token(token)
         .with_compression(inner.compression);
     let mut rate = Rate::default();
     let mut backoff = BACKOFF_FIRST_MS;
     while inner.is_current(generation) {
         inner.emit("connecting", &[]);
-        let reason = match Socket::connect(&inner.url).await {
+        let ended = match Socket::connect(&inner.url).await {
             // Stopped while connecting: dropping the socket closes it.
             Ok(_) if !inner.is_current(generation) => break,
             Ok(mut socket) => {
                 backoff = BACKOFF_FIRST_MS;
                 *inner.current.borrow_mut() = Some((generation, socket.handle()));
-                let reason = session(&inner, &mut core, &mut socket, &mut rate).await;
+                let ended = session(&inner, &mut core, &mut socket, &mut rate).await;
                 let mut current = inner.current.borrow_mut();
                 if current.as_ref().is_some_and(|(g, _)| *g == generation) {
                     *current = None;
                 }
-                reason
+                ended
             }
-            Err(reason) => reason,
+            Err(reason) => Ended::Retry(reason),
         };
         if !inner.is_current(generation) {
             break;
         }
+        let reason = match ended {
+            Ended::Retry(reason) => reason,
+            Ended::Final(message) => {
+                inner.running.set(false);
+                inner.emit("error", &[("message", message.into())]);
+                return;
+            }
+        };
         inner.emit(
             "disconnected",
             &[("message", reason.into()), ("retryInMs", backoff.into())],
@@ -133,32 +153,42 @@ async fn session(
     core: &mut WorkerCore,
     socket: &mut Socket,
     rate: &mut Rate,
-) -> String {
+) -> Ended {
     if let Err(e) = socket.send(&core.hello_frame()) {
-        return e;
+        return Ended::Retry(e);
     }
     inner.emit("connected", &[]);
     while let Some(event) = socket.next().await {
         let frame = match event {
             SocketEvent::Frame(frame) => frame,
             SocketEvent::Closed { code, reason } => {
-                return format!(
+                return Ended::Retry(format!(
                     "connection closed ({code}{}{reason})",
                     if reason.is_empty() { "" } else { ": " }
-                )
+                ))
             }
         };
         let started = performance_now();
         let reply = match core.handle_frame(&frame) {
             Ok(reply) => reply,
-            Err(err) => return err.to_string(),
+            Err(WorkerError::Rejected {
+                code: ErrorCode::Unauthorized,
+                ..
+            }) => {
+                return Ended::Final(if inner.join_token.is_some() {
+                    "this invitation link is not valid for this run: ask its organiser for a new one".into()
+                } else {
+                    "this run needs an invitation link: ask its organiser for one".into()
+                })
+            }
+            Err(err) => return Ended::Retry(err.to_string()),
         };
         let mut fields = stats_fields(core.stats());
         let state = match reply {
             Some(reply) => {
                 let elapsed_ms = performance_now() - started;
                 if let Err(e) = socket.send(&reply) {
-                    return e;
+                    return Ended::Retry(e);
                 }
                 rate.update(core.stats().samples_computed, elapsed_ms);
                 fields.push(("samplesPerSec", rate.per_sec.into()));
@@ -181,7 +211,7 @@ async fn session(
         };
         inner.emit(state, &fields);
     }
-    "connection lost".into()
+    Ended::Retry("connection lost".into())
 }
 
 /// What the page shows about this worker.
