@@ -10,19 +10,10 @@ pub fn trimmed_mean(grads: &[Vec<f32>], drop: usize) -> Option<Vec<f32>> {
     if k == 0 || 2 * drop >= k {
         return None;
     }
-    let len = grads[0].len();
     let middle = (k - 2 * drop) as f32;
-    let mut column = vec![0.0f32; k];
-    let mut out = Vec::with_capacity(len);
-    for i in 0..len {
-        for (c, g) in column.iter_mut().zip(grads) {
-            *c = g[i];
-        }
-        sort_small(&mut column);
-        let sum: f32 = column[drop..k - drop].iter().sum();
-        out.push(sum / middle);
-    }
-    Some(out)
+    Some(sorted_columns(grads, |column| {
+        column[drop..k - drop].iter().sum::<f32>() / middle
+    }))
 }
 
 /// The coordinate-wise mean around the median ("MeaMed", Xie et al. 2018): per coordinate,
@@ -35,15 +26,8 @@ pub fn mean_around_median(grads: &[Vec<f32>], drop: usize) -> Option<Vec<f32>> {
     if k == 0 || drop >= k {
         return None;
     }
-    let len = grads[0].len();
     let keep = k - drop;
-    let mut column = vec![0.0f32; k];
-    let mut out = Vec::with_capacity(len);
-    for i in 0..len {
-        for (c, g) in column.iter_mut().zip(grads) {
-            *c = g[i];
-        }
-        sort_small(&mut column);
+    Some(sorted_columns(grads, |column| {
         let median = if k % 2 == 1 {
             column[k / 2]
         } else {
@@ -51,16 +35,28 @@ pub fn mean_around_median(grads: &[Vec<f32>], drop: usize) -> Option<Vec<f32>> {
         };
         // The `keep` nearest values are a contiguous window of the sorted column: the one
         // whose farther end is nearest the median.
+        let reach = |s: usize| (median - column[s]).max(column[s + keep - 1] - median);
         let start = (0..=drop)
-            .min_by(|&a, &b| {
-                let reach = |s: usize| (median - column[s]).max(column[s + keep - 1] - median);
-                reach(a).total_cmp(&reach(b))
-            })
+            .min_by(|&a, &b| reach(a).total_cmp(&reach(b)))
             .unwrap_or(0);
-        let sum: f32 = column[start..start + keep].iter().sum();
-        out.push(sum / keep as f32);
+        column[start..start + keep].iter().sum::<f32>() / keep as f32
+    }))
+}
+
+/// Applies `combine` to every coordinate's values across `grads` (non-empty, equal lengths),
+/// sorted ascending.
+fn sorted_columns(grads: &[Vec<f32>], mut combine: impl FnMut(&[f32]) -> f32) -> Vec<f32> {
+    let len = grads[0].len();
+    let mut column = vec![0.0f32; grads.len()];
+    let mut out = Vec::with_capacity(len);
+    for i in 0..len {
+        for (c, g) in column.iter_mut().zip(grads) {
+            *c = g[i];
+        }
+        sort_small(&mut column);
+        out.push(combine(&column));
     }
-    Some(out)
+    out
 }
 
 /// Insertion sort: a column is a round's worth of workers, usually a handful, where it beats
