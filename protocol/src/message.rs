@@ -127,6 +127,11 @@ pub enum ErrorCode {
     Stale,
     /// Another connection resumed this worker's identity with its token.
     Replaced,
+    /// The coordinator recomputed this gradient and got a different one (non-fatal: dropped,
+    /// and a strike against the worker).
+    Mismatch,
+    /// The worker (its identity or its address) is banned for the rest of the run.
+    Banned,
     /// A code this version does not know.
     Other(u16),
 }
@@ -149,6 +154,8 @@ impl ErrorCode {
             Self::Late => 13,
             Self::Stale => 14,
             Self::Replaced => 15,
+            Self::Mismatch => 16,
+            Self::Banned => 17,
             Self::Other(code) => code,
         }
     }
@@ -170,6 +177,8 @@ impl ErrorCode {
             13 => Self::Late,
             14 => Self::Stale,
             15 => Self::Replaced,
+            16 => Self::Mismatch,
+            17 => Self::Banned,
             other => Self::Other(other),
         }
     }
@@ -178,7 +187,12 @@ impl ErrorCode {
     pub fn is_fatal(self) -> bool {
         !matches!(
             self,
-            Self::RoundNotOpen | Self::NotParticipant | Self::Duplicate | Self::Late | Self::Stale
+            Self::RoundNotOpen
+                | Self::NotParticipant
+                | Self::Duplicate
+                | Self::Late
+                | Self::Stale
+                | Self::Mismatch
         )
     }
 }

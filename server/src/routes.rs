@@ -67,7 +67,13 @@ async fn ws(
         .max_frame_size(limit)
         .on_upgrade(move |socket| {
             // Tracked so shutdown can wait for every session to send its close frame.
-            let session = session::run(socket, state.coordinator, state.shutdown, state.liveness);
+            let session = session::run(
+                socket,
+                state.coordinator,
+                state.shutdown,
+                state.liveness,
+                peer.ip(),
+            );
             state.sessions.track_future(async move {
                 session.await;
                 // The address's connection count goes down when the session has ended.

@@ -9,6 +9,7 @@
 //! The loop is generic over the socket (`Stream` + `Sink` of axum messages) so tests could
 //! drive it with channels.
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message};
@@ -56,12 +57,13 @@ pub async fn run<S, E>(
     coordinator: CoordinatorHandle,
     shutdown: CancellationToken,
     liveness: Liveness,
+    peer: IpAddr,
 ) where
     S: Stream<Item = Result<Message, E>> + Sink<Message> + Unpin,
     E: std::fmt::Display,
 {
     let (outbox, mut inbox) = mpsc::channel(OUTBOX_CAPACITY);
-    let (joined, end) = match handshake(&mut socket, &coordinator, &shutdown, outbox).await {
+    let (joined, end) = match handshake(&mut socket, &coordinator, &shutdown, outbox, peer).await {
         Ok(joined) => {
             let end = serve(
                 &mut socket,
@@ -90,7 +92,7 @@ pub async fn run<S, E>(
             let Refusal { code, message } = refusal.clone();
             info!(worker = ?joined.map(|j| j.worker), ?code, %message, "closing session");
             if refusal.is_fatal() && code != ErrorCode::ShuttingDown {
-                coordinator.rejected(refusal).await;
+                coordinator.rejected(refusal, peer).await;
             }
             let frame = encode_from_coordinator(&CoordinatorToWorker::Error {
                 code,
@@ -124,6 +126,7 @@ async fn handshake<S, E>(
     coordinator: &CoordinatorHandle,
     shutdown: &CancellationToken,
     outbox: mpsc::Sender<Outbound>,
+    peer: IpAddr,
 ) -> Result<Joined, End>
 where
     S: Stream<Item = Result<Message, E>> + Unpin,
@@ -152,7 +155,7 @@ where
         }
         Err(err) => return Err(End::refuse(err.code(), err.to_string())),
     };
-    match coordinator.join(hello, outbox).await {
+    match coordinator.join(hello, outbox, peer).await {
         Ok(Ok(joined)) => Ok(joined),
         Ok(Err(refusal)) => Err(End::Refuse(refusal)),
         Err(_) => Err(End::refuse(ErrorCode::ShuttingDown, "coordinator stopped")),

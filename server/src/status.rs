@@ -24,6 +24,10 @@ pub struct WorkerStatus {
     pub gradients: u64,
     /// Its gradients scaled down by the norm bound.
     pub clipped: u64,
+    /// Its gradients the coordinator recomputed and found equal.
+    pub verified: u64,
+    /// Its gradients the coordinator recomputed and found different.
+    pub strikes: u32,
     /// Samples in its current shard (0 until its first round).
     pub shard_len: usize,
     /// Sync: missed too many deadlines in a row; not waited for until it answers again.
@@ -85,6 +89,12 @@ pub struct Status {
     pub grad_norm_bound: f64,
     /// Updates not applied because they would have made a parameter non-finite.
     pub updates_refused: u64,
+    /// Gradients recomputed by the coordinator (`--verify-fraction`), and of those the ones
+    /// that did not match (dropped, a strike each).
+    pub gradients_verified: u64,
+    pub verification_mismatches: u64,
+    /// Bans, in order: `w7` (an identity), `address 203.0.113.5`.
+    pub bans: Vec<String>,
     /// Σ answers over applied rounds. With `round_answered` (the open round) it equals
     /// `gradients_accepted`: every accepted gradient is counted in exactly one round.
     pub answered_total: u64,

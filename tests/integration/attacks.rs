@@ -4,7 +4,10 @@
 
 use futures_util::StreamExt;
 use model::SplitMix64;
-use protocol::{decode_from_worker, encode_from_worker, Gradient, WorkerToCoordinator};
+use protocol::{
+    decode_from_coordinator, decode_from_worker, encode_from_coordinator, encode_from_worker,
+    CoordinatorToWorker, Gradient, Round, WorkerToCoordinator,
+};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
@@ -31,7 +34,14 @@ pub enum Attack {
     NaN,
     /// One value too many.
     WrongShape,
+    /// Its honest gradient × 1.01: close enough to pass any statistical filter.
+    Scaled,
+    /// An honest gradient of the right weights on the wrong batch.
+    WrongBatch,
 }
+
+/// How far ahead `WrongBatch` shifts the batch index.
+const BATCH_SHIFT: u64 = 1000;
 
 impl Attack {
     fn poison(self, g: &mut Gradient, rng: &mut SplitMix64) {
@@ -43,6 +53,9 @@ impl Attack {
             Self::InflatedSamples => g.samples = 1_000_000,
             Self::None | Self::Replay => {}
             Self::NaN => g.grads[7] = f32::NAN,
+            Self::Scaled => g.grads.iter_mut().for_each(|v| *v *= 1.01),
+            // The core computed it for round + BATCH_SHIFT: relabel it as the real round.
+            Self::WrongBatch => g.round = Round(g.round.0 - BATCH_SHIFT),
             Self::WrongShape => g.grads.push(0.0),
         }
     }
@@ -68,7 +81,7 @@ pub fn spawn_attacker(
         loop {
             let frame = tokio::select! {
                 () = stop.cancelled() => return,
-                f = next_gradient_or_end(&mut w) => match f { Some(f) => f, None => return },
+                f = next_gradient_or_end(&mut w, attack) => match f { Some(f) => f, None => return },
             };
             let Ok(WorkerToCoordinator::Gradient(mut g)) = decode_from_worker(&frame) else {
                 panic!("the worker core sends gradients");
@@ -86,13 +99,21 @@ pub fn spawn_attacker(
 }
 
 /// Like `ManualWorker::next_gradient`, but `None` when the coordinator closes the socket.
-async fn next_gradient_or_end(w: &mut ManualWorker) -> Option<Vec<u8>> {
+/// `WrongBatch` shows its core every round's weights as round + `BATCH_SHIFT`, so the core
+/// picks another batch.
+async fn next_gradient_or_end(w: &mut ManualWorker, attack: Attack) -> Option<Vec<u8>> {
     loop {
-        let frame = match w.client.ws.next().await {
+        let mut frame = match w.client.ws.next().await {
             Some(Ok(Message::Binary(frame))) => frame,
             Some(Ok(_)) => continue,
             _ => return None,
         };
+        if attack == Attack::WrongBatch {
+            if let Ok(CoordinatorToWorker::Weights(mut weights)) = decode_from_coordinator(&frame) {
+                weights.round = Round(weights.round.0 + BATCH_SHIFT);
+                frame = encode_from_coordinator(&CoordinatorToWorker::Weights(weights)).into();
+            }
+        }
         if let Ok(Some(reply)) = w.core.handle_frame(&frame) {
             return Some(reply);
         }
@@ -215,8 +236,101 @@ async fn one_hostile_client_in_five_costs_at_most_2_points_with_default_flags() 
             Attack::InflatedSamples | Attack::NaN | Attack::WrongShape => {
                 assert_eq!(s.sessions_rejected, 1, "refused at once: {s:?}")
             }
-            Attack::Zeros | Attack::None => {}
+            Attack::Zeros | Attack::None | Attack::Scaled | Attack::WrongBatch => {}
         }
         assert!(s.param_count > 0 && s.test_accuracy.is_some());
     }
+}
+
+/// Verification by recomputation: at `--verify-fraction 0.2`, a worker that scales its
+/// gradient by 1.01 and one that computes on the wrong batch are caught (a strike, the
+/// gradient dropped) and, at the third strike, banned. Honest workers are never flagged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verification_catches_subtle_cheats_and_bans_them() {
+    let _heavy = HEAVY.lock().await;
+    for cheat in [Attack::Scaled, Attack::WrongBatch] {
+        let mut swarm = swarm(
+            &[
+                "--min-workers",
+                "3",
+                "--verify-fraction",
+                "0.2",
+                "--max-rounds",
+                "400",
+            ],
+            2,
+        )
+        .await;
+        let stop = CancellationToken::new();
+        let attacker = spawn_attacker(swarm.addr(), cheat, stop.clone());
+        let joined = swarm
+            .wait_for("the cheat to join", |s| s.workers == 3)
+            .await
+            .round;
+        let caught = swarm
+            .wait_for("the first strike", |s| {
+                s.worker_list.iter().any(|w| w.strikes > 0)
+            })
+            .await;
+        let s = swarm.wait_for("the ban", |s| !s.bans.is_empty()).await;
+        println!(
+            "{cheat:?}: first strike {} rounds after joining, banned at round {} ({:?}); {} verified, {} mismatches",
+            caught.round - joined,
+            s.round,
+            s.bans,
+            s.gradients_verified,
+            s.verification_mismatches
+        );
+        // 20 rounds catch it with probability 1 - 0.8^20 = 98.8 %; 40 make a chance miss a
+        // 1-in-7,000 event, so the suite does not fail by luck.
+        assert!(
+            caught.round - joined <= 40,
+            "{cheat:?} caught too late: {caught:?}"
+        );
+        assert_eq!(s.verification_mismatches, 3, "three strikes: {s:?}");
+        let honest: Vec<_> = s.worker_list.iter().filter(|w| w.strikes == 0).collect();
+        assert_eq!(
+            honest.len(),
+            2,
+            "the honest workers are still here, unflagged: {s:?}"
+        );
+        assert!(honest.iter().all(|w| w.verified > 0), "{s:?}");
+        stop.cancel();
+        let _ = attacker.await;
+        swarm.stop().await;
+    }
+}
+
+/// At `--verify-fraction 1`, every gradient of honest native workers (int8 and exact f32)
+/// over 200 rounds is recomputed and matches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn honest_native_workers_are_never_flagged_at_verify_fraction_1() {
+    let _heavy = HEAVY.lock().await;
+    let swarm = swarm_with(
+        &[
+            "--min-workers",
+            "2",
+            "--verify-fraction",
+            "1",
+            "--max-rounds",
+            "200",
+        ],
+        2,
+        |i| worker::Options {
+            compression: [protocol::Compression::Int8, protocol::Compression::None][i],
+            ..worker::Options::default()
+        },
+    )
+    .await;
+    let status = swarm.status.clone();
+    let (summary, _) = swarm.finish("200 verified rounds").await;
+    let s = status.borrow().clone();
+    println!(
+        "verified {} gradients over {} rounds, {} mismatches",
+        s.gradients_verified, summary.rounds, s.verification_mismatches
+    );
+    assert_eq!(summary.rounds, 200);
+    assert_eq!(s.verification_mismatches, 0, "{s:?}");
+    assert!(s.gradients_verified >= 2 * 199, "{s:?}");
+    assert!(s.bans.is_empty());
 }

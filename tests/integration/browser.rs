@@ -283,3 +283,34 @@ async fn an_invitation_link_lets_a_tab_in_and_a_tab_without_it_is_told_why() {
     stranger.close().await;
     stop(server).await;
 }
+
+/// At `--verify-fraction 1`, the coordinator recomputes every gradient of two tabs, one on
+/// int8 and one on exact f32, for 200 rounds: wasm's gradients always match native ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn honest_tabs_are_never_flagged_at_verify_fraction_1() {
+    let _heavy = HEAVY.lock().await;
+    let server = start_server(&[
+        "--min-workers",
+        "2",
+        "--verify-fraction",
+        "1",
+        "--max-rounds",
+        "200",
+    ])
+    .await;
+    let status = server.status.clone();
+    let _int8 = Browser::open(&page(server.addr));
+    let _exact = Browser::open(&format!("http://{}/?compression=none", server.addr));
+    let summary = guard("200 verified rounds", server.wait())
+        .await
+        .expect("ran");
+    let s = status.borrow().clone();
+    println!(
+        "tabs: verified {} gradients over {} rounds, {} mismatches",
+        s.gradients_verified, summary.rounds, s.verification_mismatches
+    );
+    assert_eq!(summary.rounds, 200);
+    assert_eq!(s.verification_mismatches, 0, "{s:?}");
+    assert!(s.gradients_verified >= 2 * 199, "{s:?}");
+    assert_eq!(browsers(&s), 2);
+}

@@ -326,6 +326,8 @@ fn error_codes_round_trip_and_fatality_is_documented() {
     assert!(ErrorCode::NonFinite.is_fatal());
     assert!(!ErrorCode::RoundNotOpen.is_fatal());
     assert!(!ErrorCode::Duplicate.is_fatal());
+    assert!(!ErrorCode::Mismatch.is_fatal());
+    assert!(ErrorCode::Banned.is_fatal());
 }
 
 proptest! {

@@ -114,6 +114,16 @@ pub struct Cli {
     #[arg(long)]
     pub max_grad_norm: Option<f64>,
 
+    /// Fraction of gradients the coordinator recomputes itself and compares (sync mode). A
+    /// mismatch drops the gradient and is a strike against its worker.
+    #[arg(long, default_value_t = 0.05)]
+    pub verify_fraction: f64,
+
+    /// Ban a worker (its identity and address) after this many strikes, and an address
+    /// after this many sessions closed for bad input. Loopback is never banned by address.
+    #[arg(long, default_value_t = 3)]
+    pub ban_after: u32,
+
     /// Require workers to present this token in Hello.
     #[arg(long, env = "CROWDTRAIN_JOIN_TOKEN")]
     pub join_token: Option<String>,

@@ -70,6 +70,8 @@ pub struct Config {
     pub mode: Mode,
     pub liveness: Liveness,
     pub aggregator: AggregatorKind,
+    pub verify_fraction: f64,
+    pub ban_after: u32,
     /// `--max-grad-norm`; `None`: adaptive.
     pub max_grad_norm: Option<f64>,
     pub join_token: Option<String>,
@@ -135,6 +137,10 @@ pub enum ConfigError {
         "--allowed-origin must be * or scheme://host[:port] with scheme http or https, got {0:?}"
     )]
     AllowedOrigin(String),
+    #[error("--verify-fraction must be in [0, 1], got {0}")]
+    VerifyFraction(f64),
+    #[error("--ban-after must be at least 1")]
+    BanAfter,
     #[error("--max-per-ip must be at least 1")]
     MaxPerIp,
     #[error("--join-token must not be empty")]
@@ -226,6 +232,12 @@ impl TryFrom<Cli> for Config {
             return Err(ConfigError::MaxGradNorm(n));
         }
         let allowed_origins = origins(&cli.allowed_origins)?;
+        if !(0.0..=1.0).contains(&cli.verify_fraction) {
+            return Err(ConfigError::VerifyFraction(cli.verify_fraction));
+        }
+        if cli.ban_after == 0 {
+            return Err(ConfigError::BanAfter);
+        }
         if cli.max_per_ip == 0 {
             return Err(ConfigError::MaxPerIp);
         }
@@ -262,6 +274,8 @@ impl TryFrom<Cli> for Config {
             mode,
             liveness,
             aggregator,
+            verify_fraction: cli.verify_fraction,
+            ban_after: cli.ban_after,
             max_grad_norm: cli.max_grad_norm,
             join_token: cli.join_token,
             allowed_origins,

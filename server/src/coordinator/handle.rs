@@ -1,6 +1,8 @@
 //! The coordinator's edge: the events sessions send it, the handle they send them with, and
 //! what it publishes back (status, weights, the outcome). No training logic here.
 
+use std::net::IpAddr;
+
 use bytes::Bytes;
 use model::{Evaluation, Mlp};
 use protocol::{Gradient, Hello, WorkerId};
@@ -32,6 +34,8 @@ pub enum Event {
     Join {
         hello: Hello,
         outbox: mpsc::Sender<Outbound>,
+        /// The address it connected from (bans are by identity and by address).
+        peer: IpAddr,
         reply: oneshot::Sender<Result<Joined, Refusal>>,
     },
     Gradient {
@@ -47,7 +51,7 @@ pub enum Event {
     },
     /// A session was closed for bad input (undecodable frame, wrong shape, NaN, ...), before
     /// or after joining. Counted; the worker itself leaves with its own `Leave`.
-    Rejected { refusal: Refusal },
+    Rejected { refusal: Refusal, peer: IpAddr },
 }
 
 /// One connection of a worker. A worker resuming its identity gets a new session; events of
@@ -79,11 +83,13 @@ impl CoordinatorHandle {
         &self,
         hello: Hello,
         outbox: mpsc::Sender<Outbound>,
+        peer: IpAddr,
     ) -> Result<Result<Joined, Refusal>, Stopped> {
         let (reply, rx) = oneshot::channel();
         self.send(Event::Join {
             hello,
             outbox,
+            peer,
             reply,
         })
         .await?;
@@ -115,8 +121,8 @@ impl CoordinatorHandle {
             .await;
     }
 
-    pub async fn rejected(&self, refusal: Refusal) {
-        let _ = self.send(Event::Rejected { refusal }).await;
+    pub async fn rejected(&self, refusal: Refusal, peer: IpAddr) {
+        let _ = self.send(Event::Rejected { refusal, peer }).await;
     }
 
     async fn send(&self, event: Event) -> Result<(), Stopped> {

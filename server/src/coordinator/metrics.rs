@@ -37,6 +37,7 @@ pub struct Live {
     pub standing: Standing,
     pub worker_list: Arc<Vec<WorkerStatus>>,
     pub grad_norm_bound: f64,
+    pub bans: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -49,6 +50,8 @@ pub struct Metrics {
     duplicate_rejected: u64,
     gradients_clipped: u64,
     updates_refused: u64,
+    gradients_verified: u64,
+    verification_mismatches: u64,
     answered_total: u64,
     samples_seen: u64,
     deadline_closes: u64,
@@ -72,6 +75,8 @@ impl Metrics {
             duplicate_rejected: 0,
             gradients_clipped: 0,
             updates_refused: 0,
+            gradients_verified: 0,
+            verification_mismatches: 0,
             answered_total: 0,
             samples_seen: 0,
             deadline_closes: 0,
@@ -104,6 +109,12 @@ impl Metrics {
     /// A gradient was scaled down by the norm bound.
     pub fn clipped(&mut self) {
         self.gradients_clipped += 1;
+    }
+
+    /// A gradient was recomputed; `matched` says whether it was equal.
+    pub fn verified(&mut self, matched: bool) {
+        self.gradients_verified += 1;
+        self.verification_mismatches += u64::from(!matched);
     }
 
     /// An update was not applied: it would have made a parameter non-finite.
@@ -173,6 +184,9 @@ impl Metrics {
             gradients_clipped: self.gradients_clipped,
             grad_norm_bound: live.grad_norm_bound,
             updates_refused: self.updates_refused,
+            gradients_verified: self.gradients_verified,
+            verification_mismatches: self.verification_mismatches,
+            bans: live.bans,
             answered_total: self.answered_total,
             deadline_closes: self.deadline_closes,
             deadline_extensions: self.deadline_extensions,
@@ -235,6 +249,7 @@ mod tests {
             },
             worker_list: Arc::default(),
             grad_norm_bound: 2.5,
+            bans: vec!["worker 3".into()],
         }
     }
 
@@ -302,6 +317,8 @@ mod tests {
         m.extended();
         m.clipped();
         m.update_refused();
+        m.verified(true);
+        m.verified(false);
         let s = m.snapshot(live());
         assert_eq!((s.mode, s.param_count, s.batch_size), ("sync", 10, 8));
         assert_eq!((s.test_accuracy, s.test_loss), (Some(0.9), Some(0.25)));
@@ -314,5 +331,7 @@ mod tests {
         assert_eq!((s.round_participants, s.round_answered), (2, 1));
         assert_eq!((s.gradients_clipped, s.updates_refused), (1, 1));
         assert_eq!(s.grad_norm_bound, 2.5);
+        assert_eq!((s.gradients_verified, s.verification_mismatches), (2, 1));
+        assert_eq!(s.bans, ["worker 3"]);
     }
 }

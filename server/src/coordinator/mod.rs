@@ -16,6 +16,7 @@
 //! [`metrics`].
 
 pub mod asynchronous;
+mod checks;
 pub mod clip;
 pub mod handle;
 pub mod identities;
@@ -24,6 +25,7 @@ pub mod registry;
 pub mod schedule;
 pub mod sync;
 pub mod trainer;
+pub mod verify;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -31,8 +33,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use model::{Dataset, Evaluation};
 use protocol::{
-    encode_from_coordinator, CoordinatorToWorker, ErrorCode, Gradient, Hello, ModelSpec, Welcome,
-    WorkerId,
+    encode_from_coordinator, CoordinatorToWorker, ErrorCode, Hello, ModelSpec, Welcome,
 };
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -45,7 +46,7 @@ pub use self::handle::{
 };
 use self::metrics::{Live, Metrics, RunInfo};
 use self::registry::Registry;
-use self::schedule::{Action, Contribution, Schedule, Update, View};
+use self::schedule::{Action, Schedule, Update, View};
 use self::trainer::Trainer;
 use crate::config::Config;
 use crate::dataset::Split;
@@ -59,6 +60,8 @@ pub struct Coordinator {
     schedule: Box<dyn Schedule>,
     metrics: Metrics,
     bound: NormBound,
+    /// Picks the gradients to recompute; seeded from the OS so workers cannot predict it.
+    verify_rng: model::SplitMix64,
     train: Dataset,
     outcome: Option<Outcome>,
     last_eval: Option<Evaluation>,
@@ -105,7 +108,12 @@ impl Coordinator {
             optimizer: format!("{:?}", config.optimizer),
             batch_size: config.batch_size,
         });
-        let registry = Registry::new(config.join_token.clone(), config.max_workers);
+        let registry = Registry::new(
+            config.join_token.clone(),
+            config.max_workers,
+            config.ban_after,
+        );
+        let verify_rng = model::SplitMix64::new(checks::unpredictable_seed());
         let (events_tx, events_rx) = mpsc::channel(EVENT_CHANNEL_CAPACITY);
         let (status_tx, _) = watch::channel(Status::default());
         let mut coordinator = Self {
@@ -115,6 +123,7 @@ impl Coordinator {
             schedule,
             metrics,
             bound,
+            verify_rng,
             train: data.train,
             outcome: None,
             last_eval: None,
@@ -177,9 +186,10 @@ impl Coordinator {
             Event::Join {
                 hello,
                 outbox,
+                peer,
                 reply,
             } => {
-                let result = self.join(&hello, outbox, now);
+                let result = self.join(&hello, outbox, peer, now);
                 let worker = result.as_ref().ok().map(|j| j.worker);
                 if let (Err(_), Some(worker)) = (reply.send(result), worker) {
                     // The session died while joining.
@@ -202,10 +212,7 @@ impl Coordinator {
                     self.registry.drop_worker(worker);
                 }
             }
-            Event::Rejected { refusal } => {
-                debug!(%refusal, "session closed for bad input");
-                self.metrics.session_rejected();
-            }
+            Event::Rejected { refusal, peer } => self.rejected(&refusal, peer),
         }
         self.settle(now);
         self.publish();
@@ -235,6 +242,7 @@ impl Coordinator {
         &mut self,
         hello: &Hello,
         outbox: mpsc::Sender<Outbound>,
+        peer: std::net::IpAddr,
         now: Instant,
     ) -> Result<Joined, Refusal> {
         if self.outcome.is_some() {
@@ -243,7 +251,7 @@ impl Coordinator {
                 "training is finished",
             ));
         }
-        let admission = self.registry.admit(hello, outbox, now)?;
+        let admission = self.registry.admit(hello, outbox, peer, now)?;
         let id = admission.id;
         if admission.replaced {
             self.schedule.left(id);
@@ -271,33 +279,6 @@ impl Coordinator {
             param_count: self.trainer.params().len(),
             batch_size: self.config.batch_size,
         })
-    }
-
-    /// Weighs a validated gradient (its assigned batch, the norm bound) and hands it to
-    /// the schedule.
-    fn gradient(&mut self, worker: WorkerId, gradient: &Gradient, norm: f64, now: Instant) {
-        let clip = self.bound.clip(norm);
-        if clip.clipped {
-            debug!(%worker, norm, bound = self.bound.bound(), "gradient clipped to the norm bound");
-            self.metrics.clipped();
-            self.registry.note_clipped(worker);
-        }
-        let samples = self
-            .registry
-            .assigned_batch(worker, self.config.batch_size)
-            .unwrap_or(gradient.samples);
-        let contribution = Contribution {
-            samples,
-            scale: clip.scale,
-            ..Contribution::of(gradient)
-        };
-        let actions = self
-            .schedule
-            .gradient(worker, &contribution, self.view(), now);
-        if actions.contains(&Action::Accepted(worker)) {
-            self.bound.learn(norm);
-        }
-        self.execute(actions);
     }
 
     /// Carries out a schedule's actions, in order.
@@ -423,6 +404,12 @@ impl Coordinator {
             standing,
             worker_list: self.worker_list.clone(),
             grad_norm_bound: self.bound.bound(),
+            bans: self
+                .registry
+                .bans()
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
         });
         self.status_tx.send_replace(status);
     }

@@ -6,7 +6,8 @@
 //! whose outbox is full or closed is marked dropped; the coordinator removes it when it
 //! settles.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::IpAddr;
 use std::ops::Range;
 use std::time::Instant;
 
@@ -37,6 +38,26 @@ struct Worker {
     gradients: u64,
     /// Gradients scaled down by the norm bound.
     clipped: u64,
+    /// Gradients the coordinator recomputed and found equal.
+    verified: u64,
+    /// The address it connected from.
+    peer: IpAddr,
+}
+
+/// Who was banned, for the status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Banned {
+    Worker(WorkerId),
+    Address(IpAddr),
+}
+
+impl std::fmt::Display for Banned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Worker(id) => write!(f, "{id}"),
+            Self::Address(ip) => write!(f, "address {ip}"),
+        }
+    }
 }
 
 /// A worker let in by [`Registry::admit`].
@@ -64,6 +85,15 @@ pub struct Registry {
     next_session: u64,
     join_token: Option<String>,
     max_workers: usize,
+    /// Strikes (failed verifications) per identity; at `ban_after` it is banned.
+    strikes: HashMap<WorkerId, u32>,
+    /// Sessions closed for bad input, per address; at `ban_after` it is banned.
+    address_strikes: HashMap<IpAddr, u32>,
+    banned_workers: HashSet<WorkerId>,
+    banned_addresses: HashSet<IpAddr>,
+    /// Every ban, in order.
+    bans: Vec<Banned>,
+    ban_after: u32,
     /// Workers whose outbox failed while sending, or who left; removed when settling.
     dropped: Vec<WorkerId>,
     /// The published worker list is out of date (membership, skips or counts changed at a
@@ -73,8 +103,14 @@ pub struct Registry {
 }
 
 impl Registry {
-    pub fn new(join_token: Option<String>, max_workers: usize) -> Self {
+    pub fn new(join_token: Option<String>, max_workers: usize, ban_after: u32) -> Self {
         Self {
+            strikes: HashMap::new(),
+            address_strikes: HashMap::new(),
+            banned_workers: HashSet::new(),
+            banned_addresses: HashSet::new(),
+            bans: Vec::new(),
+            ban_after,
             workers: BTreeMap::new(),
             identities: Identities::new(IDENTITIES_PER_WORKER_SLOT * max_workers.max(256)),
             next_worker: 1,
@@ -92,8 +128,13 @@ impl Registry {
         &mut self,
         hello: &Hello,
         outbox: mpsc::Sender<Outbound>,
+        peer: IpAddr,
         now: Instant,
     ) -> Result<Admission, Refusal> {
+        if self.banned_addresses.contains(&peer) {
+            let msg = format!("{peer} is banned from this run");
+            return Err(Refusal::new(ErrorCode::Banned, msg));
+        }
         if let Some(expected) = &self.join_token {
             let given = hello.join_token.as_deref().unwrap_or_default();
             if !bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {
@@ -111,6 +152,12 @@ impl Registry {
                 self.max_workers
             );
             return Err(Refusal::new(ErrorCode::Full, msg));
+        }
+        if let Some((_, (id, _))) = &resumed {
+            if self.banned_workers.contains(id) {
+                let msg = format!("{id} is banned from this run");
+                return Err(Refusal::new(ErrorCode::Banned, msg));
+            }
         }
         let (token, (id, mut gradients), resumed) = match resumed {
             Some((token, identity)) => (token, identity, true),
@@ -152,6 +199,8 @@ impl Registry {
                 shard: None,
                 gradients,
                 clipped: 0,
+                verified: 0,
+                peer,
             },
         );
         self.changed = true;
@@ -188,6 +237,73 @@ impl Registry {
     pub fn assigned_batch(&self, id: WorkerId, batch_size: u32) -> Option<u32> {
         let shard = self.workers.get(&id)?.shard.as_ref()?;
         Some(batch_size.min(u32::try_from(shard.len()).unwrap_or(u32::MAX)))
+    }
+
+    /// The shard `id` holds.
+    pub fn shard(&self, id: WorkerId) -> Option<Range<usize>> {
+        self.workers.get(&id)?.shard.clone()
+    }
+
+    /// One more of `id`'s gradients was recomputed and found equal.
+    pub fn note_verified(&mut self, id: WorkerId) {
+        if let Some(w) = self.workers.get_mut(&id) {
+            w.verified += 1;
+        }
+    }
+
+    /// A strike against `id` (its gradient did not match). At `--ban-after` strikes the
+    /// worker is banned, by identity and by address, and its session closed. Returns the
+    /// strikes it has now.
+    pub fn strike(&mut self, id: WorkerId) -> u32 {
+        let strikes = self.strikes.entry(id).or_insert(0);
+        *strikes += 1;
+        let strikes = *strikes;
+        if strikes >= self.ban_after {
+            self.ban(id);
+        }
+        self.changed = true;
+        strikes
+    }
+
+    /// A session from `peer` was closed for bad input. At `--ban-after` such sessions the
+    /// address is banned. Loopback is never banned by address: it is the operator's own
+    /// machine (and every test's).
+    pub fn strike_address(&mut self, peer: IpAddr) {
+        if peer.is_loopback() || self.banned_addresses.contains(&peer) {
+            return;
+        }
+        let strikes = self.address_strikes.entry(peer).or_insert(0);
+        *strikes += 1;
+        if *strikes >= self.ban_after {
+            warn!(%peer, strikes = *strikes, "address banned after repeated bad input");
+            self.banned_addresses.insert(peer);
+            self.bans.push(Banned::Address(peer));
+        }
+    }
+
+    /// Bans `id` for the run (and its address, unless loopback), and closes its session.
+    pub fn ban(&mut self, id: WorkerId) {
+        if !self.banned_workers.insert(id) {
+            return;
+        }
+        self.bans.push(Banned::Worker(id));
+        if let Some(w) = self.workers.get(&id) {
+            let peer = w.peer;
+            warn!(worker = %id, %peer, "worker banned");
+            if !peer.is_loopback() && self.banned_addresses.insert(peer) {
+                self.bans.push(Banned::Address(peer));
+            }
+            let msg = format!("{id} is banned from this run");
+            let _ = w
+                .outbox
+                .try_send(Outbound::Close(Refusal::new(ErrorCode::Banned, msg)));
+        }
+        self.changed = true;
+    }
+
+    /// Every ban so far.
+    pub fn bans(&self) -> &[Banned] {
+        &self.bans
     }
 
     /// One more gradient from `id` was scaled down by the norm bound.
@@ -297,6 +413,8 @@ impl Registry {
                 },
                 gradients: w.gradients,
                 clipped: w.clipped,
+                verified: w.verified,
+                strikes: self.strikes.get(&id).copied().unwrap_or(0),
                 shard_len: w.shard.as_ref().map_or(0, Range::len),
                 skipped: skipped(id),
             })

@@ -3,7 +3,11 @@
 use protocol::{decode_from_coordinator, Compression, ErrorCode, Hello, WorkerKind};
 use tokio::sync::mpsc;
 
+use std::net::IpAddr;
+
 use super::*;
+
+const LOCAL: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 
 fn t() -> Instant {
     Instant::now()
@@ -24,17 +28,17 @@ fn outbox(capacity: usize) -> (mpsc::Sender<Outbound>, mpsc::Receiver<Outbound>)
 
 #[test]
 fn the_join_token_and_the_worker_limit_are_enforced() {
-    let mut r = Registry::new(Some("secret".into()), 1);
+    let mut r = Registry::new(Some("secret".into()), 1, 3);
     let refused = r
-        .admit(&hello(None, None), outbox(1).0, t())
+        .admit(&hello(None, None), outbox(1).0, LOCAL, t())
         .expect_err("no token");
     assert_eq!(refused.code, ErrorCode::Unauthorized);
     let refused = r
-        .admit(&hello(Some("guess"), None), outbox(1).0, t())
+        .admit(&hello(Some("guess"), None), outbox(1).0, LOCAL, t())
         .expect_err("wrong");
     assert_eq!(refused.code, ErrorCode::Unauthorized);
     let a = r
-        .admit(&hello(Some("secret"), None), outbox(1).0, t())
+        .admit(&hello(Some("secret"), None), outbox(1).0, LOCAL, t())
         .expect("in");
     assert_eq!(
         (a.kind, a.resumed, a.replaced),
@@ -42,26 +46,31 @@ fn the_join_token_and_the_worker_limit_are_enforced() {
     );
     assert_eq!(r.compression(a.id), Some(Compression::Int8));
     let full = r
-        .admit(&hello(Some("secret"), None), outbox(1).0, t())
+        .admit(&hello(Some("secret"), None), outbox(1).0, LOCAL, t())
         .expect_err("full");
     assert_eq!(full.code, ErrorCode::Full);
     assert!(full.message.contains("at most 1"), "{full}");
     // A resume is not a new worker: it gets in even when full.
     let back = r
-        .admit(&hello(Some("secret"), Some(&a.token)), outbox(1).0, t())
+        .admit(
+            &hello(Some("secret"), Some(&a.token)),
+            outbox(1).0,
+            LOCAL,
+            t(),
+        )
         .expect("resumes");
     assert_eq!((back.id, back.resumed, back.replaced), (a.id, true, true));
 }
 
 #[test]
 fn a_resume_replaces_the_live_session_and_keeps_the_gradient_count() {
-    let mut r = Registry::new(None, 10);
+    let mut r = Registry::new(None, 10, 3);
     let (tx, mut old_rx) = outbox(4);
-    let a = r.admit(&hello(None, None), tx, t()).expect("in");
+    let a = r.admit(&hello(None, None), tx, LOCAL, t()).expect("in");
     r.credit(a.id);
     r.credit(a.id);
     let b = r
-        .admit(&hello(None, Some(&a.token)), outbox(4).0, t())
+        .admit(&hello(None, Some(&a.token)), outbox(4).0, LOCAL, t())
         .expect("in");
     assert_eq!(b.id, a.id);
     assert_ne!(b.session, a.session);
@@ -74,13 +83,13 @@ fn a_resume_replaces_the_live_session_and_keeps_the_gradient_count() {
     assert!(r.remove(b.id, t()));
     assert!(!r.remove(b.id, t()), "already gone");
     let c = r
-        .admit(&hello(None, Some(&a.token)), outbox(4).0, t())
+        .admit(&hello(None, Some(&a.token)), outbox(4).0, LOCAL, t())
         .expect("in");
     assert_eq!((c.id, c.replaced), (a.id, false));
     assert_eq!(r.list(|_| false)[0].gradients, 2);
     // Unknown tokens are new identities; tokens are distinct.
     let d = r
-        .admit(&hello(None, Some("not-a-token")), outbox(4).0, t())
+        .admit(&hello(None, Some("not-a-token")), outbox(4).0, LOCAL, t())
         .expect("in");
     assert_ne!(d.id, a.id);
     assert_ne!(d.token, a.token);
@@ -88,16 +97,16 @@ fn a_resume_replaces_the_live_session_and_keeps_the_gradient_count() {
 
 #[test]
 fn a_worker_that_does_not_read_is_marked_dropped() {
-    let mut r = Registry::new(None, 10);
+    let mut r = Registry::new(None, 10, 3);
     let (tx, _rx) = outbox(1);
-    let a = r.admit(&hello(None, None), tx, t()).expect("in");
+    let a = r.admit(&hello(None, None), tx, LOCAL, t()).expect("in");
     r.send(a.id, Outbound::Frame(Bytes::from_static(b"1")));
     assert!(!r.has_dropped());
     r.send(a.id, Outbound::Frame(Bytes::from_static(b"2")));
     assert_eq!(r.next_dropped(), Some(a.id));
     // A closed outbox too.
     let (tx, rx) = outbox(1);
-    let b = r.admit(&hello(None, None), tx, t()).expect("in");
+    let b = r.admit(&hello(None, None), tx, LOCAL, t()).expect("in");
     drop(rx);
     r.send_error(b.id, Refusal::new(ErrorCode::Late, "late"));
     assert_eq!(r.next_dropped(), Some(b.id));
@@ -105,10 +114,10 @@ fn a_worker_that_does_not_read_is_marked_dropped() {
 
 #[test]
 fn rebalance_sends_each_worker_its_shard_only_when_it_changes() {
-    let mut r = Registry::new(None, 10);
+    let mut r = Registry::new(None, 10, 3);
     let train = Dataset::new(2, (0..20).collect(), vec![0, 1, 0, 1, 0, 1, 0, 1, 0, 1]).expect("ok");
     let (tx, mut rx_a) = outbox(8);
-    let a = r.admit(&hello(None, None), tx, t()).expect("in");
+    let a = r.admit(&hello(None, None), tx, LOCAL, t()).expect("in");
     r.rebalance(&train);
     let shard = |rx: &mut mpsc::Receiver<Outbound>| match rx.try_recv() {
         Ok(Outbound::Frame(f)) => match decode_from_coordinator(&f).expect("frame") {
@@ -121,7 +130,7 @@ fn rebalance_sends_each_worker_its_shard_only_when_it_changes() {
     r.rebalance(&train);
     assert_eq!(shard(&mut rx_a), None, "unchanged: nothing sent");
     let (tx, mut rx_b) = outbox(8);
-    let b = r.admit(&hello(None, None), tx, t()).expect("in");
+    let b = r.admit(&hello(None, None), tx, LOCAL, t()).expect("in");
     r.rebalance(&train);
     assert_eq!(shard(&mut rx_a).map(|s| (s.0, s.1)), Some((0, 5)));
     assert_eq!(shard(&mut rx_b).map(|s| (s.0, s.1)), Some((5, 5)));
@@ -132,4 +141,39 @@ fn rebalance_sends_each_worker_its_shard_only_when_it_changes() {
             .collect::<Vec<_>>(),
         [(a.id.0, 5, false), (b.id.0, 5, true)]
     );
+}
+
+#[test]
+fn strikes_ban_the_identity_and_its_address_but_never_loopback() {
+    let remote: IpAddr = "203.0.113.5".parse().expect("ip");
+    let mut r = Registry::new(None, 10, 2);
+    let (tx, mut rx) = outbox(4);
+    let a = r.admit(&hello(None, None), tx, remote, t()).expect("in");
+    assert_eq!(r.strike(a.id), 1);
+    assert!(r.bans().is_empty());
+    assert_eq!(r.strike(a.id), 2);
+    assert_eq!(r.bans(), [Banned::Worker(a.id), Banned::Address(remote)]);
+    let Ok(Outbound::Close(refusal)) = rx.try_recv() else {
+        panic!("the banned session is closed")
+    };
+    assert_eq!(refusal.code, ErrorCode::Banned);
+    r.remove(a.id, t());
+    // Neither the identity nor the address gets back in.
+    let again = r.admit(&hello(None, Some(&a.token)), outbox(4).0, LOCAL, t());
+    assert_eq!(again.expect_err("banned identity").code, ErrorCode::Banned);
+    let fresh = r.admit(&hello(None, None), outbox(4).0, remote, t());
+    assert_eq!(fresh.expect_err("banned address").code, ErrorCode::Banned);
+    // Bad input from an address: banned at the second; loopback never.
+    let other: IpAddr = "198.51.100.7".parse().expect("ip");
+    r.strike_address(other);
+    assert!(r.admit(&hello(None, None), outbox(4).0, other, t()).is_ok());
+    r.strike_address(other);
+    assert!(r
+        .admit(&hello(None, None), outbox(4).0, other, t())
+        .is_err());
+    for _ in 0..10 {
+        r.strike_address(LOCAL);
+    }
+    assert!(r.admit(&hello(None, None), outbox(4).0, LOCAL, t()).is_ok());
+    assert_eq!(r.bans().last(), Some(&Banned::Address(other)));
 }

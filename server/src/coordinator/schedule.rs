@@ -165,4 +165,12 @@ pub trait Schedule: Send + Debug {
     fn standing(&self) -> Standing;
     /// Sync: skipped from the quorum.
     fn is_skipped(&self, worker: WorkerId) -> bool;
+    /// Sync: the round open now, whose gradients were all computed on the current weights
+    /// (what verification by recomputation needs). Async: `None`.
+    fn open_round(&self) -> Option<Round> {
+        None
+    }
+    /// Sync: `worker`'s answer to the open round was dropped (it failed verification): the
+    /// round stops waiting for it, as it will not answer again.
+    fn excuse(&mut self, _worker: WorkerId) {}
 }

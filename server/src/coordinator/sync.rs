@@ -280,6 +280,16 @@ impl Schedule for SyncSchedule {
     fn is_skipped(&self, worker: WorkerId) -> bool {
         self.members.get(&worker).is_some_and(|m| !m.active)
     }
+
+    fn open_round(&self) -> Option<Round> {
+        self.round.as_ref().map(OpenRound::round)
+    }
+
+    fn excuse(&mut self, worker: WorkerId) {
+        if let Some(round) = self.round.as_mut() {
+            round.remove(worker);
+        }
+    }
 }
 
 #[cfg(test)]

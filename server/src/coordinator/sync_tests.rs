@@ -219,3 +219,20 @@ fn a_round_everyone_left_is_abandoned_and_nothing_opens_when_finished() {
     };
     assert!(s.settle(finished, t0).is_empty());
 }
+
+#[test]
+fn an_excused_participant_is_not_waited_for() {
+    let t0 = Instant::now();
+    let mut s = schedule(2, 3);
+    s.joined(A, view(0));
+    s.joined(B, view(0));
+    s.settle(view(0), t0);
+    s.gradient(A, &Contribution::of(&grad(0, 1.0, 1)), view(0), t0);
+    assert!(s.settle(view(0), t0).is_empty(), "waits for B");
+    // B's answer failed verification: the round closes with A's alone.
+    s.excuse(B);
+    assert!(matches!(
+        s.settle(view(0), t0).as_slice(),
+        [Action::Apply(u)] if u.answered == 1
+    ));
+}

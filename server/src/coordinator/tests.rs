@@ -6,7 +6,7 @@ use protocol::decode_from_coordinator;
 
 use super::*;
 use crate::status::State;
-use protocol::{ErrorCode, Hello, Round, WorkerKind};
+use protocol::{ErrorCode, Gradient, Hello, Round, WorkerId, WorkerKind};
 use tokio::sync::oneshot;
 
 struct Harness {
@@ -58,7 +58,8 @@ fn harness(flags: &[&str]) -> Harness {
 }
 
 fn harness_adaptive(flags: &[&str]) -> Harness {
-    let args = ["coordinator", "--hidden", "4"]
+    // Made-up gradients: nothing to recompute them against.
+    let args = ["coordinator", "--hidden", "4", "--verify-fraction", "0"]
         .into_iter()
         .chain(flags.iter().copied());
     let config = Config::from_args(args).expect("valid flags");
@@ -90,6 +91,7 @@ impl Harness {
             Event::Join {
                 hello,
                 outbox,
+                peer: std::net::Ipv4Addr::LOCALHOST.into(),
                 reply,
             },
             self.at(ms),
@@ -464,6 +466,7 @@ fn compression_is_negotiated_per_worker_and_encoded_once_per_version() {
             Event::Join {
                 hello,
                 outbox,
+                peer: std::net::Ipv4Addr::LOCALHOST.into(),
                 reply,
             },
             h.t0,

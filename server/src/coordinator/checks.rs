@@ -1,0 +1,146 @@
+//! What the coordinator checks in a gradient the session validated, before its schedule sees
+//! it: the norm bound, the weight it deserves (its assigned batch), and, for a sampled
+//! fraction, recomputation. And what follows a session closed for bad input.
+
+use std::net::IpAddr;
+use std::time::Instant;
+
+use protocol::{decode_from_coordinator, CoordinatorToWorker, ErrorCode, Gradient, WorkerId};
+use tracing::{debug, info, warn};
+
+use super::schedule::{Action, Contribution};
+use super::verify::{verify, Claim};
+use super::Coordinator;
+use crate::refusal::Refusal;
+
+/// A seed nobody outside the process can know, for sampling what to verify.
+pub(super) fn unpredictable_seed() -> u64 {
+    let mut seed = [0u8; 8];
+    // Without the OS's randomness, the time: sampling still happens, only less secretly.
+    if getrandom::fill(&mut seed).is_err() {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        return now.map_or(0, |d| d.as_nanos() as u64);
+    }
+    u64::from_le_bytes(seed)
+}
+
+/// Bad input that counts against an address (a broken or hostile client), unlike being
+/// replaced, too slow, unauthorized or on an old protocol version.
+fn strikes_an_address(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::Malformed
+            | ErrorCode::UnexpectedMessage
+            | ErrorCode::ShapeMismatch
+            | ErrorCode::NonFinite
+    )
+}
+
+impl Coordinator {
+    /// Weighs a validated gradient, verifies it if sampled, and hands it to the schedule.
+    pub(super) fn gradient(
+        &mut self,
+        worker: WorkerId,
+        gradient: &Gradient,
+        norm: f64,
+        now: Instant,
+    ) {
+        if !self.verified(worker, gradient) {
+            return;
+        }
+        let clip = self.bound.clip(norm);
+        if clip.clipped {
+            debug!(%worker, norm, bound = self.bound.bound(), "gradient clipped to the norm bound");
+            self.metrics.clipped();
+            self.registry.note_clipped(worker);
+        }
+        let samples = self
+            .registry
+            .assigned_batch(worker, self.config.batch_size)
+            .unwrap_or(gradient.samples);
+        let contribution = Contribution {
+            samples,
+            scale: clip.scale,
+            ..Contribution::of(gradient)
+        };
+        let actions = self
+            .schedule
+            .gradient(worker, &contribution, self.view(), now);
+        if actions.contains(&Action::Accepted(worker)) {
+            self.bound.learn(norm);
+        }
+        self.execute(actions);
+    }
+
+    /// `--verify-fraction`: recomputes a sampled gradient for the open round and compares.
+    /// A mismatch drops the gradient with a `Mismatch` error and a strike. Returns whether
+    /// the gradient may go on.
+    fn verified(&mut self, worker: WorkerId, gradient: &Gradient) -> bool {
+        let fraction = self.config.verify_fraction;
+        if fraction <= 0.0
+            || self.schedule.open_round() != Some(gradient.round)
+            || self.verify_rng.next_f64() >= fraction
+        {
+            return true;
+        }
+        let (Some(shard), Some(compression)) = (
+            self.registry.shard(worker),
+            self.registry.compression(worker),
+        ) else {
+            return true;
+        };
+        // The weights exactly as this worker decoded them.
+        let frame = self.trainer.weights(compression);
+        let Ok(CoordinatorToWorker::Weights(weights)) = decode_from_coordinator(&frame) else {
+            return true;
+        };
+        let mut claim = Claim {
+            weights: &weights.params,
+            shard,
+            batch_index: gradient.round.0,
+            batch_size: self.config.batch_size as usize,
+            compression,
+            grads: &gradient.grads,
+        };
+        let mlp = self.trainer.mlp();
+        let mut outcome = verify(mlp, &self.train, &claim);
+        if matches!(outcome, Ok(Err(_))) {
+            // A worker sent the same round twice (an update that was not applied) computes
+            // on the next batch index: recheck that before a strike.
+            claim.batch_index += 1;
+            if let Ok(Ok(())) = verify(mlp, &self.train, &claim) {
+                outcome = Ok(Ok(()));
+            }
+        }
+        match outcome {
+            Ok(Ok(())) => {
+                self.metrics.verified(true);
+                self.registry.note_verified(worker);
+                true
+            }
+            Ok(Err(mismatch)) => {
+                self.metrics.verified(false);
+                let strikes = self.registry.strike(worker);
+                self.schedule.excuse(worker);
+                warn!(%worker, strikes, %mismatch, "recomputed gradient does not match; dropped");
+                let message = format!("gradient for {} dropped: {mismatch}", gradient.round);
+                self.registry
+                    .send_error(worker, Refusal::new(ErrorCode::Mismatch, message));
+                false
+            }
+            Err(err) => {
+                warn!(%worker, %err, "could not recompute a gradient; not verified");
+                true
+            }
+        }
+    }
+
+    /// A session was closed for bad input.
+    pub(super) fn rejected(&mut self, refusal: &Refusal, peer: IpAddr) {
+        info!(%peer, %refusal, "session closed for bad input");
+        self.metrics.session_rejected();
+        if strikes_an_address(refusal.code) {
+            self.registry.strike_address(peer);
+        }
+    }
+}

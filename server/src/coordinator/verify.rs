@@ -1,0 +1,196 @@
+//! Verification by recomputation: the coordinator computes a sampled gradient itself, on
+//! the very weights the worker was sent (after their wire compression) and the batch the
+//! deterministic batch rule gives it, and compares.
+//!
+//! The comparison allows for what may honestly differ, value by value:
+//! - the worker's own wire compression of its gradient: int8 rounds to half a step of its
+//!   256-value chunk (step = chunk max / 127); f16 to 2⁻¹¹ relative (and 3e-8 absolute
+//!   below f16's normal range); f32 not at all;
+//! - floating-point order: native workers with FMA differ from one without, and wasm from
+//!   native, by up to 3e-8 on this model; 1e-6 absolute plus 1e-4 relative covers it with
+//!   room.
+//!
+//! A gradient scaled by 1.01 or computed on another batch is outside that on some values.
+
+use std::ops::Range;
+
+use model::{batch_positions, Dataset, Mlp, ModelError};
+use protocol::tensor::INT8_CHUNK;
+use protocol::Compression;
+
+/// Floating-point order: FMA against none, wasm against native.
+const ABS: f32 = 1e-6;
+const REL: f32 = 1e-4;
+/// Half a quantization step, with 2 % room for the worker's chunk maximum differing from
+/// ours in the last bits.
+const HALF_STEP: f32 = 0.51;
+
+/// What the coordinator needs to recompute a worker's gradient.
+#[derive(Debug, Clone)]
+pub struct Claim<'a> {
+    /// The weights exactly as the worker decoded them.
+    pub weights: &'a [f32],
+    /// The worker's shard of the train split.
+    pub shard: Range<usize>,
+    /// The batch index (the round, in sync mode).
+    pub batch_index: u64,
+    pub batch_size: usize,
+    pub compression: Compression,
+    /// What the worker sent (decoded).
+    pub grads: &'a [f32],
+}
+
+/// The first value outside the tolerance.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Mismatch {
+    pub index: usize,
+    pub got: f32,
+    pub expected: f32,
+    pub tolerance: f32,
+}
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "value {} is {}, the coordinator computed {} (tolerance {:e})",
+            self.index, self.got, self.expected, self.tolerance
+        )
+    }
+}
+
+/// Recomputes the claimed gradient and compares. `Ok(Err(_))`: it does not match.
+pub fn verify(
+    mlp: &Mlp,
+    train: &Dataset,
+    claim: &Claim<'_>,
+) -> Result<Result<(), Mismatch>, ModelError> {
+    let positions = batch_positions(claim.shard.len(), claim.batch_index, claim.batch_size);
+    let (x, labels) = train.batch(positions.map(|p| claim.shard.start + p));
+    let (_, expected) = mlp.loss_and_grad(claim.weights, x.view(), &labels)?;
+    Ok(compare(claim.grads, &expected, claim.compression))
+}
+
+/// Compares `got` with `expected` value by value within the tolerance of `compression`.
+pub fn compare(got: &[f32], expected: &[f32], compression: Compression) -> Result<(), Mismatch> {
+    if got.len() != expected.len() {
+        return Err(Mismatch {
+            index: got.len().min(expected.len()),
+            got: f32::NAN,
+            expected: f32::NAN,
+            tolerance: 0.0,
+        });
+    }
+    for (chunk_at, (g, e)) in got
+        .chunks(INT8_CHUNK)
+        .zip(expected.chunks(INT8_CHUNK))
+        .enumerate()
+    {
+        let step = match compression {
+            Compression::Int8 => e.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 127.0,
+            _ => 0.0,
+        };
+        for (i, (&got, &expected)) in g.iter().zip(e).enumerate() {
+            let wire = match compression {
+                Compression::None => 0.0,
+                Compression::F16 => expected.abs() / 2048.0 + 3e-8,
+                Compression::Int8 => HALF_STEP * step,
+            };
+            let tolerance = wire * 1.01 + ABS + REL * expected.abs();
+            if (got - expected).abs() > tolerance {
+                return Err(Mismatch {
+                    index: chunk_at * INT8_CHUNK + i,
+                    got,
+                    expected,
+                    tolerance,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use protocol::tensor::{decode_payload, encode_payload};
+
+    use super::*;
+
+    fn wire(values: &[f32], c: Compression) -> Vec<f32> {
+        let mut raw = Vec::new();
+        encode_payload(&mut raw, values, c);
+        decode_payload(&raw, values.len(), c)
+    }
+
+    fn setup() -> (Mlp, Dataset, Vec<f32>) {
+        let split = crate::dataset::load_default(5).expect("data");
+        let mlp = Mlp::new(&[784, 16, 10]).expect("model");
+        let params: Vec<f32> = mlp.init(9);
+        (mlp, split.train, params)
+    }
+
+    /// What an honest worker sends: its gradient on the decoded weights, through the wire.
+    fn honest(mlp: &Mlp, train: &Dataset, weights: &[f32], batch: u64, c: Compression) -> Vec<f32> {
+        let shard = train.slice(100..400);
+        let (x, labels) = shard.batch(batch_positions(shard.len(), batch, 32));
+        let (_, g) = mlp.loss_and_grad(weights, x.view(), &labels).expect("grad");
+        wire(&g, c)
+    }
+
+    #[test]
+    fn an_honest_gradient_passes_in_every_compression_and_a_cheat_does_not() {
+        let (mlp, train, params) = setup();
+        for c in [Compression::None, Compression::F16, Compression::Int8] {
+            let weights = wire(&params, c);
+            let claim = |grads: &[f32], batch_index| {
+                let claim = Claim {
+                    weights: &weights,
+                    shard: 100..400,
+                    batch_index,
+                    batch_size: 32,
+                    compression: c,
+                    grads,
+                };
+                verify(&mlp, &train, &claim).expect("computes")
+            };
+            let good = honest(&mlp, &train, &weights, 7, c);
+            assert_eq!(claim(&good, 7), Ok(()), "{c:?}");
+            // Scaled by 1.01 before the wire, as a cheating worker would.
+            let raw = honest(&mlp, &train, &weights, 7, Compression::None);
+            let scaled: Vec<f32> = raw.iter().map(|v| v * 1.01).collect();
+            assert!(claim(&wire(&scaled, c), 7).is_err(), "{c:?}: ×1.01 caught");
+            // Another batch.
+            let other = honest(&mlp, &train, &weights, 8, c);
+            let err = claim(&other, 7).expect_err("wrong batch");
+            assert!(
+                err.to_string().contains("the coordinator computed"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_tolerance_is_the_wire_rounding_plus_float_order() {
+        let expected = [1.0f32, -0.5, 0.0, 1e-9];
+        // f32: only float order.
+        assert!(compare(&[1.0 + 5e-5, -0.5, 0.0, 0.0], &expected, Compression::None).is_ok());
+        assert!(compare(&[1.001, -0.5, 0.0, 0.0], &expected, Compression::None).is_err());
+        // int8: half a step of the chunk (max 1.0 → step 1/127).
+        assert!(compare(
+            &[1.0, -0.5 + 0.5 / 127.0, 0.0, 0.0],
+            &expected,
+            Compression::Int8
+        )
+        .is_ok());
+        assert!(compare(
+            &[1.0, -0.5 + 1.0 / 127.0, 0.0, 0.0],
+            &expected,
+            Compression::Int8
+        )
+        .is_err());
+        assert!(
+            compare(&[1.0], &expected, Compression::Int8).is_err(),
+            "length"
+        );
+    }
+}
