@@ -1,23 +1,22 @@
 //! The crowdtrain coordinator: the rank-0 parameter server.
 //!
 //! It owns the model's parameters and the optimizer, serves the volunteer page and the wasm
-//! worker, and runs synchronous training rounds over WebSockets: broadcast the weights of
-//! round `r`, accumulate each worker's gradient as it arrives, average (weighted by samples),
-//! step the optimizer, broadcast round `r + 1`.
+//! worker, and runs training rounds over WebSockets: broadcast the weights of round `r`,
+//! check each worker's gradient as it arrives (shape, finiteness, norm bound, sampled
+//! recomputation), combine them robustly, step the optimizer, broadcast round `r + 1`.
 //!
-//! # Layout
-//! - [`config`]: the CLI (`Cli`, clap) and its validated form (`Config`).
-//! - [`dataset`]: the embedded MNIST digits and their seeded train/test split.
-//! - [`round`]: the sans-IO round state machine (who must answer, deadline, quorum).
-//! - [`deadline`]: fixed or adaptive round timeouts.
-//! - [`aggregate`]: the `Aggregator` strategy a round combines gradients with.
-//! - [`coordinator`]: the single task that owns the training state, and its handle.
-//! - [`session`]: one task per WebSocket: decode, validate, forward.
-//! - [`routes`]: the axum router (`/ws`, `/api/*`, `/healthz`, static files).
-//! - [`status`]: what `/api/status` reports, published on a watch channel.
-//! - [`safetensors`]: `/api/params` encoding.
-//! - [`shutdown`]: Ctrl-C / SIGTERM.
-//! - [`server`]: wiring: `start(listener, config, shutdown)`.
+//! # Layout, in the order a gradient meets them
+//! - [`routes`]: the axum router (`/ws`, `/api/*`, `/healthz`, the page via [`assets`]);
+//!   [`admission`] decides at the upgrade (origin, connections per address).
+//! - [`session`]: one task per WebSocket: decode, validate, forward; [`refusal`] is what it
+//!   (and everything after it) answers with.
+//! - [`coordinator`]: the single task that owns the training state: registry, schedules,
+//!   checks, trainer, metrics (its own module docs list the files).
+//! - [`round`] and [`deadline`]: the sync round state machine and its timeouts.
+//! - [`aggregate`]: how a round combines gradients (mean or coordinate-wise robust rules).
+//! - [`status`]: what `/api/status` reports; [`safetensors`]: `/api/params`.
+//! - [`config`]: the CLI and its validated form; [`dataset`]: the embedded MNIST split.
+//! - [`server`]: wiring, `start(listener, config, shutdown)`; [`shutdown`]: Ctrl-C / SIGTERM.
 
 pub mod admission;
 pub mod aggregate;

@@ -334,3 +334,54 @@ async fn honest_native_workers_are_never_flagged_at_verify_fraction_1() {
     assert!(s.gradients_verified >= 2 * 199, "{s:?}");
     assert!(s.bans.is_empty());
 }
+
+/// Taking over another worker's identity: a client that knows its id and its own token's
+/// shape forges the victim's token. It gets an identity of its own, and the victim is neither
+/// replaced nor disturbed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_resume_token_takes_over_nobody() {
+    let server = start_server(&["--min-workers", "2"]).await;
+    let mut status = server.status.clone();
+    let mut victim = ManualWorker::join(server.addr).await;
+    let mut other = ManualWorker::join(server.addr).await;
+    let (gv, go) = (victim.next_gradient().await, other.next_gradient().await);
+    victim.send(gv).await;
+    other.send(go).await;
+    wait_status(&mut status, "round 0 to close", |s| s.round == 1).await;
+    let id = victim.core.stats().worker_id.expect("welcomed");
+    let own = other.core.resume_token().expect("a token").to_owned();
+    // The shape of a token is visible in one's own: `<id>.<secret>`. Forge the victim's with
+    // the attacker's secret, and with an all-zero one.
+    let secret = own.split_once('.').expect("id.secret").1;
+    for forged in [
+        format!("{}.{secret}", id.0),
+        format!("{}.{}", id.0, "0".repeat(32)),
+    ] {
+        let mut thief = RawClient::connect(server.addr).await;
+        thief
+            .send(&protocol::WorkerToCoordinator::Hello(protocol::Hello {
+                kind: Some(protocol::WorkerKind::Native),
+                resume_token: Some(forged.clone()),
+                ..protocol::Hello::default()
+            }))
+            .await;
+        let Some(CoordinatorToWorker::Welcome(w)) = thief.recv().await else {
+            panic!("welcome")
+        };
+        assert_ne!(w.worker_id, id, "{forged} must not resume {id}");
+        drop(thief);
+    }
+    // The victim is still itself and still training: round 1 closes with its gradient.
+    let (gv, go) = (victim.next_gradient().await, other.next_gradient().await);
+    victim.send(gv).await;
+    other.send(go).await;
+    let s = wait_status(&mut status, "round 1 to close", |s| s.round == 2).await;
+    let me = s
+        .worker_list
+        .iter()
+        .find(|w| w.id == id.0)
+        .expect("still listed");
+    assert_eq!(me.gradients, 2, "{s:?}");
+    assert_eq!(s.resumed, 0, "nobody resumed anything: {s:?}");
+    stop(server).await;
+}

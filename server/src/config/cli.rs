@@ -128,7 +128,7 @@ pub struct Cli {
     #[arg(long, env = "CROWDTRAIN_JOIN_TOKEN")]
     pub join_token: Option<String>,
 
-    /// Also accept WebSockets from pages at this origin (scheme://host[:port]); repeatable.
+    /// Also accept WebSockets from pages at this origin (`scheme://host:port`); repeatable.
     /// `*` accepts any. The coordinator's own origin is always accepted.
     #[arg(long = "allowed-origin", value_name = "ORIGIN")]
     pub allowed_origins: Vec<String>,

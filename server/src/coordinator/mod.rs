@@ -6,16 +6,19 @@
 //! around training state, and every change happens here, in order.
 //!
 //! Each event goes to [`Coordinator::handle`] with the time; round deadlines go to
-//! [`Coordinator::tick`]. The schedule answers with [`Action`]s, which [`Coordinator::execute`]
+//! [`Coordinator::tick`]. The schedule answers with [`Action`]s, which `execute`
 //! carries out (send weights, refuse, apply an update). Then the coordinator settles:
 //! removes dropped workers and asks the schedule to close and open rounds, until nothing is
 //! left to do, and publishes the status.
 //!
-//! Files: [`handle`] (events and the sessions' handle), [`registry`], [`schedule`] (the
-//! trait and its actions), [`sync`] and [`asynchronous`] (the two schedules), [`trainer`],
-//! [`metrics`].
+//! Files: [`handle`] (events and the sessions' handle); [`registry`] with [`identities`] and
+//! [`bans`] (who is connected, who they are, who may not come back); [`schedule`] (the trait
+//! and its actions) with [`sync`] and [`asynchronous`] (the two schedules); `checks` (what a
+//! gradient must pass before a schedule sees it: [`clip`], [`verify`]); [`trainer`] and
+//! `update` (the model, and what applying an update means); [`metrics`] (counters → status).
 
 pub mod asynchronous;
+pub mod bans;
 mod checks;
 pub mod clip;
 pub mod handle;
@@ -25,6 +28,7 @@ pub mod registry;
 pub mod schedule;
 pub mod sync;
 pub mod trainer;
+mod update;
 pub mod verify;
 
 use std::sync::Arc;
@@ -37,7 +41,7 @@ use protocol::{
 };
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use self::clip::NormBound;
 pub use self::handle::{
@@ -46,7 +50,7 @@ pub use self::handle::{
 };
 use self::metrics::{Live, Metrics, RunInfo};
 use self::registry::Registry;
-use self::schedule::{Action, Schedule, Update, View};
+use self::schedule::{Action, Schedule, View};
 use self::trainer::Trainer;
 use crate::config::Config;
 use crate::dataset::Split;
@@ -323,66 +327,6 @@ impl Coordinator {
                 break;
             }
             self.execute(actions);
-        }
-    }
-
-    /// Steps the optimizer, evaluates when due, logs the round, and stops when a stop
-    /// condition is met. Shared by every schedule.
-    fn apply(&mut self, update: &Update) {
-        if !self.trainer.apply(&update.gradient) {
-            warn!(
-                round = self.trainer.version(),
-                answered = update.answered,
-                "update not applied: it would have made a parameter non-finite"
-            );
-            self.metrics.update_refused();
-            return;
-        }
-        let version = self.trainer.version();
-        self.registry.mark_changed();
-        let since = self.metrics.updated(update, version - 1);
-        let last = self.config.max_rounds.is_some_and(|max| version >= max);
-        let evaluation = if version.is_multiple_of(self.config.eval_interval) || last {
-            self.trainer.evaluate()
-        } else {
-            None
-        };
-        if let Some(e) = evaluation {
-            self.metrics.evaluated(version, e);
-            self.last_eval = Some(e);
-        }
-        info!(
-            round = version,
-            mode = %self.config.mode.name(),
-            answered = update.answered,
-            missed = update.missed,
-            late = since.late,
-            stale = since.stale,
-            dup = since.duplicate,
-            deadline_hit = update.deadline_hit,
-            train_loss = format_args!("{:.4}", update.mean_loss),
-            round_ms = format_args!("{:.1}", update.duration.as_secs_f64() * 1e3),
-            test_accuracy = %metrics::LogValue(evaluation.map(|e| e.accuracy)),
-            test_loss = %metrics::LogValue(evaluation.map(|e| e.loss)),
-            "round"
-        );
-        let reached_target = match (evaluation, self.config.target_accuracy) {
-            (Some(e), Some(target)) => e.accuracy >= target,
-            _ => false,
-        };
-        if last || reached_target {
-            info!(
-                round = version,
-                reached_target,
-                test_accuracy = ?self.last_eval.map(|e| e.accuracy),
-                "training finished"
-            );
-            self.outcome = Some(Outcome {
-                rounds: version,
-                evaluation: self.last_eval,
-                reached_target,
-            });
-            self.shutdown.cancel();
         }
     }
 

@@ -6,7 +6,7 @@
 //! whose outbox is full or closed is marked dropped; the coordinator removes it when it
 //! settles.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::ops::Range;
 use std::time::Instant;
@@ -21,6 +21,8 @@ use subtle::ConstantTimeEq;
 use tokio::sync::mpsc;
 use tracing::warn;
 
+pub use super::bans::Banned;
+use super::bans::Bans;
 use super::handle::{Outbound, SessionId};
 use super::identities::Identities;
 use crate::refusal::Refusal;
@@ -42,22 +44,6 @@ struct Worker {
     verified: u64,
     /// The address it connected from.
     peer: IpAddr,
-}
-
-/// Who was banned, for the status.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Banned {
-    Worker(WorkerId),
-    Address(IpAddr),
-}
-
-impl std::fmt::Display for Banned {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Worker(id) => write!(f, "{id}"),
-            Self::Address(ip) => write!(f, "address {ip}"),
-        }
-    }
 }
 
 /// A worker let in by [`Registry::admit`].
@@ -85,15 +71,7 @@ pub struct Registry {
     next_session: u64,
     join_token: Option<String>,
     max_workers: usize,
-    /// Strikes (failed verifications) per identity; at `ban_after` it is banned.
-    strikes: HashMap<WorkerId, u32>,
-    /// Sessions closed for bad input, per address; at `ban_after` it is banned.
-    address_strikes: HashMap<IpAddr, u32>,
-    banned_workers: HashSet<WorkerId>,
-    banned_addresses: HashSet<IpAddr>,
-    /// Every ban, in order.
-    bans: Vec<Banned>,
-    ban_after: u32,
+    bans: Bans,
     /// Workers whose outbox failed while sending, or who left; removed when settling.
     dropped: Vec<WorkerId>,
     /// The published worker list is out of date (membership, skips or counts changed at a
@@ -105,12 +83,7 @@ pub struct Registry {
 impl Registry {
     pub fn new(join_token: Option<String>, max_workers: usize, ban_after: u32) -> Self {
         Self {
-            strikes: HashMap::new(),
-            address_strikes: HashMap::new(),
-            banned_workers: HashSet::new(),
-            banned_addresses: HashSet::new(),
-            bans: Vec::new(),
-            ban_after,
+            bans: Bans::new(ban_after),
             workers: BTreeMap::new(),
             identities: Identities::new(IDENTITIES_PER_WORKER_SLOT * max_workers.max(256)),
             next_worker: 1,
@@ -131,7 +104,7 @@ impl Registry {
         peer: IpAddr,
         now: Instant,
     ) -> Result<Admission, Refusal> {
-        if self.banned_addresses.contains(&peer) {
+        if self.bans.is_address_banned(peer) {
             let msg = format!("{peer} is banned from this run");
             return Err(Refusal::new(ErrorCode::Banned, msg));
         }
@@ -154,7 +127,7 @@ impl Registry {
             return Err(Refusal::new(ErrorCode::Full, msg));
         }
         if let Some((_, (id, _))) = &resumed {
-            if self.banned_workers.contains(id) {
+            if self.bans.is_banned(*id) {
                 let msg = format!("{id} is banned from this run");
                 return Err(Refusal::new(ErrorCode::Banned, msg));
             }
@@ -255,44 +228,30 @@ impl Registry {
     /// worker is banned, by identity and by address, and its session closed. Returns the
     /// strikes it has now.
     pub fn strike(&mut self, id: WorkerId) -> u32 {
-        let strikes = self.strikes.entry(id).or_insert(0);
-        *strikes += 1;
-        let strikes = *strikes;
-        if strikes >= self.ban_after {
+        let (strikes, ban) = self.bans.strike(id);
+        if ban {
             self.ban(id);
         }
         self.changed = true;
         strikes
     }
 
-    /// A session from `peer` was closed for bad input. At `--ban-after` such sessions the
-    /// address is banned. Loopback is never banned by address: it is the operator's own
-    /// machine (and every test's).
+    /// A session from `peer` was closed for bad input; at `--ban-after` such sessions the
+    /// address is banned (never loopback).
     pub fn strike_address(&mut self, peer: IpAddr) {
-        if peer.is_loopback() || self.banned_addresses.contains(&peer) {
-            return;
-        }
-        let strikes = self.address_strikes.entry(peer).or_insert(0);
-        *strikes += 1;
-        if *strikes >= self.ban_after {
-            warn!(%peer, strikes = *strikes, "address banned after repeated bad input");
-            self.banned_addresses.insert(peer);
-            self.bans.push(Banned::Address(peer));
+        if self.bans.strike_address(peer) {
+            warn!(%peer, "address banned after repeated bad input");
         }
     }
 
     /// Bans `id` for the run (and its address, unless loopback), and closes its session.
     pub fn ban(&mut self, id: WorkerId) {
-        if !self.banned_workers.insert(id) {
+        let worker = self.workers.get(&id);
+        if !self.bans.ban(id, worker.map(|w| w.peer)) {
             return;
         }
-        self.bans.push(Banned::Worker(id));
-        if let Some(w) = self.workers.get(&id) {
-            let peer = w.peer;
-            warn!(worker = %id, %peer, "worker banned");
-            if !peer.is_loopback() && self.banned_addresses.insert(peer) {
-                self.bans.push(Banned::Address(peer));
-            }
+        if let Some(w) = worker {
+            warn!(worker = %id, peer = %w.peer, "worker banned");
             let msg = format!("{id} is banned from this run");
             let _ = w
                 .outbox
@@ -303,7 +262,7 @@ impl Registry {
 
     /// Every ban so far.
     pub fn bans(&self) -> &[Banned] {
-        &self.bans
+        self.bans.list()
     }
 
     /// One more gradient from `id` was scaled down by the norm bound.
@@ -414,7 +373,7 @@ impl Registry {
                 gradients: w.gradients,
                 clipped: w.clipped,
                 verified: w.verified,
-                strikes: self.strikes.get(&id).copied().unwrap_or(0),
+                strikes: self.bans.strikes(id),
                 shard_len: w.shard.as_ref().map_or(0, Range::len),
                 skipped: skipped(id),
             })

@@ -1,0 +1,72 @@
+//! What applying an update means for the run: the optimizer step (refused if it would break
+//! the model), the round's metrics and log line, evaluation when due, and the stop
+//! conditions (`--max-rounds`, `--target-accuracy`).
+
+use tracing::{info, warn};
+
+use super::handle::Outcome;
+use super::metrics::LogValue;
+use super::schedule::Update;
+use super::Coordinator;
+
+impl Coordinator {
+    /// Steps the optimizer, evaluates when due, logs the round, and stops when a stop
+    /// condition is met. Shared by every schedule.
+    pub(super) fn apply(&mut self, update: &Update) {
+        if !self.trainer.apply(&update.gradient) {
+            warn!(
+                round = self.trainer.version(),
+                answered = update.answered,
+                "update not applied: it would have made a parameter non-finite"
+            );
+            self.metrics.update_refused();
+            return;
+        }
+        let version = self.trainer.version();
+        self.registry.mark_changed();
+        let since = self.metrics.updated(update, version - 1);
+        let last = self.config.max_rounds.is_some_and(|max| version >= max);
+        let evaluation = if version.is_multiple_of(self.config.eval_interval) || last {
+            self.trainer.evaluate()
+        } else {
+            None
+        };
+        if let Some(e) = evaluation {
+            self.metrics.evaluated(version, e);
+            self.last_eval = Some(e);
+        }
+        info!(
+            round = version,
+            mode = %self.config.mode.name(),
+            answered = update.answered,
+            missed = update.missed,
+            late = since.late,
+            stale = since.stale,
+            dup = since.duplicate,
+            deadline_hit = update.deadline_hit,
+            train_loss = format_args!("{:.4}", update.mean_loss),
+            round_ms = format_args!("{:.1}", update.duration.as_secs_f64() * 1e3),
+            test_accuracy = %LogValue(evaluation.map(|e| e.accuracy)),
+            test_loss = %LogValue(evaluation.map(|e| e.loss)),
+            "round"
+        );
+        let reached_target = match (evaluation, self.config.target_accuracy) {
+            (Some(e), Some(target)) => e.accuracy >= target,
+            _ => false,
+        };
+        if last || reached_target {
+            info!(
+                round = version,
+                reached_target,
+                test_accuracy = ?self.last_eval.map(|e| e.accuracy),
+                "training finished"
+            );
+            self.outcome = Some(Outcome {
+                rounds: version,
+                evaluation: self.last_eval,
+                reached_target,
+            });
+            self.shutdown.cancel();
+        }
+    }
+}
