@@ -324,15 +324,7 @@ async fn honest_native_workers_are_never_flagged_at_verify_fraction_1() {
     .await;
     let status = swarm.status.clone();
     let (summary, _) = swarm.finish("200 verified rounds").await;
-    let s = status.borrow().clone();
-    println!(
-        "verified {} gradients over {} rounds, {} mismatches",
-        s.gradients_verified, summary.rounds, s.verification_mismatches
-    );
-    assert_eq!(summary.rounds, 200);
-    assert_eq!(s.verification_mismatches, 0, "{s:?}");
-    assert!(s.gradients_verified >= 2 * 199, "{s:?}");
-    assert!(s.bans.is_empty());
+    assert_never_flagged("native workers", &status.borrow(), summary.rounds, 2, 200);
 }
 
 /// Taking over another worker's identity: a client that knows its id and its own token's

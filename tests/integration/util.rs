@@ -380,3 +380,16 @@ pub async fn spawn_coordinator(
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     (child, addr)
 }
+
+/// After a run at `--verify-fraction 1` of `rounds` rounds with `workers` honest workers:
+/// every gradient was recomputed, none differed, nobody was banned.
+pub fn assert_never_flagged(who: &str, s: &Status, rounds: u64, workers: u64, expected: u64) {
+    println!(
+        "{who}: verified {} gradients over {rounds} rounds, {} mismatches",
+        s.gradients_verified, s.verification_mismatches
+    );
+    assert_eq!(rounds, expected);
+    assert_eq!(s.verification_mismatches, 0, "{s:?}");
+    assert!(s.gradients_verified >= workers * (expected - 1), "{s:?}");
+    assert!(s.bans.is_empty(), "{s:?}");
+}

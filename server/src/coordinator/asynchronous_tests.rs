@@ -2,30 +2,19 @@
 
 use std::time::{Duration, Instant};
 
-use protocol::{ErrorCode, Gradient, Round, WorkerId};
+use protocol::{ErrorCode, Gradient, WorkerId};
 
 use super::*;
 use crate::aggregate::AggregatorKind;
+use crate::coordinator::schedule::testing::{self, view};
 use crate::coordinator::schedule::Contribution;
 
 const PARAMS: usize = 2;
 const A: WorkerId = WorkerId(1);
 const B: WorkerId = WorkerId(2);
 
-fn view(version: u64) -> View {
-    View {
-        version,
-        finished: false,
-    }
-}
-
 fn grad(round: u64, value: f32, samples: u32) -> Gradient {
-    Gradient {
-        round: Round(round),
-        samples,
-        loss: 1.0,
-        grads: vec![value; PARAMS],
-    }
+    testing::gradient(round, value, samples, PARAMS)
 }
 
 fn code(actions: &[Action]) -> ErrorCode {

@@ -174,3 +174,29 @@ pub trait Schedule: Send + Debug {
     /// round stops waiting for it, as it will not answer again.
     fn excuse(&mut self, _worker: WorkerId) {}
 }
+
+/// What the schedules' own tests share.
+#[cfg(test)]
+pub(crate) mod testing {
+    use protocol::{Gradient, Round};
+
+    use super::View;
+
+    /// The coordinator at `version`, still training.
+    pub fn view(version: u64) -> View {
+        View {
+            version,
+            finished: false,
+        }
+    }
+
+    /// A gradient of `len` values all `value`, claiming `samples`, with loss 2.
+    pub fn gradient(round: u64, value: f32, samples: u32, len: usize) -> Gradient {
+        Gradient {
+            round: Round(round),
+            samples,
+            loss: 2.0,
+            grads: vec![value; len],
+        }
+    }
+}

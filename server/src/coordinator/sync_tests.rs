@@ -2,10 +2,11 @@
 
 use std::time::{Duration, Instant};
 
-use protocol::{ErrorCode, Gradient, Round, WorkerId};
+use protocol::{ErrorCode, Gradient, WorkerId};
 
 use super::*;
 use crate::aggregate::AggregatorKind;
+use crate::coordinator::schedule::testing::{self, view};
 use crate::coordinator::schedule::Contribution;
 use crate::deadline::RoundTimeout;
 
@@ -22,20 +23,8 @@ fn schedule(min_workers: usize, miss_limit: u32) -> SyncSchedule {
     )
 }
 
-fn view(version: u64) -> View {
-    View {
-        version,
-        finished: false,
-    }
-}
-
 fn grad(round: u64, value: f32, samples: u32) -> Gradient {
-    Gradient {
-        round: Round(round),
-        samples,
-        loss: 2.0,
-        grads: vec![value; PARAMS],
-    }
+    testing::gradient(round, value, samples, PARAMS)
 }
 
 const A: WorkerId = WorkerId(1);
