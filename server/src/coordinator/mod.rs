@@ -372,4 +372,6 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 }
 
 #[cfg(test)]
+mod sequence_tests;
+#[cfg(test)]
 mod tests;
