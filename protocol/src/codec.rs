@@ -193,6 +193,11 @@ pub fn encode_weights(round: Round, params: &[f32], c: Compression) -> Vec<u8> {
 }
 
 /// Offset of the first parameter byte inside an uncompressed (`f32`) `Weights` frame.
+/// Whether an encoded frame is a `Weights` message (by its header, without decoding it).
+pub fn is_weights_frame(frame: &[u8]) -> bool {
+    frame.len() > HEADER_LEN && frame.starts_with(&MAGIC) && frame[HEADER_LEN - 1] == TAG_WEIGHTS
+}
+
 pub const WEIGHTS_DATA_OFFSET: usize = HEADER_LEN + 8 + 1 + 4;
 
 // ---------------------------------------------------------------- decoding

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message};
 use futures_util::{Sink, SinkExt, Stream, StreamExt};
+use protocol::codec::is_weights_frame;
 use protocol::{
     decode_from_worker, encode_from_coordinator, CoordinatorToWorker, ErrorCode, Gradient,
     WorkerToCoordinator,
@@ -27,6 +28,11 @@ use crate::config::Liveness;
 use crate::coordinator::clip::norm_and_finite;
 use crate::coordinator::{CoordinatorHandle, Joined, Outbound, OUTBOX_CAPACITY};
 use crate::refusal::Refusal;
+
+/// Gradients a worker may send beyond the `Weights` frames it was sent on this connection.
+/// An honest worker answers each `Weights` once; the slack covers a gradient computed just
+/// before a reconnect. A worker over it is flooding and is closed.
+pub const GRADIENT_SLACK: u64 = 2;
 
 /// A connection that has not said `Hello` by then is closed: it holds a socket and a task.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -213,12 +219,16 @@ where
                        // Any frame counts as a sign of life: browsers answer pings from their network stack, so
                        // a background tab with throttled timers still answers and keeps its place.
     let mut last_seen = Instant::now();
+    // What this connection was sent, and what it answered: a worker's pace is the
+    // coordinator's, so this is its rate limit.
+    let (mut weights_sent, mut gradients_received) = (0u64, 0u64);
     loop {
         tokio::select! {
             biased;
             () = shutdown.cancelled() => return End::Shutdown,
             out = inbox.recv() => match out {
                 Some(Outbound::Frame(frame)) => {
+                    weights_sent += u64::from(is_weights_frame(&frame));
                     if socket.send(Message::Binary(frame)).await.is_err() {
                         return End::PeerGone;
                     }
@@ -239,7 +249,16 @@ where
                     Err(end) => return end,
                 };
                 let gradient = match decode_from_worker(&frame) {
-                    Ok(WorkerToCoordinator::Gradient(g)) => g,
+                    Ok(WorkerToCoordinator::Gradient(g)) => {
+                        gradients_received += 1;
+                        if gradients_received > weights_sent + GRADIENT_SLACK {
+                            return End::refuse(
+                                ErrorCode::UnexpectedMessage,
+                                format!("{gradients_received} gradients for {weights_sent} Weights: answer each Weights once"),
+                            );
+                        }
+                        g
+                    }
                     Ok(WorkerToCoordinator::Hello(_)) => {
                         return End::refuse(ErrorCode::UnexpectedMessage, "Hello was already received")
                     }

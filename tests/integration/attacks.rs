@@ -379,3 +379,33 @@ async fn a_forged_resume_token_takes_over_nobody() {
     assert_eq!(s.resumed, 0, "nobody resumed anything: {s:?}");
     stop(server).await;
 }
+
+/// A worker answers each `Weights` once: one that sends more gradients than it was sent
+/// weights (beyond a slack of 2) is flooding, and its session is closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_floods_gradients_is_closed() {
+    let server = start_server(&[]).await;
+    let mut status = server.status.clone();
+    let mut flood = ManualWorker::join(server.addr).await;
+    let g = flood.next_gradient().await;
+    for _ in 0..4 {
+        flood.send(g.clone()).await;
+    }
+    // The copies of the already-counted gradient are late (non-fatal); the fourth frame is
+    // one over the budget.
+    let mut errors = Vec::new();
+    while let Some(msg) = flood.client.recv().await {
+        if let CoordinatorToWorker::Error { code, message } = msg {
+            errors.push((code, message));
+        }
+    }
+    let (code, message) = errors.last().expect("an error before the close");
+    assert_eq!(*code, protocol::ErrorCode::UnexpectedMessage, "{errors:?}");
+    assert!(message.contains("answer each Weights once"), "{message}");
+    let s = wait_status(&mut status, "the flood to be counted", |s| {
+        s.sessions_rejected == 1 && s.workers == 0
+    })
+    .await;
+    assert_eq!(s.gradients_accepted, 1, "only the first was work: {s:?}");
+    stop(server).await;
+}

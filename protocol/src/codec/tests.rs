@@ -318,6 +318,19 @@ fn unknown_tensor_encodings_and_lying_compressed_lengths_are_refused() {
 }
 
 #[test]
+fn weights_frames_are_recognised_by_their_header() {
+    let weights = encode_weights(Round(3), &[1.0, 2.0], Compression::None);
+    assert!(is_weights_frame(&weights));
+    let error = encode_from_coordinator(&CoordinatorToWorker::Error {
+        code: ErrorCode::Late,
+        message: "x".into(),
+    });
+    assert!(!is_weights_frame(&error));
+    assert!(!is_weights_frame(&weights[..HEADER_LEN]));
+    assert!(!is_weights_frame(b"XX\x02\x00\x83rest"));
+}
+
+#[test]
 fn error_codes_round_trip_and_fatality_is_documented() {
     for code in 0..=20u16 {
         assert_eq!(ErrorCode::from_u16(code).to_u16(), code);
