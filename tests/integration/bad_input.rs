@@ -107,8 +107,12 @@ async fn misbehave(
 
     // A frame larger than the coordinator accepts (a model's worth plus headroom).
     let mut c = joined_client(addr).await;
-    c.send_raw(Message::Binary(vec![0u8; PARAMS * 4 + 128 * 1024].into()))
-        .await;
+    // The coordinator may reset the connection before the whole frame is written.
+    let _ = futures_util::SinkExt::send(
+        &mut c.ws,
+        Message::Binary(vec![0u8; PARAMS * 4 + 128 * 1024].into()),
+    )
+    .await;
     c.expect_closed().await;
     wait_status(status, "the oversized worker to leave", honest).await;
 
