@@ -123,17 +123,21 @@ impl RawClient {
 
     /// The next protocol message, or `None` once the coordinator closed the connection.
     pub async fn recv(&mut self) -> Option<CoordinatorToWorker> {
-        loop {
-            match guard("a frame", self.ws.next()).await {
-                Some(Ok(Message::Binary(frame))) => {
-                    return Some(
-                        decode_from_coordinator(&frame).expect("coordinator frames decode"),
-                    )
+        // One guard for the whole wait: pings every few seconds must not keep it alive.
+        guard("a frame", async {
+            loop {
+                match self.ws.next().await {
+                    Some(Ok(Message::Binary(frame))) => {
+                        return Some(
+                            decode_from_coordinator(&frame).expect("coordinator frames decode"),
+                        )
+                    }
+                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return None,
+                    Some(Ok(_)) => continue,
                 }
-                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return None,
-                Some(Ok(_)) => continue,
             }
-        }
+        })
+        .await
     }
 
     /// Expects an `Error` frame with `code`, returns its message.
