@@ -84,7 +84,7 @@ impl Coordinator {
             return true;
         }
         let (Some(shard), Some(compression)) = (
-            self.registry.shard(worker),
+            self.registry.computing_on(worker),
             self.registry.compression(worker),
         ) else {
             return true;

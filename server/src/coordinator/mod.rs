@@ -294,6 +294,7 @@ impl Coordinator {
                     if let Some(compression) = self.registry.compression(id) {
                         let frame = self.trainer.weights(compression);
                         self.registry.send(id, Outbound::Frame(frame));
+                        self.registry.weights_sent(id);
                         self.schedule.sent(id, self.trainer.version());
                     }
                 }

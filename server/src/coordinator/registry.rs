@@ -37,6 +37,9 @@ struct Worker {
     compression: Compression,
     /// The shard this connection holds (what was last sent on it).
     shard: Option<Range<usize>>,
+    /// The shard it held when it was last sent weights: what its answer was computed on,
+    /// even if an extension re-cut the shards since.
+    computing_on: Option<Range<usize>>,
     gradients: u64,
     /// Gradients scaled down by the norm bound.
     clipped: u64,
@@ -170,6 +173,7 @@ impl Registry {
                 session,
                 compression: hello.compression,
                 shard: None,
+                computing_on: None,
                 gradients,
                 clipped: 0,
                 verified: 0,
@@ -212,9 +216,16 @@ impl Registry {
         Some(batch_size.min(u32::try_from(shard.len()).unwrap_or(u32::MAX)))
     }
 
-    /// The shard `id` holds.
-    pub fn shard(&self, id: WorkerId) -> Option<Range<usize>> {
-        self.workers.get(&id)?.shard.clone()
+    /// `id` was just sent weights: its answer will be computed on the shard it holds now.
+    pub fn weights_sent(&mut self, id: WorkerId) {
+        if let Some(w) = self.workers.get_mut(&id) {
+            w.computing_on = w.shard.clone();
+        }
+    }
+
+    /// The shard `id`'s answer to its latest weights was computed on.
+    pub fn computing_on(&self, id: WorkerId) -> Option<Range<usize>> {
+        self.workers.get(&id)?.computing_on.clone()
     }
 
     /// One more of `id`'s gradients was recomputed and found equal.

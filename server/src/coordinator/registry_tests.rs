@@ -177,3 +177,23 @@ fn strikes_ban_the_identity_and_its_address_but_never_loopback() {
     assert!(r.admit(&hello(None, None), outbox(4).0, LOCAL, t()).is_ok());
     assert_eq!(r.bans().last(), Some(&Banned::Address(other)));
 }
+
+#[test]
+fn an_answer_is_checked_against_the_shard_held_when_the_weights_were_sent() {
+    let mut r = Registry::new(None, 10, 3);
+    let train = Dataset::new(2, (0..20).collect(), vec![0, 1, 0, 1, 0, 1, 0, 1, 0, 1]).expect("ok");
+    let a = r
+        .admit(&hello(None, None), outbox(8).0, LOCAL, t())
+        .expect("in");
+    r.rebalance(&train);
+    r.weights_sent(a.id);
+    assert_eq!(r.computing_on(a.id), Some(0..10));
+    // A newcomer mid-round re-cuts the shards; `a` is still computing on its old one.
+    let _b = r
+        .admit(&hello(None, None), outbox(8).0, LOCAL, t())
+        .expect("in");
+    r.rebalance(&train);
+    assert_eq!(r.computing_on(a.id), Some(0..10));
+    r.weights_sent(a.id);
+    assert_eq!(r.computing_on(a.id), Some(0..5));
+}
