@@ -93,6 +93,7 @@ impl Admission {
     }
 
     /// Connections open from `ip`.
+    #[cfg(test)]
     pub fn open_from(&self, ip: IpAddr) -> usize {
         let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         open.get(&ip).copied().unwrap_or(0)

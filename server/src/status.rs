@@ -94,7 +94,8 @@ pub struct Status {
     pub gradients_verified: u64,
     pub verification_mismatches: u64,
     /// Bans, in order: `w7` (an identity), `address 203.0.113.5`.
-    pub bans: Vec<String>,
+    /// Shared, and rebuilt only when a ban is added (they only grow).
+    pub bans: Arc<Vec<String>>,
     /// Σ answers over applied rounds. With `round_answered` (the open round) it equals
     /// `gradients_accepted`: every accepted gradient is counted in exactly one round.
     pub answered_total: u64,

@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 use std::time::Instant;
 
-use protocol::{decode_from_coordinator, CoordinatorToWorker, ErrorCode, Gradient, WorkerId};
+use protocol::{ErrorCode, Gradient, WorkerId};
 use tracing::{debug, info, warn};
 
 use super::schedule::{Action, Contribution};
@@ -90,12 +90,9 @@ impl Coordinator {
             return true;
         };
         // The weights exactly as this worker decoded them.
-        let frame = self.trainer.weights(compression);
-        let Ok(CoordinatorToWorker::Weights(weights)) = decode_from_coordinator(&frame) else {
-            return true;
-        };
+        let weights = self.trainer.weights_as_seen(compression);
         let mut claim = Claim {
-            weights: &weights.params,
+            weights: &weights,
             shard,
             batch_index: gradient.round.0,
             batch_size: self.config.batch_size as usize,

@@ -37,7 +37,7 @@ pub struct Live {
     pub standing: Standing,
     pub worker_list: Arc<Vec<WorkerStatus>>,
     pub grad_norm_bound: f64,
-    pub bans: Vec<String>,
+    pub bans: Arc<Vec<String>>,
 }
 
 #[derive(Debug)]
@@ -249,7 +249,7 @@ mod tests {
             },
             worker_list: Arc::default(),
             grad_norm_bound: 2.5,
-            bans: vec!["worker 3".into()],
+            bans: Arc::new(vec!["worker 3".into()]),
         }
     }
 
@@ -332,6 +332,6 @@ mod tests {
         assert_eq!((s.gradients_clipped, s.updates_refused), (1, 1));
         assert_eq!(s.grad_norm_bound, 2.5);
         assert_eq!((s.gradients_verified, s.verification_mismatches), (2, 1));
-        assert_eq!(s.bans, ["worker 3"]);
+        assert_eq!(*s.bans, ["worker 3"]);
     }
 }

@@ -70,6 +70,8 @@ pub struct Coordinator {
     outcome: Option<Outcome>,
     last_eval: Option<Evaluation>,
     worker_list: Arc<Vec<WorkerStatus>>,
+    /// The bans as published, rebuilt when one is added, not per event.
+    bans: Arc<Vec<String>>,
     status_tx: watch::Sender<Status>,
     weights_rx: watch::Receiver<WeightsSnapshot>,
     events_tx: mpsc::Sender<Event>,
@@ -132,6 +134,7 @@ impl Coordinator {
             outcome: None,
             last_eval: None,
             worker_list: Arc::default(),
+            bans: Arc::default(),
             status_tx,
             weights_rx,
             events_tx,
@@ -342,6 +345,15 @@ impl Coordinator {
             let schedule = &self.schedule;
             self.worker_list = Arc::new(self.registry.list(|id| schedule.is_skipped(id)));
         }
+        if self.registry.bans().len() != self.bans.len() {
+            self.bans = Arc::new(
+                self.registry
+                    .bans()
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect(),
+            );
+        }
         let status = self.metrics.snapshot(Live {
             state,
             round: self.trainer.version(),
@@ -349,12 +361,7 @@ impl Coordinator {
             standing,
             worker_list: self.worker_list.clone(),
             grad_norm_bound: self.bound.bound(),
-            bans: self
-                .registry
-                .bans()
-                .iter()
-                .map(ToString::to_string)
-                .collect(),
+            bans: self.bans.clone(),
         });
         self.status_tx.send_replace(status);
     }

@@ -1,6 +1,8 @@
 //! The model being trained: parameters, optimizer, version, the encoded-weights cache, and
 //! evaluation on the test split (which never leaves the coordinator).
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use model::{evaluate, Dataset, Evaluation, Mlp, ModelError, Optimizer, OptimizerKind};
 use protocol::{encode_weights, Compression, Round};
@@ -20,6 +22,9 @@ pub struct Trainer {
     /// The current weights, encoded once per version and compression and shared by every
     /// outbox: uncompressed eagerly (for `/api/params`), f16 and int8 on first use.
     frames: [Option<Bytes>; 3],
+    /// The same weights decoded, as a worker on that compression sees them: what
+    /// verification recomputes on. Decoded at most once per version and compression.
+    seen: [Option<Arc<[f32]>>; 3],
     weights_tx: watch::Sender<WeightsSnapshot>,
 }
 
@@ -45,6 +50,7 @@ impl Trainer {
             version: 0,
             test,
             frames: [Some(frame), None, None],
+            seen: [None, None, None],
             weights_tx,
         };
         Ok((trainer, weights_rx))
@@ -73,6 +79,7 @@ impl Trainer {
         self.version += 1;
         let frame = encode(self.version, &self.params, Compression::None);
         self.frames = [Some(frame.clone()), None, None];
+        self.seen = [None, None, None];
         self.weights_tx.send_replace(WeightsSnapshot {
             round: self.version,
             frame,
@@ -91,15 +98,34 @@ impl Trainer {
     /// The current weights as a `Weights` frame in `compression`, encoded at most once per
     /// version and compression.
     pub fn weights(&mut self, compression: Compression) -> Bytes {
-        let slot = match compression {
-            Compression::None => 0,
-            Compression::F16 => 1,
-            Compression::Int8 => 2,
-        };
+        let slot = slot(compression);
         let (version, params) = (self.version, &self.params);
         self.frames[slot]
             .get_or_insert_with(|| encode(version, params, compression))
             .clone()
+    }
+
+    /// The current weights exactly as a worker on `compression` decodes them.
+    pub fn weights_as_seen(&mut self, compression: Compression) -> Arc<[f32]> {
+        let slot = slot(compression);
+        if let Some(seen) = &self.seen[slot] {
+            return Arc::clone(seen);
+        }
+        let seen: Arc<[f32]> = match compression {
+            // f32 travels exactly.
+            Compression::None => Arc::from(self.params.as_slice()),
+            _ => {
+                let mut raw = Vec::new();
+                protocol::tensor::encode_payload(&mut raw, &self.params, compression);
+                Arc::from(protocol::tensor::decode_payload(
+                    &raw,
+                    self.params.len(),
+                    compression,
+                ))
+            }
+        };
+        self.seen[slot] = Some(Arc::clone(&seen));
+        seen
     }
 
     /// Test-split loss and accuracy of the current weights.
@@ -107,6 +133,14 @@ impl Trainer {
         evaluate(&self.mlp, &self.params, &self.test)
             .inspect_err(|err| warn!(%err, "evaluation failed"))
             .ok()
+    }
+}
+
+fn slot(compression: Compression) -> usize {
+    match compression {
+        Compression::None => 0,
+        Compression::F16 => 1,
+        Compression::Int8 => 2,
     }
 }
 
@@ -184,6 +218,27 @@ mod tests {
         let test = Dataset::new(4, vec![0, 255, 0, 255, 255, 0, 255, 0], vec![0, 1]).expect("ok");
         let norm = t.reference_norm(&test, 32).expect("computes");
         assert!(norm.is_finite() && norm > 0.0, "{norm}");
+    }
+
+    #[test]
+    fn the_weights_as_a_worker_decodes_them_are_decoded_once_per_version() {
+        let (mut t, _rx) = trainer(OptimizerKind::Sgd { lr: 0.1 });
+        for c in [Compression::None, Compression::F16, Compression::Int8] {
+            let seen = t.weights_as_seen(c);
+            assert_eq!(&seen[..], decoded(&t.weights(c)).1.as_slice(), "{c:?}");
+            assert!(Arc::ptr_eq(&seen, &t.weights_as_seen(c)), "cached");
+        }
+        let before = t.weights_as_seen(Compression::Int8);
+        assert!(t.apply(&vec![1.0; t.params().len()]));
+        let after = t.weights_as_seen(Compression::Int8);
+        assert!(
+            !Arc::ptr_eq(&before, &after),
+            "a new version is decoded anew"
+        );
+        assert_eq!(
+            &after[..],
+            decoded(&t.weights(Compression::Int8)).1.as_slice()
+        );
     }
 
     #[test]
