@@ -79,6 +79,8 @@ pub struct OpenRound {
 #[derive(Debug)]
 pub struct ClosedRound {
     pub round: Round,
+    /// The run's aggregator, back for the next round.
+    pub aggregator: Box<dyn Aggregator>,
     /// `None` if nothing was contributed (cannot happen for a `Complete` round).
     pub gradient: Option<Vec<f32>>,
     pub samples: u64,
@@ -215,12 +217,20 @@ impl OpenRound {
         }
     }
 
+    /// The aggregator of a round discarded unclosed, emptied for the next.
+    pub fn into_aggregator(mut self) -> Box<dyn Aggregator> {
+        let _ = self.aggregator.take();
+        self.aggregator
+    }
+
     pub fn close(mut self, now: Instant) -> ClosedRound {
         let samples = self.aggregator.samples();
         let answered = self.answered.len();
+        let gradient = self.aggregator.take();
         ClosedRound {
             round: self.round,
-            gradient: self.aggregator.take(),
+            aggregator: self.aggregator,
+            gradient,
             samples,
             answered,
             missed: self.pending.into_iter().collect(),

@@ -1,25 +1,31 @@
-//! How gradients become one update: a strategy each round (or async buffer) owns, chosen by
-//! `--aggregator`. Every strategy sees gradients already bounded by the norm bound.
+//! How gradients become one update: chosen by `--aggregator`, built once per run and owned
+//! by the schedule (each round, or the async buffer, `begin`s and `take`s it). Every rule sees
+//! gradients already bounded by the norm bound. K gradients of P values a round:
 //!
 //! | rule | memory per round | time per round | when |
 //! |---|---|---|---|
 //! | `mean` | O(P), streaming | O(K·P) | honest swarms; exact SGD (the equivalence test) |
-//! | `mean-around-median` (default) | O(K·P) | O(K·P·log K) | untrusted volunteers: per coordinate, the mean of the values nearest the median, dropping `⌊trim·K⌋` |
-//! | `trimmed-mean` | O(K·P) | O(K·P·log K) | drops the `⌊trim·K⌋` largest and smallest values of each coordinate (also honest ones at the other end) |
-//! | `median` | O(K·P) | O(K·P·log K) | a large hostile minority (up to half), at some cost in noise |
+//! | `mean-around-median` (default) | 4·K·P bytes | O(K·P·log K) | untrusted volunteers: per coordinate, the mean of the values nearest the median, dropping `⌊trim·K⌋` |
+//! | `trimmed-mean` | 4·K·P bytes | O(K·P·log K) | drops the `⌊trim·K⌋` largest and smallest values of each coordinate (also honest ones at the other end) |
+//! | `median` | 4·K·P bytes | O(K·P·log K) | a large hostile minority (up to half), at some cost in noise |
+//! | `multi-krum` | 4·K·P bytes + 8·K² | O(K²·P) | colluding attackers who stay inside each coordinate's honest range but far from the honest cloud as a whole; averages the `K − f` gradients nearest their neighbours, `f = ⌊trim·K⌋` |
+//! | `centered-clip` | 12·P bytes, streaming | O(K·P) | large models (memory independent of K); a hostile gradient moves the result by at most `τ/K` |
 //!
-//! The coordinate-wise rules keep the round's K gradients (4·K·P bytes). When nothing would
-//! be trimmed (`⌊trim·K⌋ = 0`, e.g. fewer than 5 gradients at 0.2) or the round would need
-//! more than `--aggregator-memory`, the round streams the mean instead, so memory stays
-//! bounded whatever K is.
+//! The rules that keep the round's gradients stream the mean instead when nothing would be
+//! dropped (`⌊trim·K⌋ = 0`, e.g. fewer than 5 gradients at 0.2) or the round would need more
+//! than `--aggregator-memory`, so memory stays bounded whatever K is.
 
-mod coordinatewise;
+mod centered;
+mod kept;
+mod mean;
 
-use model::GradientSum;
-
-pub use self::coordinatewise::CoordinateWise;
+pub use self::centered::CenteredClip;
+pub use self::kept::Kept;
+pub use self::mean::WeightedMean;
 
 pub trait Aggregator: Send + std::fmt::Debug {
+    /// A round (or async buffer) of about `expected` gradients begins.
+    fn begin(&mut self, expected: usize);
     /// Adds one worker's mean gradient over `samples` samples with weight `weight` (the
     /// sample count, down-weighted in async mode for staleness), multiplied by `scale` (1, or
     /// less when the norm bound clipped it).
@@ -44,6 +50,10 @@ pub enum Rule {
     Median,
     /// Per coordinate, the mean of the values nearest the median, dropping `⌊trim·K⌋`.
     MeanAroundMedian { trim: f32 },
+    /// The `K − f` gradients with the lowest Krum scores, averaged; `f = ⌊hostile·K⌋`.
+    MultiKrum { hostile: f32 },
+    /// `v + mean(clip(g − v, τ))` around the previous result `v`; `τ` adaptive if `None`.
+    CenteredClip { radius: Option<f64> },
 }
 
 impl Rule {
@@ -53,13 +63,19 @@ impl Rule {
             Self::TrimmedMean { .. } => "trimmed-mean",
             Self::Median => "median",
             Self::MeanAroundMedian { .. } => "mean-around-median",
+            Self::MultiKrum { .. } => "multi-krum",
+            Self::CenteredClip { .. } => "centered-clip",
         }
     }
 
-    /// Values dropped from each end of a coordinate among `k`.
-    pub fn trimmed(self, k: usize) -> usize {
+    /// Gradients dropped among `k`: from each end of every coordinate for the coordinate-wise
+    /// rules, whole gradients for Multi-Krum (at most `(k − 3) / 2`, Krum's bound).
+    pub fn dropped(self, k: usize) -> usize {
         match self {
-            Self::Mean => 0,
+            Self::Mean | Self::CenteredClip { .. } => 0,
+            Self::MultiKrum { hostile } => {
+                ((f64::from(hostile) * k as f64) as usize).min(k.saturating_sub(3) / 2)
+            }
             Self::TrimmedMean { trim } => {
                 ((f64::from(trim) * k as f64) as usize).min(k.saturating_sub(1) / 2)
             }
@@ -99,31 +115,13 @@ impl AggregatorKind {
         }
     }
 
-    /// An aggregator for about `expected` gradients of `param_count` values.
-    pub fn build(self, param_count: usize, expected: usize) -> Box<dyn Aggregator> {
-        let fits = expected.saturating_mul(param_count).saturating_mul(4) <= self.memory;
-        if self.rule.trimmed(expected) == 0 || !fits {
-            return Box::new(WeightedMean(GradientSum::new(param_count)));
+    /// The run's aggregator for gradients of `param_count` values.
+    pub fn build(self, param_count: usize) -> Box<dyn Aggregator> {
+        match self.rule {
+            Rule::Mean => Box::new(WeightedMean::new(param_count)),
+            Rule::CenteredClip { radius } => Box::new(CenteredClip::new(param_count, radius)),
+            _ => Box::new(Kept::new(self.rule, param_count, self.memory)),
         }
-        Box::new(CoordinateWise::new(self.rule, param_count, expected))
-    }
-}
-
-#[derive(Debug)]
-pub struct WeightedMean(GradientSum);
-
-impl Aggregator for WeightedMean {
-    fn add(&mut self, grads: &[f32], samples: u32, weight: f32, scale: f32) {
-        self.0.accumulate_scaled(grads, samples, weight, scale);
-    }
-    fn contributions(&self) -> usize {
-        self.0.contributions()
-    }
-    fn samples(&self) -> u64 {
-        self.0.samples()
-    }
-    fn take(&mut self) -> Option<Vec<f32>> {
-        self.0.take_mean()
     }
 }
 

@@ -95,17 +95,25 @@ pub struct Cli {
 
     /// How a round's gradients are combined: mean-around-median (per coordinate, drop the
     /// values farthest from the median), trimmed-mean (drop the largest and smallest),
-    /// median, or mean (exact, not robust).
+    /// median, multi-krum (average the gradients nearest their neighbours), centered-clip
+    /// (clip each gradient's distance from the last result; O(parameters) memory), or mean
+    /// (exact, not robust).
     #[arg(long, value_enum, default_value_t = AggregatorChoice::MeanAroundMedian)]
     pub aggregator: AggregatorChoice,
 
     /// mean-around-median and trimmed-mean: the fraction of gradients dropped (from each end,
-    /// for trimmed-mean) of every coordinate [default: 0.2, so one in five].
+    /// for trimmed-mean) of every coordinate; multi-krum: the fraction assumed hostile, whose
+    /// worst-scored gradients are dropped [default: 0.2, so one in five].
     #[arg(long)]
     pub trim: Option<f32>,
 
-    /// Memory a round may use to keep its gradients for trimmed-mean or median, in MiB;
-    /// a round that would need more uses the mean.
+    /// centered-clip: the radius τ each gradient's distance from the last result is clipped
+    /// to [default: adaptive, the median of the last 64 distances].
+    #[arg(long)]
+    pub clip_radius: Option<f64>,
+
+    /// Memory a round may use to keep its gradients for mean-around-median, trimmed-mean,
+    /// median or multi-krum, in MiB; a round that would need more uses the mean.
     #[arg(long, default_value_t = 512)]
     pub aggregator_memory: usize,
 
@@ -164,6 +172,8 @@ pub enum AggregatorChoice {
     Mean,
     TrimmedMean,
     Median,
+    MultiKrum,
+    CenteredClip,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

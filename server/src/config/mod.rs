@@ -127,8 +127,12 @@ pub enum ConfigError {
     },
     #[error("--trim must be in [0, 0.5), got {0}")]
     Trim(f32),
-    #[error("--trim only applies to --aggregator mean-around-median or trimmed-mean")]
+    #[error("--trim only applies to --aggregator mean-around-median, trimmed-mean or multi-krum")]
     TrimWithoutTrimmedMean,
+    #[error("--clip-radius only applies to --aggregator centered-clip")]
+    ClipRadiusWithoutCenteredClip,
+    #[error("--clip-radius must be a number in (0, 1e30], got {0}")]
+    ClipRadius(f64),
     #[error("--aggregator-memory must be between 1 and 65536 MiB, got {0}")]
     AggregatorMemory(usize),
     #[error("--max-grad-norm must be a number in (0, 1e30], got {0}")]
@@ -314,9 +318,21 @@ fn aggregator(cli: &Cli) -> Result<AggregatorKind, ConfigError> {
     if !(0.0..0.5).contains(&trim) {
         return Err(ConfigError::Trim(trim));
     }
+    if let Some(radius) = cli.clip_radius {
+        if cli.aggregator != AggregatorChoice::CenteredClip {
+            return Err(ConfigError::ClipRadiusWithoutCenteredClip);
+        }
+        if !(radius > 0.0 && radius <= 1e30) {
+            return Err(ConfigError::ClipRadius(radius));
+        }
+    }
     let rule = match (cli.aggregator, cli.trim) {
         (AggregatorChoice::MeanAroundMedian, _) => Rule::MeanAroundMedian { trim },
         (AggregatorChoice::TrimmedMean, _) => Rule::TrimmedMean { trim },
+        (AggregatorChoice::MultiKrum, _) => Rule::MultiKrum { hostile: trim },
+        (AggregatorChoice::CenteredClip, None) => Rule::CenteredClip {
+            radius: cli.clip_radius,
+        },
         (_, Some(_)) => return Err(ConfigError::TrimWithoutTrimmedMean),
         (AggregatorChoice::Mean, None) => Rule::Mean,
         (AggregatorChoice::Median, None) => Rule::Median,

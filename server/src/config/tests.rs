@@ -1,6 +1,7 @@
 //! Flags parse to the documented defaults, and bad ones are refused by name.
 
 use super::*;
+use crate::aggregate::Rule;
 
 fn parse(args: &[&str]) -> Result<Config, String> {
     Config::from_args(std::iter::once("coordinator").chain(args.iter().copied()))
@@ -100,6 +101,19 @@ fn flags_are_applied() {
         (c.max_rounds, c.target_accuracy, c.port),
         (Some(7), Some(0.9), 0)
     );
+    let rule = |args: &[&str]| parse(args).expect("valid").aggregator.rule;
+    assert_eq!(
+        rule(&["--aggregator", "multi-krum", "--trim", "0.25"]),
+        Rule::MultiKrum { hostile: 0.25 }
+    );
+    assert_eq!(
+        rule(&["--aggregator", "centered-clip"]),
+        Rule::CenteredClip { radius: None }
+    );
+    assert_eq!(
+        rule(&["--aggregator", "centered-clip", "--clip-radius", "0.5"]),
+        Rule::CenteredClip { radius: Some(0.5) }
+    );
 }
 
 #[test]
@@ -154,6 +168,18 @@ fn bad_combinations_are_refused_with_a_clear_message() {
         (&["--trim", "0.5"], "--trim"),
         (&["--aggregator", "median", "--trim", "0.1"], "only applies"),
         (&["--aggregator", "krum"], "invalid value 'krum'"),
+        (
+            &["--aggregator", "centered-clip", "--trim", "0.1"],
+            "only applies",
+        ),
+        (
+            &["--clip-radius", "1"],
+            "only applies to --aggregator centered-clip",
+        ),
+        (
+            &["--aggregator", "centered-clip", "--clip-radius", "0"],
+            "--clip-radius",
+        ),
         (&["--aggregator-memory", "0"], "--aggregator-memory"),
         (&["--max-grad-norm", "NaN"], "--max-grad-norm"),
         (&["--max-grad-norm", "1e31"], "--max-grad-norm"),

@@ -43,7 +43,11 @@ impl AsyncSchedule {
             buffer_size,
             max_staleness,
             awaiting: BTreeMap::new(),
-            buffer: aggregator.build(param_count, buffer_size),
+            buffer: {
+                let mut buffer = aggregator.build(param_count);
+                buffer.begin(buffer_size);
+                buffer
+            },
             buffer_loss: 0.0,
             version_since: now,
             rebalance: false,
@@ -123,7 +127,9 @@ impl Schedule for AsyncSchedule {
             let samples = self.buffer.samples();
             let mean_loss = self.buffer_loss / samples.max(1) as f64;
             self.buffer_loss = 0.0;
-            if let Some(gradient) = self.buffer.take() {
+            let taken = self.buffer.take();
+            self.buffer.begin(self.buffer_size);
+            if let Some(gradient) = taken {
                 let duration = now.saturating_duration_since(self.version_since);
                 self.version_since = now;
                 actions.push(Action::Apply(Update {

@@ -13,7 +13,7 @@ use protocol::{Round, WorkerId};
 use tracing::{debug, info};
 
 use super::schedule::{Action, Contribution, Schedule, Standing, Update, View};
-use crate::aggregate::AggregatorKind;
+use crate::aggregate::{Aggregator, AggregatorKind};
 use crate::deadline::{DeadlinePolicy, RoundTimeout};
 use crate::round::{OpenRound, Progress, RoundError};
 
@@ -46,8 +46,8 @@ pub struct SyncSchedule {
     deadline: DeadlinePolicy,
     min_workers: usize,
     miss_limit: u32,
-    aggregator: AggregatorKind,
-    param_count: usize,
+    /// The run's aggregator while no round holds it.
+    aggregator: Option<Box<dyn Aggregator>>,
     round_timeout: Option<Duration>,
 }
 
@@ -65,8 +65,7 @@ impl SyncSchedule {
             deadline: DeadlinePolicy::new(timeout),
             min_workers,
             miss_limit,
-            aggregator,
-            param_count,
+            aggregator: Some(aggregator.build(param_count)),
             round_timeout: None,
         }
     }
@@ -93,7 +92,8 @@ impl SyncSchedule {
             participants = participants.len(),
             "round opened"
         );
-        let aggregator = self.aggregator.build(self.param_count, participants.len());
+        let mut aggregator = self.aggregator.take().expect("no round holds it");
+        aggregator.begin(participants.len());
         self.round = Some(OpenRound::new(
             Round(view.version),
             participants,
@@ -107,6 +107,7 @@ impl SyncSchedule {
 
     fn close(&mut self, round: OpenRound, now: Instant) -> Vec<Action> {
         let closed = round.close(now);
+        self.aggregator = Some(closed.aggregator);
         for &latency in &closed.latencies {
             self.deadline.record(latency);
         }
@@ -251,6 +252,7 @@ impl Schedule for SyncSchedule {
             Some(Progress::Abandoned) => {
                 let round = self.round.take().expect("checked above");
                 info!(round = %round.round(), "every participant left; restarting the round");
+                self.aggregator = Some(round.into_aggregator());
             }
             Some(Progress::Waiting | Progress::Extended) | None => {}
         }

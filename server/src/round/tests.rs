@@ -17,7 +17,7 @@ fn grad(round: u64, value: f32, samples: u32) -> Gradient {
 
 fn open(ids: &[u32], quorum: usize) -> (OpenRound, Instant) {
     let now = Instant::now();
-    let agg = AggregatorKind::mean().build(3, 1);
+    let agg = AggregatorKind::mean().build(3);
     let r = OpenRound::new(
         Round(4),
         ids.iter().map(|&i| WorkerId(i)),
