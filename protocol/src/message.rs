@@ -183,6 +183,30 @@ impl ErrorCode {
         }
     }
 
+    /// The code's name as the status and the log show it (`late`, `mismatch`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Malformed => "malformed",
+            Self::VersionMismatch => "version_mismatch",
+            Self::UnexpectedMessage => "unexpected_message",
+            Self::ShapeMismatch => "shape_mismatch",
+            Self::NonFinite => "non_finite",
+            Self::RoundNotOpen => "round_not_open",
+            Self::NotParticipant => "not_participant",
+            Self::Duplicate => "duplicate",
+            Self::TooSlow => "too_slow",
+            Self::ShuttingDown => "shutting_down",
+            Self::Unauthorized => "unauthorized",
+            Self::Full => "full",
+            Self::Late => "late",
+            Self::Stale => "stale",
+            Self::Replaced => "replaced",
+            Self::Mismatch => "mismatch",
+            Self::Banned => "banned",
+            Self::Other(_) => "other",
+        }
+    }
+
     /// Whether the coordinator closes the session after sending this code.
     pub fn is_fatal(self) -> bool {
         !matches!(

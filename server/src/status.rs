@@ -1,5 +1,6 @@
 //! What the coordinator publishes about itself: `/api/status` and the dashboard read it.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -26,7 +27,10 @@ pub struct WorkerStatus {
     pub clipped: u64,
     /// Its gradients the coordinator recomputed and found equal.
     pub verified: u64,
-    /// Its gradients the coordinator recomputed and found different.
+    /// Its gradients dropped, by reason: `late`, `stale`, `duplicate`, `round_not_open`,
+    /// `not_participant`, `mismatch` (recomputed and found different).
+    pub rejected: BTreeMap<&'static str, u64>,
+    /// Strikes against it (mismatches); at `--ban-after` it is banned.
     pub strikes: u32,
     /// Samples in its current shard (0 until its first round).
     pub shard_len: usize,

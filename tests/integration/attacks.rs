@@ -320,6 +320,11 @@ async fn verification_catches_subtle_cheats_and_bans_them() {
                 s.worker_list.iter().any(|w| w.strikes > 0)
             })
             .await;
+        // Per worker, the mismatch is the cheat's, counted by reason, and nobody else's.
+        for w in caught.worker_list.iter() {
+            let mismatches = w.rejected.get("mismatch").copied().unwrap_or(0);
+            assert_eq!(mismatches, u64::from(w.strikes), "{w:?}");
+        }
         let s = swarm.wait_for("the ban", |s| !s.bans.is_empty()).await;
         println!(
             "{cheat:?}: first strike {} rounds after joining, banned at round {} ({:?}); {} verified, {} mismatches",

@@ -9,6 +9,7 @@ use protocol::{ErrorCode, Gradient, WorkerId};
 use tracing::{debug, info, warn};
 
 use super::schedule::{Action, Contribution};
+use super::tally::Note;
 use super::verify::{verify, Claim};
 use super::Coordinator;
 use crate::refusal::Refusal;
@@ -52,7 +53,7 @@ impl Coordinator {
         if clip.clipped {
             debug!(%worker, norm, bound = self.bound.bound(), "gradient clipped to the norm bound");
             self.metrics.clipped();
-            self.registry.note_clipped(worker);
+            self.registry.note(worker, Note::Clipped);
         }
         let samples = self
             .registry
@@ -112,11 +113,13 @@ impl Coordinator {
         match outcome {
             Ok(Ok(())) => {
                 self.metrics.verified(true);
-                self.registry.note_verified(worker);
+                self.registry.note(worker, Note::Verified);
                 true
             }
             Ok(Err(mismatch)) => {
                 self.metrics.verified(false);
+                self.registry
+                    .note(worker, Note::Rejected(ErrorCode::Mismatch));
                 let strikes = self.registry.strike(worker);
                 self.schedule.excuse(worker);
                 warn!(%worker, strikes, %mismatch, "recomputed gradient does not match; dropped");

@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod registry;
 pub mod schedule;
 pub mod sync;
+pub mod tally;
 pub mod trainer;
 mod update;
 pub mod verify;
@@ -51,6 +52,7 @@ pub use self::handle::{
 use self::metrics::{Live, Metrics, RunInfo};
 use self::registry::Registry;
 use self::schedule::{Action, Schedule, View};
+use self::tally::Note;
 use self::trainer::Trainer;
 use crate::config::Config;
 use crate::dataset::Split;
@@ -303,11 +305,12 @@ impl Coordinator {
                 }
                 Action::Accepted(id) => {
                     self.metrics.accepted();
-                    self.registry.credit(id);
+                    self.registry.note(id, Note::Accepted);
                 }
                 Action::Refuse(id, refusal) => {
                     debug!(worker = %id, %refusal, "gradient refused");
                     self.metrics.refused(refusal.code);
+                    self.registry.note(id, Note::Rejected(refusal.code));
                     self.registry.send_error(id, refusal);
                 }
                 Action::Apply(update) => self.apply(&update),
@@ -323,7 +326,6 @@ impl Coordinator {
             while let Some(id) = self.registry.next_dropped() {
                 if self.registry.remove(id, now) {
                     self.schedule.left(id);
-                    info!(worker = %id, workers = self.registry.len(), "worker left");
                 }
             }
             let actions = self.schedule.settle(self.view(), now);

@@ -19,12 +19,13 @@ use protocol::{
 };
 use subtle::ConstantTimeEq;
 use tokio::sync::mpsc;
-use tracing::warn;
+use tracing::{info, warn};
 
 pub use super::bans::Banned;
 use super::bans::Bans;
 use super::handle::{Outbound, SessionId};
 use super::identities::Identities;
+use super::tally::{Note, Tally};
 use crate::refusal::Refusal;
 use crate::status::WorkerStatus;
 
@@ -40,11 +41,8 @@ struct Worker {
     /// The shard it held when it was last sent weights: what its answer was computed on,
     /// even if an extension re-cut the shards since.
     computing_on: Option<Range<usize>>,
-    gradients: u64,
-    /// Gradients scaled down by the norm bound.
-    clipped: u64,
-    /// Gradients the coordinator recomputed and found equal.
-    verified: u64,
+    /// What its gradients came to.
+    tally: Tally,
     /// The address it connected from.
     peer: IpAddr,
 }
@@ -135,7 +133,7 @@ impl Registry {
                 return Err(Refusal::new(ErrorCode::Banned, msg));
             }
         }
-        let (token, (id, mut gradients), resumed) = match resumed {
+        let (token, (id, gradients), resumed) = match resumed {
             Some((token, identity)) => (token, identity, true),
             None => {
                 let id = WorkerId(self.next_worker);
@@ -150,10 +148,14 @@ impl Registry {
                 (token, (id, 0), false)
             }
         };
+        let mut tally = Tally {
+            accepted: gradients,
+            ..Tally::default()
+        };
         // Still connected (the old socket has not noticed it is dead): replace it.
         let replaced = match self.workers.remove(&id) {
             Some(old) => {
-                gradients = old.gradients;
+                tally = old.tally;
                 let msg = "this worker resumed on another connection";
                 let _ = old
                     .outbox
@@ -174,9 +176,7 @@ impl Registry {
                 compression: hello.compression,
                 shard: None,
                 computing_on: None,
-                gradients,
-                clipped: 0,
-                verified: 0,
+                tally,
                 peer,
             },
         );
@@ -228,13 +228,6 @@ impl Registry {
         self.workers.get(&id)?.computing_on.clone()
     }
 
-    /// One more of `id`'s gradients was recomputed and found equal.
-    pub fn note_verified(&mut self, id: WorkerId) {
-        if let Some(w) = self.workers.get_mut(&id) {
-            w.verified += 1;
-        }
-    }
-
     /// A strike against `id` (its gradient did not match). At `--ban-after` strikes the
     /// worker is banned, by identity and by address, and its session closed. Returns the
     /// strikes it has now.
@@ -276,17 +269,11 @@ impl Registry {
         self.bans.list()
     }
 
-    /// One more gradient from `id` was scaled down by the norm bound.
-    pub fn note_clipped(&mut self, id: WorkerId) {
+    /// Something happened to one of `id`'s gradients.
+    pub fn note(&mut self, id: WorkerId, note: Note) {
         if let Some(w) = self.workers.get_mut(&id) {
-            w.clipped += 1;
-        }
-    }
-
-    /// One more accepted gradient from `id`.
-    pub fn credit(&mut self, id: WorkerId) {
-        if let Some(w) = self.workers.get_mut(&id) {
-            w.gradients += 1;
+            w.tally.note(note);
+            self.changed = true;
         }
     }
 
@@ -335,7 +322,17 @@ impl Registry {
         let Some(w) = self.workers.remove(&id) else {
             return false;
         };
-        self.identities.left(id, w.gradients, now);
+        info!(
+            worker = %id,
+            workers = self.workers.len(),
+            accepted = w.tally.accepted,
+            clipped = w.tally.clipped,
+            verified = w.tally.verified,
+            strikes = self.bans.strikes(id),
+            rejected = ?w.tally.rejected,
+            "worker left"
+        );
+        self.identities.left(id, w.tally.accepted, now);
         self.changed = true;
         true
     }
@@ -381,9 +378,10 @@ impl Registry {
                     WorkerKind::Browser => "browser",
                     WorkerKind::Native => "native",
                 },
-                gradients: w.gradients,
-                clipped: w.clipped,
-                verified: w.verified,
+                gradients: w.tally.accepted,
+                clipped: w.tally.clipped,
+                verified: w.tally.verified,
+                rejected: w.tally.rejected.clone(),
                 strikes: self.bans.strikes(id),
                 shard_len: w.shard.as_ref().map_or(0, Range::len),
                 skipped: skipped(id),

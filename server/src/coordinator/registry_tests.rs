@@ -67,8 +67,8 @@ fn a_resume_replaces_the_live_session_and_keeps_the_gradient_count() {
     let mut r = Registry::new(None, 10, 3);
     let (tx, mut old_rx) = outbox(4);
     let a = r.admit(&hello(None, None), tx, LOCAL, t()).expect("in");
-    r.credit(a.id);
-    r.credit(a.id);
+    r.note(a.id, Note::Accepted);
+    r.note(a.id, Note::Accepted);
     let b = r
         .admit(&hello(None, Some(&a.token)), outbox(4).0, LOCAL, t())
         .expect("in");

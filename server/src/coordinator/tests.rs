@@ -263,6 +263,15 @@ fn deadline_with_quorum_closes_and_a_straggler_is_skipped_after_k_misses() {
     assert_eq!(h.status().round, 6);
     assert_eq!(h.status().late, 1);
     assert_eq!(h.status().answered_total, h.status().gradients_accepted);
+    // Per worker, by reason: the straggler's late answer is its own, nobody else's.
+    let list = h.status().worker_list.clone();
+    let rejected = |id: WorkerId| {
+        let w = list.iter().find(|w| w.id == id.0).expect("listed");
+        w.rejected.clone().into_iter().collect::<Vec<_>>()
+    };
+    assert_eq!(rejected(slow.id), [("late", 1)]);
+    assert_eq!(rejected(a.id), []);
+    assert_eq!(rejected(b.id), []);
 }
 
 #[test]

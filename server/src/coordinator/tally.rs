@@ -1,0 +1,63 @@
+//! What each worker's gradients came to: the per-worker counts in `/api/status`, and in the
+//! log line when it leaves.
+
+use std::collections::BTreeMap;
+
+use protocol::ErrorCode;
+
+/// Something that happened to one of a worker's gradients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Note {
+    /// It went into an update (or the async buffer).
+    Accepted,
+    /// It was scaled down by the norm bound.
+    Clipped,
+    /// The coordinator recomputed it and found it equal.
+    Verified,
+    /// It was dropped, for this reason.
+    Rejected(ErrorCode),
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub accepted: u64,
+    pub clipped: u64,
+    pub verified: u64,
+    /// By reason: `late`, `stale`, `mismatch`, ...
+    pub rejected: BTreeMap<&'static str, u64>,
+}
+
+impl Tally {
+    pub fn note(&mut self, note: Note) {
+        match note {
+            Note::Accepted => self.accepted += 1,
+            Note::Clipped => self.clipped += 1,
+            Note::Verified => self.verified += 1,
+            Note::Rejected(code) => *self.rejected.entry(code.name()).or_default() += 1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_each_note_and_rejections_by_reason() {
+        let mut t = Tally::default();
+        for note in [
+            Note::Accepted,
+            Note::Accepted,
+            Note::Clipped,
+            Note::Verified,
+            Note::Rejected(ErrorCode::Late),
+            Note::Rejected(ErrorCode::Mismatch),
+            Note::Rejected(ErrorCode::Late),
+        ] {
+            t.note(note);
+        }
+        assert_eq!((t.accepted, t.clipped, t.verified), (2, 1, 1));
+        let rejected: Vec<_> = t.rejected.into_iter().collect();
+        assert_eq!(rejected, [("late", 2), ("mismatch", 1)]);
+    }
+}
