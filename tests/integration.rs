@@ -46,3 +46,7 @@ mod attacks;
 /// Admission: origins, connections per address, a flood of visitors.
 #[path = "integration/admission.rs"]
 mod admission;
+
+/// https/wss served by the coordinator, with a test-generated private CA.
+#[path = "integration/tls.rs"]
+mod tls;

@@ -13,10 +13,12 @@
 //! - [`coordinator`]: the single task that owns the training state: registry, schedules,
 //!   checks, trainer, metrics (its own module docs list the files).
 //! - [`round`] and [`deadline`]: the sync round state machine and its timeouts.
-//! - [`aggregate`]: how a round combines gradients (mean or coordinate-wise robust rules).
+//! - [`aggregate`]: how a round combines gradients (the mean, coordinate-wise robust rules,
+//!   Multi-Krum, centered clipping).
 //! - [`status`]: what `/api/status` reports; [`safetensors`]: `/api/params`.
 //! - [`config`]: the CLI and its validated form; [`dataset`]: the embedded MNIST split.
-//! - [`server`]: wiring, `start(listener, config, shutdown)`; [`shutdown`]: Ctrl-C / SIGTERM.
+//! - [`server`]: wiring, `start(listener, config, shutdown)`; [`tls`]: https/wss with
+//!   rustls; [`shutdown`]: Ctrl-C / SIGTERM.
 
 pub mod admission;
 pub mod aggregate;
@@ -33,6 +35,7 @@ pub mod server;
 pub mod session;
 pub mod shutdown;
 pub mod status;
+pub mod tls;
 
 pub use config::{Cli, Config, ConfigError};
 pub use server::{run, start, RunningServer, ServerError, Summary};

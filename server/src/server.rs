@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -18,6 +19,7 @@ use crate::config::Config;
 use crate::coordinator::{Coordinator, Outcome, WeightsSnapshot};
 use crate::routes::{app, AppState};
 use crate::status::Status;
+use crate::tls::TlsListener;
 
 /// How long shutdown waits for sessions to send their close frames.
 const SESSION_DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
@@ -30,6 +32,8 @@ pub enum ServerError {
     Model(#[source] model::ModelError),
     #[error("reading the listener address: {0}")]
     Listener(#[source] std::io::Error),
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
     #[error("HTTP server failed: {0}")]
     Serve(#[source] std::io::Error),
     #[error("a server task panicked: {0}")]
@@ -78,6 +82,10 @@ pub async fn start(
     signal: impl Future<Output = ()> + Send + 'static,
 ) -> Result<RunningServer, ServerError> {
     let addr = listener.local_addr().map_err(ServerError::Listener)?;
+    let tls = match &config.tls {
+        Some(files) => Some(crate::tls::load(&files.cert, &files.key)?),
+        None => None,
+    };
     let data = crate::dataset::load_default(config.seed).map_err(ServerError::Dataset)?;
     let shutdown = CancellationToken::new();
     let web = WebSource::new(config.web_dir.clone());
@@ -113,14 +121,28 @@ pub async fn start(
             }
         });
     }
-    info!(%addr, "coordinator listening; volunteers open http://{addr}/");
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    info!(%addr, "coordinator listening; volunteers open {scheme}://{addr}/");
     let task = tokio::spawn({
         let shutdown = shutdown.clone();
         async move {
             let service = router.into_make_service_with_connect_info::<SocketAddr>();
-            let serve = axum::serve(listener, service)
-                .with_graceful_shutdown(shutdown.clone().cancelled_owned());
-            let served = serve.await;
+            let stop = shutdown.clone().cancelled_owned();
+            let served = match tls {
+                None => {
+                    axum::serve(listener, service)
+                        .with_graceful_shutdown(stop)
+                        .await
+                }
+                // `tap_io` gives the TLS listener axum's `ConnectInfo<SocketAddr>` (the peer
+                // address admission and bans need); it does nothing else.
+                Some(config) => {
+                    let tls = TlsListener::new(listener, addr, config, shutdown.clone());
+                    axum::serve(tls.tap_io(|_| {}), service)
+                        .with_graceful_shutdown(stop)
+                        .await
+                }
+            };
             // Serving stopped: make sure everything else stops too, then drain sessions.
             shutdown.cancel();
             sessions.close();

@@ -4,6 +4,10 @@
 //! the browser runs. Operators with spare machines run the `worker` binary; the tests and
 //! benchmarks call [`run`] directly.
 
+pub mod tls;
+
+use std::sync::Arc;
+
 use futures_util::{SinkExt, StreamExt};
 use protocol::WorkerKind;
 use tokio_tungstenite::tungstenite::Message;
@@ -42,6 +46,9 @@ pub struct Options {
     pub compute_delay: Option<std::time::Duration>,
     /// Tensor compression to ask for in Hello.
     pub compression: protocol::Compression,
+    /// For `wss://` URLs: the TLS configuration ([`tls::trusting`] a private CA); `None`
+    /// checks the server against the public web's roots.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// A fresh core for these options.
@@ -66,12 +73,21 @@ pub async fn run_with(
     core: &mut WorkerCore,
     shutdown: CancellationToken,
 ) -> Result<(Ended, Stats), RunError> {
-    let (mut ws, _) = tokio_tungstenite::connect_async(options.url.as_str())
-        .await
-        .map_err(|source| RunError::Connect {
-            url: options.url.clone(),
-            source,
-        })?;
+    let connector = options
+        .tls
+        .clone()
+        .map(tokio_tungstenite::Connector::Rustls);
+    let (mut ws, _) = tokio_tungstenite::connect_async_tls_with_config(
+        options.url.as_str(),
+        None,
+        false,
+        connector,
+    )
+    .await
+    .map_err(|source| RunError::Connect {
+        url: options.url.clone(),
+        source,
+    })?;
     ws.send(Message::Binary(core.hello_frame().into())).await?;
     let ended = loop {
         let msg = tokio::select! {

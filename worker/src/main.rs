@@ -15,6 +15,10 @@ struct Cli {
     /// The coordinator's WebSocket URL.
     #[arg(long, default_value = "ws://127.0.0.1:8080/ws")]
     url: String,
+    /// For a wss:// URL whose certificate a private CA signed: trust that CA's certificate
+    /// (PEM) instead of the public web's roots.
+    #[arg(long)]
+    ca_cert: Option<std::path::PathBuf>,
     /// Join token, if the coordinator requires one.
     #[arg(long, env = "CROWDTRAIN_JOIN_TOKEN")]
     join_token: Option<String>,
@@ -53,7 +57,15 @@ async fn main() -> anyhow::Result<()> {
             shutdown.cancel();
         }
     });
+    let tls = match &cli.ca_cert {
+        Some(_) if !cli.url.starts_with("wss://") => {
+            anyhow::bail!("--ca-cert only applies to wss:// URLs, not {}", cli.url)
+        }
+        Some(path) => Some(worker::tls::trusting(path)?),
+        None => None,
+    };
     let options = worker::Options {
+        tls,
         url: cli.url,
         join_token: cli.join_token,
         compute_delay: None,

@@ -154,6 +154,14 @@ pub struct Cli {
     #[arg(long)]
     pub web_dir: Option<PathBuf>,
 
+    /// Serve https and wss with this PEM certificate chain (leaf first); needs --tls-key.
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The certificate's private key, PEM (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
+
     /// Log level: error, warn, info, debug or trace (RUST_LOG overrides it).
     #[arg(long, default_value = "info")]
     pub log_level: String,

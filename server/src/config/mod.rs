@@ -3,6 +3,7 @@
 //! Everything is checked together in `Config::try_from(cli)` before anything starts, so a
 //! bad combination is refused with a message instead of surfacing mid-training.
 
+mod aggregator;
 mod cli;
 mod duration;
 
@@ -13,10 +14,11 @@ use clap::Parser;
 use model::OptimizerKind;
 use thiserror::Error;
 
+use self::aggregator::aggregator;
 pub use self::cli::{AggregatorChoice, Cli, ModeChoice, OptimizerChoice};
 pub use self::duration::parse_duration;
 use crate::admission::Origins;
-use crate::aggregate::{AggregatorKind, Rule};
+use crate::aggregate::AggregatorKind;
 use crate::deadline::RoundTimeout;
 
 /// Samples in the default dataset's train split; the rest (2,000) is the test split.
@@ -80,7 +82,16 @@ pub struct Config {
     pub max_workers: usize,
     /// Serve the page from here instead of the copy built into the binary.
     pub web_dir: Option<PathBuf>,
+    /// `--tls-cert` and `--tls-key`: serve https/wss.
+    pub tls: Option<TlsFiles>,
     pub log_level: String,
+}
+
+/// A PEM certificate chain and its private key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 #[derive(Debug, Clone, PartialEq, Error)]
@@ -129,6 +140,8 @@ pub enum ConfigError {
     Trim(f32),
     #[error("--trim only applies to --aggregator mean-around-median, trimmed-mean or multi-krum")]
     TrimWithoutTrimmedMean,
+    #[error("--tls-cert and --tls-key go together: give both, or neither for plain http")]
+    TlsPair,
     #[error("--clip-radius only applies to --aggregator centered-clip")]
     ClipRadiusWithoutCenteredClip,
     #[error("--clip-radius must be a number in (0, 1e30], got {0}")]
@@ -261,6 +274,11 @@ impl TryFrom<Cli> for Config {
         if let Some(dir) = cli.web_dir.as_ref().filter(|d| !d.is_dir()) {
             return Err(ConfigError::WebDir(dir.clone()));
         }
+        let tls = match (cli.tls_cert.clone(), cli.tls_key.clone()) {
+            (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+            (None, None) => None,
+            _ => return Err(ConfigError::TlsPair),
+        };
         let mut layers = vec![crate::dataset::FEATURES];
         layers.extend(&cli.hidden);
         layers.push(crate::dataset::CLASSES);
@@ -286,6 +304,7 @@ impl TryFrom<Cli> for Config {
             max_per_ip: cli.max_per_ip,
             max_workers: cli.max_workers,
             web_dir: cli.web_dir,
+            tls,
             log_level,
         })
     }
@@ -307,40 +326,6 @@ fn origins(raw: &[String]) -> Result<Origins, ConfigError> {
         }
     }
     Ok(Origins::Own(raw.to_vec()))
-}
-
-/// `--aggregator` with its parameters.
-fn aggregator(cli: &Cli) -> Result<AggregatorKind, ConfigError> {
-    if !(1..=65536).contains(&cli.aggregator_memory) {
-        return Err(ConfigError::AggregatorMemory(cli.aggregator_memory));
-    }
-    let trim = cli.trim.unwrap_or(0.2);
-    if !(0.0..0.5).contains(&trim) {
-        return Err(ConfigError::Trim(trim));
-    }
-    if let Some(radius) = cli.clip_radius {
-        if cli.aggregator != AggregatorChoice::CenteredClip {
-            return Err(ConfigError::ClipRadiusWithoutCenteredClip);
-        }
-        if !(radius > 0.0 && radius <= 1e30) {
-            return Err(ConfigError::ClipRadius(radius));
-        }
-    }
-    let rule = match (cli.aggregator, cli.trim) {
-        (AggregatorChoice::MeanAroundMedian, _) => Rule::MeanAroundMedian { trim },
-        (AggregatorChoice::TrimmedMean, _) => Rule::TrimmedMean { trim },
-        (AggregatorChoice::MultiKrum, _) => Rule::MultiKrum { hostile: trim },
-        (AggregatorChoice::CenteredClip, None) => Rule::CenteredClip {
-            radius: cli.clip_radius,
-        },
-        (_, Some(_)) => return Err(ConfigError::TrimWithoutTrimmedMean),
-        (AggregatorChoice::Mean, None) => Rule::Mean,
-        (AggregatorChoice::Median, None) => Rule::Median,
-    };
-    Ok(AggregatorKind {
-        rule,
-        memory: cli.aggregator_memory << 20,
-    })
 }
 
 /// Checks the mode's flags together. Flags of another mode are refused rather than silently
