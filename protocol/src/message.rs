@@ -132,6 +132,8 @@ pub enum ErrorCode {
     Mismatch,
     /// The worker (its identity or its address) is banned for the rest of the run.
     Banned,
+    /// The connection sent control frames (Ping, Pong) faster than the limit.
+    RateLimited,
     /// A code this version does not know.
     Other(u16),
 }
@@ -156,6 +158,7 @@ impl ErrorCode {
             Self::Replaced => 15,
             Self::Mismatch => 16,
             Self::Banned => 17,
+            Self::RateLimited => 18,
             Self::Other(code) => code,
         }
     }
@@ -179,6 +182,7 @@ impl ErrorCode {
             15 => Self::Replaced,
             16 => Self::Mismatch,
             17 => Self::Banned,
+            18 => Self::RateLimited,
             other => Self::Other(other),
         }
     }
@@ -203,6 +207,7 @@ impl ErrorCode {
             Self::Replaced => "replaced",
             Self::Mismatch => "mismatch",
             Self::Banned => "banned",
+            Self::RateLimited => "rate_limited",
             Self::Other(_) => "other",
         }
     }

@@ -8,8 +8,8 @@
 //! # Layout, in the order a gradient meets them
 //! - [`routes`]: the axum router (`/ws`, `/api/*`, `/healthz`, the page via [`assets`]);
 //!   [`admission`] decides at the upgrade (origin, connections per address).
-//! - [`session`]: one task per WebSocket: decode, validate, forward; [`refusal`] is what it
-//!   (and everything after it) answers with.
+//! - [`session`]: one task per WebSocket: decode, validate, forward, within the [`rate`]
+//!   limits; [`refusal`] is what it (and everything after it) answers with.
 //! - [`coordinator`]: the single task that owns the training state: registry, schedules,
 //!   checks, trainer, metrics (its own module docs list the files).
 //! - [`round`] and [`deadline`]: the sync round state machine and its timeouts.
@@ -27,6 +27,7 @@ pub mod config;
 pub mod coordinator;
 pub mod dataset;
 pub mod deadline;
+pub mod rate;
 pub mod refusal;
 pub mod round;
 pub mod routes;

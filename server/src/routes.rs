@@ -32,6 +32,8 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     pub sessions: TaskTracker,
     pub liveness: Liveness,
+    /// `--max-upload-rate`, in bytes a second per connection.
+    pub upload_rate: Option<f64>,
     pub admission: Arc<Admission>,
 }
 
@@ -72,6 +74,7 @@ async fn ws(
                 state.coordinator,
                 state.shutdown,
                 state.liveness,
+                state.upload_rate,
                 peer.ip(),
             );
             state.sessions.track_future(async move {

@@ -90,7 +90,7 @@ pub async fn start(
     let shutdown = CancellationToken::new();
     let web = WebSource::new(config.web_dir.clone());
     web.announce();
-    let liveness = config.liveness;
+    let (liveness, upload_rate) = (config.liveness, config.upload_rate);
     let admission = Arc::new(Admission::new(
         config.allowed_origins.clone(),
         config.max_per_ip,
@@ -107,6 +107,7 @@ pub async fn start(
         shutdown: shutdown.clone(),
         sessions: sessions.clone(),
         liveness,
+        upload_rate,
         admission,
     };
     let router = app(state, &web);

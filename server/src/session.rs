@@ -27,6 +27,7 @@ use tracing::{debug, info, instrument};
 use crate::config::Liveness;
 use crate::coordinator::clip::norm_and_finite;
 use crate::coordinator::{CoordinatorHandle, Joined, Outbound, OUTBOX_CAPACITY};
+use crate::rate::{TokenBucket, CONTROL_BURST, CONTROL_PER_SEC};
 use crate::refusal::Refusal;
 
 /// Gradients a worker may send beyond the `Weights` frames it was sent on this connection.
@@ -63,6 +64,7 @@ pub async fn run<S, E>(
     coordinator: CoordinatorHandle,
     shutdown: CancellationToken,
     liveness: Liveness,
+    upload_rate: Option<f64>,
     peer: IpAddr,
 ) where
     S: Stream<Item = Result<Message, E>> + Sink<Message> + Unpin,
@@ -78,6 +80,7 @@ pub async fn run<S, E>(
                 &mut inbox,
                 joined,
                 liveness,
+                upload_rate,
             )
             .await;
             (Some(joined), end)
@@ -168,14 +171,17 @@ where
     }
 }
 
-/// What one socket item means to a session: a binary frame, a control frame to skip
-/// (`None`), or the end of the session.
-fn classify<E: std::fmt::Display>(
-    item: Option<Result<Message, E>>,
-) -> Result<Option<bytes::Bytes>, End> {
+/// What a session reads: a binary frame, or a control frame (Ping or Pong) of some bytes.
+enum Frame {
+    Binary(bytes::Bytes),
+    Control(usize),
+}
+
+/// What one socket item means to a session: a frame, or the end of the session.
+fn classify<E: std::fmt::Display>(item: Option<Result<Message, E>>) -> Result<Frame, End> {
     match item {
-        Some(Ok(Message::Binary(bytes))) => Ok(Some(bytes)),
-        Some(Ok(Message::Ping(_) | Message::Pong(_))) => Ok(None),
+        Some(Ok(Message::Binary(bytes))) => Ok(Frame::Binary(bytes)),
+        Some(Ok(Message::Ping(b) | Message::Pong(b))) => Ok(Frame::Control(b.len())),
         Some(Ok(Message::Text(_))) => Err(End::refuse(
             ErrorCode::UnexpectedMessage,
             "text frames are not part of the protocol; send binary frames",
@@ -194,9 +200,11 @@ where
     S: Stream<Item = Result<Message, E>> + Unpin,
     E: std::fmt::Display,
 {
+    let mut control = TokenBucket::new(CONTROL_BURST, CONTROL_PER_SEC, std::time::Instant::now());
     loop {
-        if let Some(frame) = classify(socket.next().await)? {
-            return Ok(frame);
+        match classify(socket.next().await)? {
+            Frame::Binary(frame) => return Ok(frame),
+            Frame::Control(_) => check_control(&mut control, std::time::Instant::now())?,
         }
     }
 }
@@ -208,6 +216,7 @@ async fn serve<S, E>(
     inbox: &mut mpsc::Receiver<Outbound>,
     joined: Joined,
     liveness: Liveness,
+    upload_rate: Option<f64>,
 ) -> End
 where
     S: Stream<Item = Result<Message, E>> + Sink<Message> + Unpin,
@@ -220,8 +229,14 @@ where
                        // a background tab with throttled timers still answers and keeps its place.
     let mut last_seen = Instant::now();
     // What this connection was sent, and what it answered: a worker's pace is the
-    // coordinator's, so this is its rate limit.
+    // coordinator's, so this is its rate limit for gradients; `rate` covers the rest.
     let (mut weights_sent, mut gradients_received) = (0u64, 0u64);
+    let start = std::time::Instant::now();
+    let mut control = TokenBucket::new(CONTROL_BURST, CONTROL_PER_SEC, start);
+    // A second's worth of burst; a larger frame is still read, and pays after.
+    let mut upload = upload_rate.map(|rate| TokenBucket::new(rate, rate, start));
+    // Over `--max-upload-rate`: not read again until then.
+    let mut paused_until: Option<Instant> = None;
     loop {
         tokio::select! {
             biased;
@@ -241,13 +256,30 @@ where
                     "dropped: this worker did not read its frames",
                 ),
             },
-            msg = socket.next() => {
+            () = sleep_until_some(paused_until) => {
+                paused_until = None;
                 last_seen = Instant::now();
-                let frame = match classify(msg) {
-                    Ok(Some(frame)) => frame,
-                    Ok(None) => continue,
+            }
+            msg = socket.next(), if paused_until.is_none() => {
+                last_seen = Instant::now();
+                let now = last_seen.into_std();
+                let (frame, len) = match classify(msg) {
+                    Ok(Frame::Binary(frame)) => {
+                        let len = frame.len();
+                        (Some(frame), len)
+                    }
+                    Ok(Frame::Control(len)) => {
+                        if let Err(end) = check_control(&mut control, now) {
+                            return end;
+                        }
+                        (None, len)
+                    }
                     Err(end) => return end,
                 };
+                if let Some(resume) = upload.as_mut().and_then(|b| b.take(len as f64, now)) {
+                    paused_until = Some(Instant::from_std(resume));
+                }
+                let Some(frame) = frame else { continue };
                 let gradient = match decode_from_worker(&frame) {
                     Ok(WorkerToCoordinator::Gradient(g)) => {
                         gradients_received += 1;
@@ -274,7 +306,8 @@ where
             }
             _ = ping.tick() => {
                 let silent = last_seen.elapsed();
-                if silent > liveness.timeout {
+                // While paused it is the coordinator that is not reading.
+                if silent > liveness.timeout && paused_until.is_none() {
                     info!(worker = %joined.worker, ?silent, "no answer to pings; dropping the worker");
                     return End::PeerGone;
                 }
@@ -283,6 +316,27 @@ where
                 }
             }
         }
+    }
+}
+
+/// A control frame against the connection's budget for them.
+fn check_control(bucket: &mut TokenBucket, now: std::time::Instant) -> Result<(), End> {
+    if bucket.try_take(1.0, now) {
+        return Ok(());
+    }
+    Err(End::refuse(
+        ErrorCode::RateLimited,
+        format!(
+            "more than {CONTROL_BURST} control frames at once or {CONTROL_PER_SEC} a second: pings are the coordinator's to send"
+        ),
+    ))
+}
+
+/// Completes at `until`, or never if `None`.
+async fn sleep_until_some(until: Option<Instant>) {
+    match until {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

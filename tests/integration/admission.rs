@@ -152,3 +152,82 @@ async fn two_thousand_connects_and_disconnects_during_training() {
         .expect("wait");
     assert!(exit.success(), "{exit}");
 }
+
+/// A client that floods Ping frames (which a WebSocket stack answers by itself) is closed
+/// with `RateLimited`; the honest worker beside it trains on, unflagged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_flooding_control_frames_is_closed_and_nobody_else_is() {
+    let mut swarm = swarm(&["--min-workers", "1"], 1).await;
+    swarm.wait_for("training", |s| s.round >= 2).await;
+    let mut flood = RawClient::connect(swarm.addr()).await;
+    flood.hello().await;
+    for _ in 0..40 {
+        let ping = tokio_tungstenite::tungstenite::Message::Ping(vec![0u8; 100].into());
+        // The coordinator may close the socket mid-flood: a failed send is expected.
+        let _ = futures_util::SinkExt::send(&mut flood.ws, ping).await;
+    }
+    let message = flood.expect_error(protocol::ErrorCode::RateLimited).await;
+    assert!(message.contains("control frames"), "{message}");
+    let s = swarm
+        .wait_for("the flood to be closed", |s| {
+            s.sessions_rejected == 1 && s.workers == 1
+        })
+        .await;
+    let honest = swarm
+        .wait_for("the honest worker to go on", |t| t.round >= s.round + 5)
+        .await;
+    assert_eq!(honest.worker_list.len(), 1);
+    assert!(honest.worker_list[0].rejected.is_empty(), "{honest:?}");
+    swarm.stop().await;
+}
+
+/// `--max-upload-rate`: the coordinator stops reading a connection over its budget, so a
+/// worker's gradients arrive no faster than the rate allows, and it is slowed, not closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_upload_rate_slows_a_worker_down_without_closing_it() {
+    const RATE: f64 = 200_000.0; // --max-upload-rate 0.2 (MB/s)
+    const ROUNDS: u64 = 8;
+    let started = std::time::Instant::now();
+    let flags = [
+        "--max-upload-rate",
+        "0.2",
+        "--max-rounds",
+        &ROUNDS.to_string(),
+    ];
+    let swarm = swarm_with(&flags, 1, |_| worker::Options {
+        compression: protocol::Compression::Int8,
+        ..worker::Options::default()
+    })
+    .await;
+    let status = swarm.status.clone();
+    let (summary, workers) = swarm.finish("rate-limited rounds").await;
+    let elapsed = started.elapsed().as_secs_f64();
+    assert_eq!(summary.rounds, ROUNDS);
+    let (ended, stats) = guard("worker end", workers.into_iter().next().expect("one"))
+        .await
+        .expect("task");
+    assert!(
+        matches!(
+            ended,
+            worker::Ended::ClosedByCoordinator {
+                code: Some(1001),
+                ..
+            }
+        ),
+        "slowed, not refused: {ended:?}"
+    );
+    // An int8 gradient frame carries at least one byte per parameter. Round k closes only
+    // when gradient k was read, which waits until the k - 1 before it were paid for, less a
+    // second's burst: a lower bound that a slower machine only exceeds.
+    let params = status.borrow().param_count as f64;
+    let bound = ((ROUNDS - 1) as f64 * params - RATE) / RATE;
+    assert!(bound > 2.0, "the test measures something: {bound}");
+    assert!(
+        elapsed >= bound,
+        "{ROUNDS} rounds of {params} parameters in {elapsed:.2} s, under {bound:.2} s"
+    );
+    println!(
+        "{ROUNDS} rounds at --max-upload-rate 0.2: {elapsed:.2} s (bound {bound:.2} s); {} gradients",
+        stats.gradients_sent
+    );
+}

@@ -189,5 +189,8 @@ async fn bad_certificate_files_are_refused_with_a_clear_message() {
         assert!(format!("{err}").contains(needle), "{needle}: {err}");
     }
     let half = server::Config::from_args(["coordinator", "--tls-cert", "x.pem"]);
-    assert!(half.expect_err("refused").to_string().contains("go together"));
+    assert!(half
+        .expect_err("refused")
+        .to_string()
+        .contains("go together"));
 }

@@ -154,6 +154,11 @@ pub struct Cli {
     #[arg(long)]
     pub web_dir: Option<PathBuf>,
 
+    /// Bytes one connection may send, in MB a second; beyond it the coordinator stops
+    /// reading from it until its budget refills (TCP slows the sender) [default: unlimited].
+    #[arg(long)]
+    pub max_upload_rate: Option<f64>,
+
     /// Serve https and wss with this PEM certificate chain (leaf first); needs --tls-key.
     #[arg(long)]
     pub tls_cert: Option<PathBuf>,

@@ -82,6 +82,8 @@ pub struct Config {
     pub max_workers: usize,
     /// Serve the page from here instead of the copy built into the binary.
     pub web_dir: Option<PathBuf>,
+    /// `--max-upload-rate`, in bytes a second.
+    pub upload_rate: Option<f64>,
     /// `--tls-cert` and `--tls-key`: serve https/wss.
     pub tls: Option<TlsFiles>,
     pub log_level: String,
@@ -140,6 +142,8 @@ pub enum ConfigError {
     Trim(f32),
     #[error("--trim only applies to --aggregator mean-around-median, trimmed-mean or multi-krum")]
     TrimWithoutTrimmedMean,
+    #[error("--max-upload-rate must be a number of MB a second in (0, 1e6], got {0}")]
+    UploadRate(f64),
     #[error("--tls-cert and --tls-key go together: give both, or neither for plain http")]
     TlsPair,
     #[error("--clip-radius only applies to --aggregator centered-clip")]
@@ -274,6 +278,10 @@ impl TryFrom<Cli> for Config {
         if let Some(dir) = cli.web_dir.as_ref().filter(|d| !d.is_dir()) {
             return Err(ConfigError::WebDir(dir.clone()));
         }
+        let upload_rate = match cli.max_upload_rate {
+            Some(mb) if !(mb > 0.0 && mb <= 1e6) => return Err(ConfigError::UploadRate(mb)),
+            mb => mb.map(|mb| mb * 1e6),
+        };
         let tls = match (cli.tls_cert.clone(), cli.tls_key.clone()) {
             (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
             (None, None) => None,
@@ -304,6 +312,7 @@ impl TryFrom<Cli> for Config {
             max_per_ip: cli.max_per_ip,
             max_workers: cli.max_workers,
             web_dir: cli.web_dir,
+            upload_rate,
             tls,
             log_level,
         })

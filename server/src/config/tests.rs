@@ -101,6 +101,10 @@ fn flags_are_applied() {
         (c.max_rounds, c.target_accuracy, c.port),
         (Some(7), Some(0.9), 0)
     );
+    let upload = parse(&["--max-upload-rate", "2.5"])
+        .expect("valid")
+        .upload_rate;
+    assert_eq!(upload, Some(2.5e6));
     let rule = |args: &[&str]| parse(args).expect("valid").aggregator.rule;
     assert_eq!(
         rule(&["--aggregator", "multi-krum", "--trim", "0.25"]),
@@ -181,6 +185,8 @@ fn bad_combinations_are_refused_with_a_clear_message() {
             "--clip-radius",
         ),
         (&["--aggregator-memory", "0"], "--aggregator-memory"),
+        (&["--max-upload-rate", "0"], "--max-upload-rate"),
+        (&["--max-upload-rate", "NaN"], "--max-upload-rate"),
         (&["--max-grad-norm", "NaN"], "--max-grad-norm"),
         (&["--max-grad-norm", "1e31"], "--max-grad-norm"),
         (&["--round-timeout", "2 parsecs"], "--round-timeout"),

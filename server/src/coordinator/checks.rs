@@ -34,6 +34,7 @@ fn strikes_an_address(code: ErrorCode) -> bool {
             | ErrorCode::UnexpectedMessage
             | ErrorCode::ShapeMismatch
             | ErrorCode::NonFinite
+            | ErrorCode::RateLimited
     )
 }
 
