@@ -356,30 +356,84 @@ async fn verification_catches_subtle_cheats_and_bans_them() {
     }
 }
 
+/// Verification in the async modes: an answer is recomputed on the weights of the version it
+/// was computed on, however stale. A worker scaling its gradients by 1.01 is banned at the
+/// third strike; the two honest workers are verified, never flagged, and keep training.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verification_catches_a_cheat_in_async_and_hogwild_modes() {
+    let _heavy = HEAVY.lock().await;
+    for mode in ["async", "hogwild"] {
+        let flags = ["--mode", mode, "--verify-fraction", "0.5"];
+        let mut swarm = swarm(&flags, 2).await;
+        let stop = CancellationToken::new();
+        let attacker = spawn_attacker(swarm.addr(), Attack::Scaled, stop.clone());
+        let banned = swarm.wait_for("the ban", |s| !s.bans.is_empty()).await;
+        let s = swarm
+            .wait_for("both honest workers verified", |s| {
+                s.round > banned.round + 20
+                    && s.worker_list.len() == 2
+                    && s.worker_list.iter().all(|w| w.verified >= 3)
+            })
+            .await;
+        println!(
+            "{mode}: banned at version {} ({:?}); {} verified, {} mismatches",
+            banned.round, banned.bans, s.gradients_verified, s.verification_mismatches
+        );
+        assert_eq!(
+            s.verification_mismatches, 3,
+            "three strikes, no more: {s:?}"
+        );
+        for w in s.worker_list.iter() {
+            assert_eq!(w.strikes, 0, "{mode}: an honest worker flagged: {w:?}");
+            assert!(!w.rejected.contains_key("mismatch"), "{w:?}");
+        }
+        stop.cancel();
+        let _ = attacker.await;
+        swarm.stop().await;
+    }
+}
+
 /// At `--verify-fraction 1`, every gradient of honest native workers (int8 and exact f32)
-/// over 200 rounds is recomputed and matches.
+/// over 200 rounds is recomputed and matches; in hogwild mode too, where most answers were
+/// computed on weights a version or more behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn honest_native_workers_are_never_flagged_at_verify_fraction_1() {
     let _heavy = HEAVY.lock().await;
-    let swarm = swarm_with(
-        &[
-            "--min-workers",
-            "2",
+    for mode in ["sync", "hogwild"] {
+        let flags = [
+            "--mode",
+            mode,
             "--verify-fraction",
             "1",
             "--max-rounds",
             "200",
-        ],
-        2,
-        |i| worker::Options {
+        ];
+        let mut flags = flags.to_vec();
+        if mode == "sync" {
+            flags.extend(["--min-workers", "2"]);
+        }
+        let swarm = swarm_with(&flags, 2, |i| worker::Options {
             compression: [protocol::Compression::Int8, protocol::Compression::None][i],
             ..worker::Options::default()
-        },
-    )
-    .await;
-    let status = swarm.status.clone();
-    let (summary, _) = swarm.finish("200 verified rounds").await;
-    assert_never_flagged("native workers", &status.borrow(), summary.rounds, 2, 200);
+        })
+        .await;
+        let status = swarm.status.clone();
+        let (summary, _) = swarm.finish("200 verified rounds").await;
+        let s = status.borrow().clone();
+        if mode == "sync" {
+            assert_never_flagged("native workers, sync", &s, summary.rounds, 2, 200);
+        } else {
+            // One gradient an update: all but the answers in flight at the end.
+            println!(
+                "native workers, hogwild: verified {} gradients over {} updates, {} mismatches",
+                s.gradients_verified, summary.rounds, s.verification_mismatches
+            );
+            assert_eq!(summary.rounds, 200);
+            assert_eq!(s.verification_mismatches, 0, "{s:?}");
+            assert!(s.gradients_verified >= 198, "{s:?}");
+            assert!(s.bans.is_empty(), "{s:?}");
+        }
+    }
 }
 
 /// Taking over another worker's identity: a client that knows its id and its own token's

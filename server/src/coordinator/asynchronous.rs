@@ -180,6 +180,16 @@ impl Schedule for AsyncSchedule {
     fn is_skipped(&self, _worker: WorkerId) -> bool {
         false
     }
+
+    fn excuse(&mut self, worker: WorkerId) -> Vec<Action> {
+        match self.awaiting.get_mut(&worker) {
+            Some(awaiting) => {
+                *awaiting = None;
+                vec![Action::Weights(worker)]
+            }
+            None => Vec::new(),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -118,3 +118,20 @@ fn a_leave_re_cuts_the_shards_once_unless_finished() {
         "gone: ignored"
     );
 }
+
+#[test]
+fn an_answer_dropped_by_verification_is_followed_by_fresh_weights() {
+    let t0 = Instant::now();
+    let mut s = AsyncSchedule::new(1, Some(8), AggregatorKind::default(), PARAMS, t0);
+    s.joined(A, view(0));
+    s.sent(A, 3);
+    // Its answer to version 3 failed verification: the pull counts as answered, and the
+    // worker is not left waiting.
+    assert_eq!(s.excuse(A), [Action::Weights(A)]);
+    assert_eq!(
+        code(&s.gradient(A, &Contribution::of(&grad(3, 0.5, 4)), view(3), t0)),
+        ErrorCode::Duplicate,
+        "the dropped answer cannot be sent again"
+    );
+    assert!(s.excuse(B).is_empty(), "not connected");
+}

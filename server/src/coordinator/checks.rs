@@ -74,28 +74,19 @@ impl Coordinator {
         self.execute(actions);
     }
 
-    /// `--verify-fraction`: recomputes a sampled gradient for the open round and compares.
-    /// A mismatch drops the gradient with a `Mismatch` error and a strike. Returns whether
-    /// the gradient may go on.
+    /// `--verify-fraction`: recomputes a gradient whose pull was sampled (see `audit.rs`),
+    /// in any mode. A mismatch drops the gradient with a `Mismatch` error and a strike.
+    /// Returns whether the gradient may go on.
     fn verified(&mut self, worker: WorkerId, gradient: &Gradient) -> bool {
-        let fraction = self.config.verify_fraction;
-        if fraction <= 0.0
-            || self.schedule.open_round() != Some(gradient.round)
-            || self.verify_rng.next_f64() >= fraction
-        {
-            return true;
-        }
-        let (Some(shard), Some(compression)) = (
-            self.registry.computing_on(worker),
+        let (Some(audit), Some(compression)) = (
+            self.audits.take(worker, gradient.round.0),
             self.registry.compression(worker),
         ) else {
             return true;
         };
-        // The weights exactly as this worker decoded them.
-        let weights = self.trainer.weights_as_seen(compression);
         let mut claim = Claim {
-            weights: &weights,
-            shard,
+            weights: &audit.weights,
+            shard: audit.shard,
             batch_index: gradient.round.0,
             batch_size: self.config.batch_size as usize,
             compression,
@@ -122,7 +113,8 @@ impl Coordinator {
                 self.registry
                     .note(worker, Note::Rejected(ErrorCode::Mismatch));
                 let strikes = self.registry.strike(worker);
-                self.schedule.excuse(worker);
+                let actions = self.schedule.excuse(worker);
+                self.execute(actions);
                 warn!(%worker, strikes, %mismatch, "recomputed gradient does not match; dropped");
                 let message = format!("gradient for {} dropped: {mismatch}", gradient.round);
                 self.registry

@@ -18,6 +18,7 @@
 //! `update` (the model, and what applying an update means); [`metrics`] (counters → status).
 
 pub mod asynchronous;
+pub mod audit;
 pub mod bans;
 mod checks;
 pub mod clip;
@@ -44,6 +45,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
+use self::audit::Audits;
 use self::clip::NormBound;
 pub use self::handle::{
     CoordinatorHandle, Event, Joined, Outbound, Outcome, Published, SessionId, Stopped,
@@ -67,7 +69,8 @@ pub struct Coordinator {
     metrics: Metrics,
     bound: NormBound,
     /// Picks the gradients to recompute; seeded from the OS so workers cannot predict it.
-    verify_rng: model::SplitMix64,
+    /// `--verify-fraction`: the pulls whose answers are recomputed.
+    audits: Audits,
     train: Dataset,
     outcome: Option<Outcome>,
     last_eval: Option<Evaluation>,
@@ -121,7 +124,7 @@ impl Coordinator {
             config.max_workers,
             config.ban_after,
         );
-        let verify_rng = model::SplitMix64::new(checks::unpredictable_seed());
+        let audits = Audits::new(config.verify_fraction, checks::unpredictable_seed());
         let (events_tx, events_rx) = mpsc::channel(EVENT_CHANNEL_CAPACITY);
         let (status_tx, _) = watch::channel(Status::default());
         let mut coordinator = Self {
@@ -131,7 +134,7 @@ impl Coordinator {
             schedule,
             metrics,
             bound,
-            verify_rng,
+            audits,
             train: data.train,
             outcome: None,
             last_eval: None,
@@ -300,7 +303,15 @@ impl Coordinator {
                         let frame = self.trainer.weights(compression);
                         self.registry.send(id, Outbound::Frame(frame));
                         self.registry.weights_sent(id);
-                        self.schedule.sent(id, self.trainer.version());
+                        let version = self.trainer.version();
+                        let trainer = &mut self.trainer;
+                        self.audits.sent(
+                            id,
+                            (version, compression),
+                            self.registry.computing_on(id),
+                            || trainer.weights_as_seen(compression),
+                        );
+                        self.schedule.sent(id, version);
                     }
                 }
                 Action::Accepted(id) => {
@@ -326,6 +337,7 @@ impl Coordinator {
             while let Some(id) = self.registry.next_dropped() {
                 if self.registry.remove(id, now) {
                     self.schedule.left(id);
+                    self.audits.left(id);
                 }
             }
             let actions = self.schedule.settle(self.view(), now);

@@ -165,14 +165,10 @@ pub trait Schedule: Send + Debug {
     fn standing(&self) -> Standing;
     /// Sync: skipped from the quorum.
     fn is_skipped(&self, worker: WorkerId) -> bool;
-    /// Sync: the round open now, whose gradients were all computed on the current weights
-    /// (what verification by recomputation needs). Async: `None`.
-    fn open_round(&self) -> Option<Round> {
-        None
-    }
-    /// Sync: `worker`'s answer to the open round was dropped (it failed verification): the
-    /// round stops waiting for it, as it will not answer again.
-    fn excuse(&mut self, _worker: WorkerId) {}
+    /// `worker`'s answer was dropped (it failed verification). Sync: the round stops
+    /// waiting for it, as it will not answer again. Async: its pull is answered; it gets
+    /// the freshest weights.
+    fn excuse(&mut self, worker: WorkerId) -> Vec<Action>;
 }
 
 /// What the schedules' own tests share.

@@ -283,14 +283,11 @@ impl Schedule for SyncSchedule {
         self.members.get(&worker).is_some_and(|m| !m.active)
     }
 
-    fn open_round(&self) -> Option<Round> {
-        self.round.as_ref().map(OpenRound::round)
-    }
-
-    fn excuse(&mut self, worker: WorkerId) {
+    fn excuse(&mut self, worker: WorkerId) -> Vec<Action> {
         if let Some(round) = self.round.as_mut() {
             round.remove(worker);
         }
+        Vec::new()
     }
 }
 

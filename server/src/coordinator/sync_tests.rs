@@ -219,7 +219,7 @@ fn an_excused_participant_is_not_waited_for() {
     s.gradient(A, &Contribution::of(&grad(0, 1.0, 1)), view(0), t0);
     assert!(s.settle(view(0), t0).is_empty(), "waits for B");
     // B's answer failed verification: the round closes with A's alone.
-    s.excuse(B);
+    assert!(s.excuse(B).is_empty());
     assert!(matches!(
         s.settle(view(0), t0).as_slice(),
         [Action::Apply(u)] if u.answered == 1

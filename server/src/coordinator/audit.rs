@@ -1,0 +1,201 @@
+//! Which answers the coordinator recomputes (`--verify-fraction`), decided when the weights
+//! are sent, in every mode.
+//!
+//! A sampled pull keeps what its answer must be checked against: the weights exactly as that
+//! worker decoded them (shared with the trainer's per-version cache, so workers that pulled
+//! the same version share one copy), the version, and the shard it held. Its answer, whenever
+//! it arrives and however stale (async, hogwild), is recomputed on those. A worker cannot tell
+//! a sampled pull from another.
+//!
+//! Memory: at most [`MAX_VERSIONS`] distinct weights (a version in one compression) are kept
+//! at once, 4·P bytes each; a pull sampled while that many others are outstanding is not
+//! audited (counted).
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+use model::SplitMix64;
+use protocol::{Compression, WorkerId};
+
+/// Distinct weights (version, compression) audits may keep alive at once.
+pub const MAX_VERSIONS: usize = 4;
+
+/// One sampled pull.
+#[derive(Debug, Clone)]
+pub struct Audit {
+    pub version: u64,
+    pub compression: Compression,
+    pub weights: Arc<[f32]>,
+    pub shard: Range<usize>,
+}
+
+#[derive(Debug)]
+pub struct Audits {
+    fraction: f64,
+    rng: SplitMix64,
+    pending: BTreeMap<WorkerId, Audit>,
+    /// Sampled pulls not audited for lack of room.
+    skipped: u64,
+}
+
+impl Audits {
+    pub fn new(fraction: f64, seed: u64) -> Self {
+        Self {
+            fraction,
+            rng: SplitMix64::new(seed),
+            pending: BTreeMap::new(),
+            skipped: 0,
+        }
+    }
+
+    /// Weights of `version` were sent to `worker` in `compression`, and it holds `shard`:
+    /// decides whether its answer is recomputed. `weights` gives the weights as it decodes
+    /// them (called only if sampled). A newer pull replaces an older one's audit: its answer
+    /// is the one expected.
+    pub fn sent(
+        &mut self,
+        worker: WorkerId,
+        (version, compression): (u64, Compression),
+        shard: Option<Range<usize>>,
+        weights: impl FnOnce() -> Arc<[f32]>,
+    ) {
+        self.pending.remove(&worker);
+        let Some(shard) = shard else { return };
+        if self.fraction <= 0.0 || self.rng.next_f64() >= self.fraction {
+            return;
+        }
+        let same = |a: &&Audit| a.version == version && a.compression == compression;
+        let shared = self
+            .pending
+            .values()
+            .find(same)
+            .map(|a| Arc::clone(&a.weights));
+        if shared.is_none() && self.kept() >= MAX_VERSIONS {
+            self.skipped += 1;
+            return;
+        }
+        self.pending.insert(
+            worker,
+            Audit {
+                version,
+                compression,
+                weights: shared.unwrap_or_else(weights),
+                shard,
+            },
+        );
+    }
+
+    /// The audit for `worker`'s answer computed on `version`, if that pull was sampled.
+    pub fn take(&mut self, worker: WorkerId, version: u64) -> Option<Audit> {
+        match self.pending.get(&worker) {
+            Some(a) if a.version == version => self.pending.remove(&worker),
+            _ => None,
+        }
+    }
+
+    pub fn left(&mut self, worker: WorkerId) {
+        self.pending.remove(&worker);
+    }
+
+    pub fn skipped(&self) -> u64 {
+        self.skipped
+    }
+
+    /// Distinct weights kept.
+    fn kept(&self) -> usize {
+        let mut v: Vec<(u64, u8)> = self
+            .pending
+            .values()
+            .map(|a| (a.version, a.compression.to_u8()))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const F32: Compression = Compression::None;
+
+    fn weights(v: f32) -> impl FnOnce() -> Arc<[f32]> {
+        move || Arc::from(vec![v; 3])
+    }
+
+    #[test]
+    fn a_sampled_pull_is_checked_against_what_was_sent_whenever_it_answers() {
+        let mut a = Audits::new(1.0, 1);
+        a.sent(WorkerId(1), (7, F32), Some(0..10), weights(7.0));
+        assert!(a.take(WorkerId(1), 6).is_none(), "another version's answer");
+        let audit = a.take(WorkerId(1), 7).expect("sampled");
+        assert_eq!(
+            (audit.version, audit.shard, &audit.weights[..]),
+            (7, 0..10, &[7.0; 3][..])
+        );
+        assert!(a.take(WorkerId(1), 7).is_none(), "taken once");
+        // A newer pull replaces the older audit; leaving forgets it.
+        a.sent(WorkerId(2), (8, F32), Some(0..10), weights(8.0));
+        a.sent(WorkerId(2), (9, F32), Some(0..10), weights(9.0));
+        assert!(a.take(WorkerId(2), 8).is_none());
+        a.left(WorkerId(2));
+        assert!(a.take(WorkerId(2), 9).is_none());
+        // No shard yet: nothing to recompute on.
+        a.sent(WorkerId(3), (9, F32), None, weights(9.0));
+        assert!(a.take(WorkerId(3), 9).is_none());
+    }
+
+    #[test]
+    fn workers_on_one_version_share_its_weights_and_versions_are_bounded() {
+        let mut a = Audits::new(1.0, 1);
+        a.sent(WorkerId(1), (1, F32), Some(0..1), weights(1.0));
+        a.sent(WorkerId(2), (1, F32), Some(0..1), || {
+            panic!("shared, not rebuilt")
+        });
+        // The same version in another compression is other weights: not shared.
+        a.sent(
+            WorkerId(11),
+            (1, Compression::Int8),
+            Some(0..1),
+            weights(1.5),
+        );
+        assert_eq!(
+            &a.take(WorkerId(11), 1).expect("sampled").weights[..],
+            &[1.5; 3]
+        );
+        for v in 2..=4 {
+            a.sent(
+                WorkerId(v as u32 + 1),
+                (v, F32),
+                Some(0..1),
+                weights(v as f32),
+            );
+        }
+        // Four versions outstanding: a fifth is not audited, a kept one still is.
+        a.sent(WorkerId(9), (5, F32), Some(0..1), weights(5.0));
+        assert!(a.take(WorkerId(9), 5).is_none());
+        assert_eq!(a.skipped(), 1);
+        a.sent(WorkerId(10), (4, F32), Some(0..1), || panic!("shared"));
+        assert!(a.take(WorkerId(10), 4).is_some());
+    }
+
+    #[test]
+    fn the_fraction_is_honoured() {
+        let mut a = Audits::new(0.2, 5);
+        let mut sampled = 0;
+        for v in 0..10_000u64 {
+            a.sent(WorkerId(1), (v, F32), Some(0..1), weights(0.0));
+            sampled += usize::from(a.take(WorkerId(1), v).is_some());
+        }
+        assert!(
+            (1_800..2_200).contains(&sampled),
+            "{sampled} of 10,000 at 0.2"
+        );
+        let mut none = Audits::new(0.0, 5);
+        none.sent(WorkerId(1), (0, F32), Some(0..1), || {
+            panic!("never sampled")
+        });
+    }
+}
