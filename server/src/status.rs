@@ -97,6 +97,9 @@ pub struct Status {
     /// that did not match (dropped, a strike each).
     pub gradients_verified: u64,
     pub verification_mismatches: u64,
+    /// `--replicate`: answers that agreed with a partner's, and disagreements recomputed.
+    pub replicas_agreed: u64,
+    pub replicas_disputed: u64,
     /// Bans, in order: `w7` (an identity), `address 203.0.113.5`.
     /// Shared, and rebuilt only when a ban is added (they only grow).
     pub bans: Arc<Vec<String>>,

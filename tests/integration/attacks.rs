@@ -393,6 +393,50 @@ async fn verification_catches_a_cheat_in_async_and_hogwild_modes() {
     }
 }
 
+/// `--replicate 2` without sampling (`--verify-fraction 0`): four honest workers in two
+/// pairs always agree; a cheat scaling by 1.01 paired with an honest worker disagrees every
+/// round, the recomputation strikes the cheat and never its partner, and the third strike
+/// bans it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replication_pairs_agree_and_a_cheat_is_caught_by_its_partner() {
+    let _heavy = HEAVY.lock().await;
+    let flags = ["--replicate", "2", "--verify-fraction", "0"];
+    let honest = [&flags[..], &["--min-workers", "4", "--max-rounds", "50"]].concat();
+    let pairs = swarm(&honest, 4).await;
+    let status = pairs.status.clone();
+    let (summary, _) = pairs.finish("50 replicated rounds").await;
+    let s = status.borrow().clone();
+    println!(
+        "4 honest, --replicate 2: {} rounds, {} answers agreed, {} disputes",
+        summary.rounds, s.replicas_agreed, s.replicas_disputed
+    );
+    assert_eq!(summary.rounds, 50);
+    assert!(s.replicas_agreed >= 4 * 49, "{s:?}");
+    assert_eq!((s.replicas_disputed, s.verification_mismatches), (0, 0));
+
+    let mut swarm = swarm(&[&flags[..], &["--min-workers", "3"]].concat(), 3).await;
+    swarm.wait_for("the honest three", |s| s.workers == 3).await;
+    let stop = CancellationToken::new();
+    let attacker = spawn_attacker(swarm.addr(), Attack::Scaled, stop.clone());
+    let banned = swarm.wait_for("the ban", |s| !s.bans.is_empty()).await;
+    assert_eq!(banned.verification_mismatches, 3, "{banned:?}");
+    assert!(banned.replicas_disputed >= 3, "{banned:?}");
+    let s = swarm
+        .wait_for("training on", |s| s.round >= banned.round + 10)
+        .await;
+    println!(
+        "a cheat paired with an honest worker: banned at round {} ({:?}); {} disputes, {} recomputed",
+        banned.round, banned.bans, s.replicas_disputed, s.gradients_verified
+    );
+    for w in s.worker_list.iter() {
+        assert_eq!(w.strikes, 0, "an honest worker flagged: {w:?}");
+    }
+    assert_eq!(s.worker_list.len(), 3);
+    stop.cancel();
+    let _ = attacker.await;
+    swarm.stop().await;
+}
+
 /// At `--verify-fraction 1`, every gradient of honest native workers (int8 and exact f32)
 /// over 200 rounds is recomputed and matches; in hogwild mode too, where most answers were
 /// computed on weights a version or more behind.

@@ -127,6 +127,12 @@ pub struct Cli {
     #[arg(long, default_value_t = 0.05)]
     pub verify_fraction: f64,
 
+    /// Sync: give each shard to groups of R workers of the same compression, which compute
+    /// the same batch each round and must agree (BOINC-style redundancy); a disagreement is
+    /// settled by the coordinator recomputing the batch. Costs R× the volunteers' compute.
+    #[arg(long, default_value_t = 1)]
+    pub replicate: usize,
+
     /// Ban a worker (its identity and address) after this many strikes, and an address
     /// after this many sessions closed for bad input. Loopback is never banned by address.
     #[arg(long, default_value_t = 3)]

@@ -82,6 +82,8 @@ pub struct Config {
     pub max_workers: usize,
     /// Serve the page from here instead of the copy built into the binary.
     pub web_dir: Option<PathBuf>,
+    /// `--replicate`: workers per shard.
+    pub replicate: usize,
     /// `--max-upload-rate`, in bytes a second.
     pub upload_rate: Option<f64>,
     /// `--tls-cert` and `--tls-key`: serve https/wss.
@@ -142,6 +144,10 @@ pub enum ConfigError {
     Trim(f32),
     #[error("--trim only applies to --aggregator mean-around-median, trimmed-mean or multi-krum")]
     TrimWithoutTrimmedMean,
+    #[error("--replicate must be between 1 and 16, got {0}")]
+    Replicate(usize),
+    #[error("--replicate only applies to --mode sync (async answers are on different weights)")]
+    ReplicateNeedsSync,
     #[error("--max-upload-rate must be a number of MB a second in (0, 1e6], got {0}")]
     UploadRate(f64),
     #[error("--tls-cert and --tls-key go together: give both, or neither for plain http")]
@@ -278,6 +284,12 @@ impl TryFrom<Cli> for Config {
         if let Some(dir) = cli.web_dir.as_ref().filter(|d| !d.is_dir()) {
             return Err(ConfigError::WebDir(dir.clone()));
         }
+        if !(1..=16).contains(&cli.replicate) {
+            return Err(ConfigError::Replicate(cli.replicate));
+        }
+        if cli.replicate > 1 && !matches!(mode, Mode::Sync { .. }) {
+            return Err(ConfigError::ReplicateNeedsSync);
+        }
         let upload_rate = match cli.max_upload_rate {
             Some(mb) if !(mb > 0.0 && mb <= 1e6) => return Err(ConfigError::UploadRate(mb)),
             mb => mb.map(|mb| mb * 1e6),
@@ -312,6 +324,7 @@ impl TryFrom<Cli> for Config {
             max_per_ip: cli.max_per_ip,
             max_workers: cli.max_workers,
             web_dir: cli.web_dir,
+            replicate: cli.replicate,
             upload_rate,
             tls,
             log_level,

@@ -1,13 +1,16 @@
 //! What the coordinator checks in a gradient the session validated, before its schedule sees
-//! it: the norm bound, the weight it deserves (its assigned batch), and, for a sampled
-//! fraction, recomputation. And what follows a session closed for bad input.
+//! it: recomputation for a sampled fraction, agreement with its replicas (`--replicate`), the
+//! norm bound, the weight it deserves (its assigned batch). And what follows a session closed
+//! for bad input.
 
 use std::net::IpAddr;
+use std::ops::Range;
 use std::time::Instant;
 
-use protocol::{ErrorCode, Gradient, WorkerId};
+use protocol::{Compression, ErrorCode, Gradient, WorkerId};
 use tracing::{debug, info, warn};
 
+use super::replicas::{Arrival, Replica};
 use super::schedule::{Action, Contribution};
 use super::tally::Note;
 use super::verify::{verify, Claim};
@@ -50,6 +53,58 @@ impl Coordinator {
         if !self.verified(worker, gradient) {
             return;
         }
+        let Some((key, size)) = self.registry.replica_group(worker) else {
+            return self.admit(worker, gradient, norm, now);
+        };
+        let replica = Replica {
+            worker,
+            gradient: gradient.clone(),
+            norm,
+        };
+        match self.replicas.arrive(&key, size, replica) {
+            Arrival::Held => {}
+            Arrival::Agreed(agreed) => {
+                for r in agreed {
+                    self.admit(r.worker, &r.gradient, r.norm, now);
+                }
+            }
+            Arrival::Disputed(disputed) => {
+                info!(workers = ?disputed.iter().map(|r| r.worker).collect::<Vec<_>>(), "replicas disagree; recomputing");
+                self.arbitrate(disputed, now);
+            }
+        }
+    }
+
+    /// `--replicate`: answers still held alone go on if the coordinator's recomputation
+    /// agrees with them.
+    pub(super) fn release_replicas(&mut self, now: Instant) {
+        let alone = self.replicas.release_alone();
+        self.arbitrate(alone, now);
+    }
+
+    /// Recomputes each answer on the weights of its round, as its worker decoded them, and
+    /// admits those that match (a mismatch is a strike, as in `verified`). An answer to a
+    /// round that already closed cannot be recomputed: the schedule refuses it as late.
+    fn arbitrate(&mut self, replicas: Vec<Replica>, now: Instant) {
+        for r in replicas {
+            let current = r.gradient.round.0 == self.trainer.version();
+            let (Some(shard), Some(compression), true) = (
+                self.registry.computing_on(r.worker),
+                self.registry.compression(r.worker),
+                current,
+            ) else {
+                self.admit(r.worker, &r.gradient, r.norm, now);
+                continue;
+            };
+            let weights = self.trainer.weights_as_seen(compression);
+            if self.recompute(r.worker, &r.gradient, &weights, shard, compression) {
+                self.admit(r.worker, &r.gradient, r.norm, now);
+            }
+        }
+    }
+
+    /// Norm bound, assigned batch, then the schedule.
+    fn admit(&mut self, worker: WorkerId, gradient: &Gradient, norm: f64, now: Instant) {
         let clip = self.bound.clip(norm);
         if clip.clipped {
             debug!(%worker, norm, bound = self.bound.bound(), "gradient clipped to the norm bound");
@@ -84,9 +139,22 @@ impl Coordinator {
         ) else {
             return true;
         };
+        self.recompute(worker, gradient, &audit.weights, audit.shard, compression)
+    }
+
+    /// Recomputes `gradient` on `weights` (as `worker` decoded them) and the batch of
+    /// `shard`, and compares. A mismatch drops it with a `Mismatch` error and a strike.
+    fn recompute(
+        &mut self,
+        worker: WorkerId,
+        gradient: &Gradient,
+        weights: &[f32],
+        shard: Range<usize>,
+        compression: Compression,
+    ) -> bool {
         let mut claim = Claim {
-            weights: &audit.weights,
-            shard: audit.shard,
+            weights,
+            shard,
             batch_index: gradient.round.0,
             batch_size: self.config.batch_size as usize,
             compression,

@@ -38,6 +38,8 @@ pub struct Live {
     pub worker_list: Arc<Vec<WorkerStatus>>,
     pub grad_norm_bound: f64,
     pub bans: Arc<Vec<String>>,
+    /// `--replicate`: (agreed, disputed).
+    pub replicas: (u64, u64),
 }
 
 #[derive(Debug)]
@@ -187,6 +189,8 @@ impl Metrics {
             gradients_verified: self.gradients_verified,
             verification_mismatches: self.verification_mismatches,
             bans: live.bans,
+            replicas_agreed: live.replicas.0,
+            replicas_disputed: live.replicas.1,
             answered_total: self.answered_total,
             deadline_closes: self.deadline_closes,
             deadline_extensions: self.deadline_extensions,
@@ -250,6 +254,7 @@ mod tests {
             worker_list: Arc::default(),
             grad_norm_bound: 2.5,
             bans: Arc::new(vec!["worker 3".into()]),
+            replicas: (4, 1),
         }
     }
 
@@ -333,5 +338,6 @@ mod tests {
         assert_eq!(s.grad_norm_bound, 2.5);
         assert_eq!((s.gradients_verified, s.verification_mismatches), (2, 1));
         assert_eq!(*s.bans, ["worker 3"]);
+        assert_eq!((s.replicas_agreed, s.replicas_disputed), (4, 1));
     }
 }

@@ -24,8 +24,10 @@ mod checks;
 pub mod clip;
 pub mod handle;
 pub mod identities;
+mod join;
 pub mod metrics;
 pub mod registry;
+pub mod replicas;
 pub mod schedule;
 pub mod sync;
 pub mod tally;
@@ -36,14 +38,10 @@ pub mod verify;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
 use model::{Dataset, Evaluation};
-use protocol::{
-    encode_from_coordinator, CoordinatorToWorker, ErrorCode, Hello, ModelSpec, Welcome,
-};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::debug;
 
 use self::audit::Audits;
 use self::clip::NormBound;
@@ -53,12 +51,12 @@ pub use self::handle::{
 };
 use self::metrics::{Live, Metrics, RunInfo};
 use self::registry::Registry;
+use self::replicas::Replicas;
 use self::schedule::{Action, Schedule, View};
 use self::tally::Note;
 use self::trainer::Trainer;
 use crate::config::Config;
 use crate::dataset::Split;
-use crate::refusal::Refusal;
 use crate::status::{State, Status, WorkerStatus};
 
 pub struct Coordinator {
@@ -71,6 +69,8 @@ pub struct Coordinator {
     /// Picks the gradients to recompute; seeded from the OS so workers cannot predict it.
     /// `--verify-fraction`: the pulls whose answers are recomputed.
     audits: Audits,
+    /// `--replicate`: answers held until a partner's agrees.
+    replicas: Replicas,
     train: Dataset,
     outcome: Option<Outcome>,
     last_eval: Option<Evaluation>,
@@ -123,7 +123,8 @@ impl Coordinator {
             config.join_token.clone(),
             config.max_workers,
             config.ban_after,
-        );
+        )
+        .with_replicate(config.replicate);
         let audits = Audits::new(config.verify_fraction, checks::unpredictable_seed());
         let (events_tx, events_rx) = mpsc::channel(EVENT_CHANNEL_CAPACITY);
         let (status_tx, _) = watch::channel(Status::default());
@@ -135,6 +136,7 @@ impl Coordinator {
             metrics,
             bound,
             audits,
+            replicas: Replicas::default(),
             train: data.train,
             outcome: None,
             last_eval: None,
@@ -232,6 +234,10 @@ impl Coordinator {
 
     /// A round deadline passed.
     pub fn tick(&mut self, now: Instant) {
+        if self.schedule.deadline().is_some_and(|d| now >= d) {
+            // Answers held for a partner go on (recomputed) before the deadline counts.
+            self.release_replicas(now);
+        }
         let actions = self.schedule.tick(now);
         self.execute(actions);
         self.settle(now);
@@ -248,49 +254,6 @@ impl Coordinator {
             version: self.trainer.version(),
             finished: self.outcome.is_some(),
         }
-    }
-
-    fn join(
-        &mut self,
-        hello: &Hello,
-        outbox: mpsc::Sender<Outbound>,
-        peer: std::net::IpAddr,
-        now: Instant,
-    ) -> Result<Joined, Refusal> {
-        if self.outcome.is_some() {
-            return Err(Refusal::new(
-                ErrorCode::ShuttingDown,
-                "training is finished",
-            ));
-        }
-        let admission = self.registry.admit(hello, outbox, peer, now)?;
-        let id = admission.id;
-        if admission.replaced {
-            self.schedule.left(id);
-        }
-        if admission.resumed {
-            self.metrics.resumed();
-        }
-        let welcome = encode_from_coordinator(&CoordinatorToWorker::Welcome(Welcome {
-            worker_id: id,
-            resume_token: admission.token,
-            model: ModelSpec {
-                layers: self.config.layers.iter().map(|&w| w as u32).collect(),
-            },
-            batch_size: self.config.batch_size,
-            compression: hello.compression,
-        }));
-        self.registry
-            .send(id, Outbound::Frame(Bytes::from(welcome)));
-        let actions = self.schedule.joined(id, self.view());
-        self.execute(actions);
-        info!(worker = %id, kind = ?admission.kind, resumed = admission.resumed, workers = self.registry.len(), "worker joined");
-        Ok(Joined {
-            worker: id,
-            session: admission.session,
-            param_count: self.trainer.params().len(),
-            batch_size: self.config.batch_size,
-        })
     }
 
     /// Carries out a schedule's actions, in order.
@@ -334,11 +297,17 @@ impl Coordinator {
     /// Removes dropped workers and lets the schedule close and open rounds, until stable.
     fn settle(&mut self, now: Instant) {
         loop {
+            let mut left = false;
             while let Some(id) = self.registry.next_dropped() {
                 if self.registry.remove(id, now) {
                     self.schedule.left(id);
                     self.audits.left(id);
+                    left = true;
                 }
+            }
+            if left && self.replicas.holding() {
+                // A partner may be gone: held answers go on (recomputed), not wait.
+                self.release_replicas(now);
             }
             let actions = self.schedule.settle(self.view(), now);
             if actions.is_empty() && !self.registry.has_dropped() {
@@ -376,6 +345,7 @@ impl Coordinator {
             worker_list: self.worker_list.clone(),
             grad_norm_bound: self.bound.bound(),
             bans: self.bans.clone(),
+            replicas: (self.replicas.agreed, self.replicas.disputed),
         });
         self.status_tx.send_replace(status);
     }

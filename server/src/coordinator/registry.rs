@@ -12,9 +12,8 @@ use std::ops::Range;
 use std::time::Instant;
 
 use bytes::Bytes;
-use model::Dataset;
 use protocol::{
-    encode_from_coordinator, Compression, CoordinatorToWorker, ErrorCode, Hello, Shard, WorkerId,
+    encode_from_coordinator, Compression, CoordinatorToWorker, ErrorCode, Hello, WorkerId,
     WorkerKind,
 };
 use subtle::ConstantTimeEq;
@@ -25,6 +24,7 @@ pub use super::bans::Banned;
 use super::bans::Bans;
 use super::handle::{Outbound, SessionId};
 use super::identities::Identities;
+use super::replicas::GroupKey;
 use super::tally::{Note, Tally};
 use crate::refusal::Refusal;
 use crate::status::WorkerStatus;
@@ -43,6 +43,8 @@ struct Worker {
     computing_on: Option<Range<usize>>,
     /// What its gradients came to.
     tally: Tally,
+    /// Workers sharing its shard (`--replicate`), itself included.
+    replicas: usize,
     /// The address it connected from.
     peer: IpAddr,
 }
@@ -73,6 +75,8 @@ pub struct Registry {
     join_token: Option<String>,
     max_workers: usize,
     bans: Bans,
+    /// `--replicate`: workers per shard.
+    replicate: usize,
     /// Workers whose outbox failed while sending, or who left; removed when settling.
     dropped: Vec<WorkerId>,
     /// The published worker list is out of date (membership, skips or counts changed at a
@@ -91,9 +95,16 @@ impl Registry {
             next_session: 1,
             join_token,
             max_workers,
+            replicate: 1,
             dropped: Vec::new(),
             changed: true,
         }
+    }
+
+    /// `--replicate r`: groups of `r` workers of one compression share a shard.
+    pub fn with_replicate(mut self, r: usize) -> Self {
+        self.replicate = r.max(1);
+        self
     }
 
     /// Lets a worker in: checks the join token and the worker limit, and resumes the
@@ -177,6 +188,7 @@ impl Registry {
                 shard: None,
                 computing_on: None,
                 tally,
+                replicas: 1,
                 peer,
             },
         );
@@ -206,26 +218,6 @@ impl Registry {
 
     pub fn compression(&self, id: WorkerId) -> Option<Compression> {
         self.workers.get(&id).map(|w| w.compression)
-    }
-
-    /// The samples `id`'s next gradient is computed on: its batch, as the coordinator
-    /// assigned it (`batch_size`, or its whole shard if smaller). `None` before it has a
-    /// shard.
-    pub fn assigned_batch(&self, id: WorkerId, batch_size: u32) -> Option<u32> {
-        let shard = self.workers.get(&id)?.shard.as_ref()?;
-        Some(batch_size.min(u32::try_from(shard.len()).unwrap_or(u32::MAX)))
-    }
-
-    /// `id` was just sent weights: its answer will be computed on the shard it holds now.
-    pub fn weights_sent(&mut self, id: WorkerId) {
-        if let Some(w) = self.workers.get_mut(&id) {
-            w.computing_on = w.shard.clone();
-        }
-    }
-
-    /// The shard `id`'s answer to its latest weights was computed on.
-    pub fn computing_on(&self, id: WorkerId) -> Option<Range<usize>> {
-        self.workers.get(&id)?.computing_on.clone()
     }
 
     /// A strike against `id` (its gradient did not match). At `--ban-after` strikes the
@@ -273,7 +265,8 @@ impl Registry {
     pub fn note(&mut self, id: WorkerId, note: Note) {
         if let Some(w) = self.workers.get_mut(&id) {
             w.tally.note(note);
-            self.changed = true;
+            // Rejections show at once; counts at the next round (see `changed`).
+            self.changed |= matches!(note, Note::Rejected(_));
         }
     }
 
@@ -337,28 +330,6 @@ impl Registry {
         true
     }
 
-    /// Re-cuts `train` over the connected workers (ascending id) and sends each worker
-    /// whose shard changed its new one.
-    pub fn rebalance(&mut self, train: &Dataset) {
-        let ids: Vec<WorkerId> = self.workers.keys().copied().collect();
-        let shards = model::assign_shards(ids.len(), train.len());
-        for (&id, range) in ids.iter().zip(shards) {
-            let worker = self.workers.get_mut(&id).expect("listed above");
-            if worker.shard.as_ref() == Some(&range) {
-                continue;
-            }
-            worker.shard = Some(range.clone());
-            let (features, pixels, labels) = train.slice(range.clone()).into_parts();
-            let frame = encode_from_coordinator(&CoordinatorToWorker::Shard(Shard {
-                first_index: range.start as u32,
-                features: features as u32,
-                labels,
-                pixels,
-            }));
-            self.send(id, Outbound::Frame(Bytes::from(frame)));
-        }
-    }
-
     /// The published list is out of date.
     pub fn mark_changed(&mut self) {
         self.changed = true;
@@ -390,6 +361,8 @@ impl Registry {
     }
 }
 
+#[path = "registry_shards.rs"]
+mod shards;
 #[cfg(test)]
 #[path = "registry_tests.rs"]
 mod tests;

@@ -1,5 +1,6 @@
 //! Admission, resume, sending and shards, without a coordinator around them.
 
+use model::Dataset;
 use protocol::{decode_from_coordinator, Compression, ErrorCode, Hello, WorkerKind};
 use tokio::sync::mpsc;
 
@@ -196,4 +197,47 @@ fn an_answer_is_checked_against_the_shard_held_when_the_weights_were_sent() {
     assert_eq!(r.computing_on(a.id), Some(0..10));
     r.weights_sent(a.id);
     assert_eq!(r.computing_on(a.id), Some(0..5));
+}
+
+#[test]
+fn replicate_gives_groups_of_one_compression_the_same_shard() {
+    let mut r = Registry::new(None, 10, 3).with_replicate(2);
+    let train = Dataset::new(2, (0..40).collect(), vec![0; 20]).expect("ok");
+    let mut ids = Vec::new();
+    // Three exact-f32 workers and two int8 ones, admitted interleaved.
+    for compression in [
+        Compression::None,
+        Compression::Int8,
+        Compression::None,
+        Compression::Int8,
+        Compression::None,
+    ] {
+        let (tx, rx) = outbox(8);
+        let hello = Hello {
+            compression,
+            ..hello(None, None)
+        };
+        ids.push((r.admit(&hello, tx, LOCAL, t()).expect("in").id, rx));
+    }
+    r.rebalance(&train);
+    for (id, _) in &ids {
+        r.weights_sent(*id);
+    }
+    let group = |i: usize| r.replica_group(ids[i].0);
+    // f32: workers 0 and 2 share a shard; 4 is alone (no partner). int8: 1 and 3.
+    let (a, b) = (group(0).expect("paired"), group(2).expect("paired"));
+    assert_eq!(a, b);
+    assert_eq!(a.1, 2);
+    assert_eq!(group(1), group(3));
+    assert_ne!(group(1).expect("paired").0, a.0, "another shard");
+    assert_eq!(group(4), None);
+    // Three groups cut the split in three.
+    let shards: std::collections::BTreeSet<_> = ids
+        .iter()
+        .filter_map(|(id, _)| r.computing_on(*id))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|s| (s.start, s.end))
+        .collect();
+    assert_eq!(shards.len(), 3, "{shards:?}");
 }

@@ -1,12 +1,12 @@
 //! Property test: arbitrary sequences of joins, resumes, gradients (for any round, with any
 //! finite values, huge ones included), leaves, silent workers and the passing of time, in
-//! every mode. Nothing panics, the model stays finite, and every accepted gradient is counted
+//! every mode (and with `--replicate 2`). Nothing panics, the model stays finite, and every accepted gradient is counted
 //! in exactly one round.
 
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use protocol::{Gradient, Hello, Round, WorkerId, WorkerKind};
+use protocol::{CoordinatorToWorker, Gradient, Hello, Round, WorkerId, WorkerKind};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -178,13 +178,15 @@ proptest! {
 
     #[test]
     fn any_sequence_of_events_keeps_the_model_finite_and_the_counts_exact(
-        mode in 0usize..3,
+        mode in 0usize..4,
         ops in proptest::collection::vec(op(), 1..60),
     ) {
-        let modes: [&[&str]; 3] = [
+        let modes: [&[&str]; 4] = [
             &["--min-workers", "2", "--round-timeout", "1s"],
             &["--mode", "async"],
             &["--mode", "hogwild"],
+            // Made-up answers disagree: every pair goes to recomputation, and strikes.
+            &["--min-workers", "2", "--round-timeout", "1s", "--replicate", "2"],
         ];
         run(modes[mode], &ops);
     }

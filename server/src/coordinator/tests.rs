@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use protocol::decode_from_coordinator;
+use bytes::Bytes;
+use protocol::{decode_from_coordinator, CoordinatorToWorker};
 
 use super::*;
 use crate::status::State;

@@ -73,6 +73,21 @@ pub fn verify(
 
 /// Compares `got` with `expected` value by value within the tolerance of `compression`.
 pub fn compare(got: &[f32], expected: &[f32], compression: Compression) -> Result<(), Mismatch> {
+    within(got, expected, compression, 1.0)
+}
+
+/// Whether two workers' answers for the same weights and batch agree (`--replicate`): both
+/// went through the wire compression, so the wire term counts twice.
+pub fn agree(a: &[f32], b: &[f32], compression: Compression) -> Result<(), Mismatch> {
+    within(a, b, compression, 2.0)
+}
+
+fn within(
+    got: &[f32],
+    expected: &[f32],
+    compression: Compression,
+    claims: f32,
+) -> Result<(), Mismatch> {
     if got.len() != expected.len() {
         return Err(Mismatch {
             index: got.len().min(expected.len()),
@@ -96,7 +111,7 @@ pub fn compare(got: &[f32], expected: &[f32], compression: Compression) -> Resul
                 Compression::F16 => expected.abs() / 2048.0 + 3e-8,
                 Compression::Int8 => HALF_STEP * step,
             };
-            let tolerance = wire * 1.01 + ABS + REL * expected.abs();
+            let tolerance = claims * wire * 1.01 + ABS + REL * expected.abs();
             if (got - expected).abs() > tolerance {
                 return Err(Mismatch {
                     index: chunk_at * INT8_CHUNK + i,
@@ -192,5 +207,12 @@ mod tests {
             compare(&[1.0], &expected, Compression::Int8).is_err(),
             "length"
         );
+        // Two answers each half a step off, in opposite directions, agree; a step and a
+        // half apart do not.
+        let (up, down) = (-0.5 + 0.5 / 127.0, -0.5 - 0.5 / 127.0);
+        let a = [1.0, up, 0.0, 0.0];
+        assert!(agree(&a, &[1.0, down, 0.0, 0.0], Compression::Int8).is_ok());
+        assert!(agree(&a, &[1.0, down - 1.0 / 127.0, 0.0, 0.0], Compression::Int8).is_err());
+        assert!(agree(&a, &[1.0, up * 1.01, 0.0, 0.0], Compression::None).is_err());
     }
 }

@@ -1,0 +1,82 @@
+//! The registry's shards: who holds which part of the train split, what an answer was
+//! computed on, and `--replicate`'s groups.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use bytes::Bytes;
+use model::Dataset;
+use protocol::{encode_from_coordinator, CoordinatorToWorker, Shard, WorkerId};
+
+use super::{GroupKey, Outbound, Registry};
+
+impl Registry {
+    /// The samples `id`'s next gradient is computed on: its batch, as the coordinator
+    /// assigned it (`batch_size`, or its whole shard if smaller). `None` before it has a
+    /// shard.
+    pub fn assigned_batch(&self, id: WorkerId, batch_size: u32) -> Option<u32> {
+        let shard = self.workers.get(&id)?.shard.as_ref()?;
+        Some(batch_size.min(u32::try_from(shard.len()).unwrap_or(u32::MAX)))
+    }
+
+    /// `id` was just sent weights: its answer will be computed on the shard it holds now.
+    pub fn weights_sent(&mut self, id: WorkerId) {
+        if let Some(w) = self.workers.get_mut(&id) {
+            w.computing_on = w.shard.clone();
+        }
+    }
+
+    /// The shard `id`'s answer to its latest weights was computed on.
+    pub fn computing_on(&self, id: WorkerId) -> Option<Range<usize>> {
+        self.workers.get(&id)?.computing_on.clone()
+    }
+
+    /// Re-cuts `train` over the connected workers (ascending id) and sends each worker
+    /// whose shard changed its new one. With `--replicate r`, workers of one compression go
+    /// in groups of `r` (ascending id), and a group shares one shard.
+    pub fn rebalance(&mut self, train: &Dataset) {
+        let groups: Vec<Vec<WorkerId>> = if self.replicate <= 1 {
+            self.workers.keys().map(|&id| vec![id]).collect()
+        } else {
+            let mut by_compression: BTreeMap<u8, Vec<WorkerId>> = BTreeMap::new();
+            for (&id, w) in &self.workers {
+                by_compression
+                    .entry(w.compression.to_u8())
+                    .or_default()
+                    .push(id);
+            }
+            let r = self.replicate;
+            by_compression
+                .values()
+                .flat_map(|ids| ids.chunks(r).map(<[_]>::to_vec))
+                .collect()
+        };
+        let shards = model::assign_shards(groups.len(), train.len());
+        for (group, range) in groups.iter().zip(shards) {
+            for &id in group {
+                let worker = self.workers.get_mut(&id).expect("listed above");
+                worker.replicas = group.len();
+                if worker.shard.as_ref() == Some(&range) {
+                    continue;
+                }
+                worker.shard = Some(range.clone());
+                let (features, pixels, labels) = train.slice(range.clone()).into_parts();
+                let frame = encode_from_coordinator(&CoordinatorToWorker::Shard(Shard {
+                    first_index: range.start as u32,
+                    features: features as u32,
+                    labels,
+                    pixels,
+                }));
+                self.send(id, Outbound::Frame(Bytes::from(frame)));
+            }
+        }
+    }
+
+    /// `--replicate`: what `id`'s current answer shares with its group (the shard it computed
+    /// on, its compression), and the group's size; `None` if it has no partner.
+    pub fn replica_group(&self, id: WorkerId) -> Option<(GroupKey, usize)> {
+        let w = self.workers.get(&id)?;
+        let shard = w.computing_on.clone()?;
+        (w.replicas > 1).then_some(((shard, w.compression), w.replicas))
+    }
+}
