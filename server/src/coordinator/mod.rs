@@ -11,11 +11,13 @@
 //! removes dropped workers and asks the schedule to close and open rounds, until nothing is
 //! left to do, and publishes the status.
 //!
-//! Files: [`handle`] (events and the sessions' handle); [`registry`] with [`identities`] and
-//! [`bans`] (who is connected, who they are, who may not come back); [`schedule`] (the trait
-//! and its actions) with [`sync`] and [`asynchronous`] (the two schedules); `checks` (what a
-//! gradient must pass before a schedule sees it: [`clip`], [`verify`]); [`trainer`] and
-//! `update` (the model, and what applying an update means); [`metrics`] (counters → status).
+//! Files: [`handle`] (events and the sessions' handle); `join`; [`registry`] with
+//! [`identities`], [`bans`] and its shards (who is connected, who they are, what they hold,
+//! who may not come back); [`tally`] (per-worker counts); [`schedule`] (the trait and its
+//! actions) with [`sync`] and [`asynchronous`] (the two schedules); `checks` (what a gradient
+//! must pass before a schedule sees it: [`audit`] and [`verify`] for recomputation,
+//! [`replicas`] for `--replicate`, [`clip`] for the norm bound); [`trainer`] and `update`
+//! (the model, and what applying an update means); [`metrics`] (counters → status).
 
 pub mod asynchronous;
 pub mod audit;
@@ -363,6 +365,8 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     }
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod drive;
 #[cfg(test)]
 mod sequence_tests;
 #[cfg(test)]
