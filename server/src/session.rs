@@ -224,14 +224,15 @@ where
 {
     let mut ping = tokio::time::interval(liveness.interval);
     ping.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    ping.tick().await; // the first tick is immediate
-                       // Any frame counts as a sign of life: browsers answer pings from their network stack, so
-                       // a background tab with throttled timers still answers and keeps its place.
+    // The first tick is immediate.
+    ping.tick().await;
+    // Any frame counts as a sign of life: browsers answer pings from their network stack, so
+    // a background tab with throttled timers still answers and keeps its place.
     let mut last_seen = Instant::now();
     // What this connection was sent, and what it answered: a worker's pace is the
     // coordinator's, so this is its rate limit for gradients; `rate` covers the rest.
     let (mut weights_sent, mut gradients_received) = (0u64, 0u64);
-    let start = std::time::Instant::now();
+    let start = last_seen.into_std();
     let mut control = TokenBucket::new(CONTROL_BURST, CONTROL_PER_SEC, start);
     // A second's worth of burst; a larger frame is still read, and pays after.
     let mut upload = upload_rate.map(|rate| TokenBucket::new(rate, rate, start));
