@@ -180,13 +180,7 @@ async fn train_among(flags: &[&str], honest: usize, extra: &[Attack]) -> (f64, s
     for task in workers {
         let (ended, stats) = guard("honest worker end", task).await.expect("task");
         // An honest worker ends only at the coordinator's shutdown (1001), never refused.
-        honest_ok &= matches!(
-            ended,
-            worker::Ended::ClosedByCoordinator {
-                code: Some(1001),
-                ..
-            }
-        );
+        honest_ok &= closed_by_shutdown(&ended);
         last_workers += usize::from(stats.gradients_sent > 0);
     }
     let (min_seen, evaluations) = watch.await.expect("watch");

@@ -34,13 +34,7 @@ async fn sigterm_with_connected_workers_exits_0_within_5_s() {
     for (task, _) in workers {
         let (ended, _) = guard("worker end", task).await.expect("worker task");
         assert!(
-            matches!(
-                &ended,
-                worker::Ended::ClosedByCoordinator {
-                    code: Some(1001),
-                    ..
-                }
-            ),
+            closed_by_shutdown(&ended),
             "workers get a close frame: {ended:?}"
         );
     }

@@ -77,6 +77,18 @@ pub fn spawn_worker(addr: SocketAddr) -> (WorkerTask, CancellationToken) {
     })
 }
 
+/// Whether a worker's session ended the one way an honest worker's should: the coordinator's
+/// shutdown close (1001), never a refusal.
+pub fn closed_by_shutdown(ended: &worker::Ended) -> bool {
+    matches!(
+        ended,
+        worker::Ended::ClosedByCoordinator {
+            code: Some(1001),
+            ..
+        }
+    )
+}
+
 pub type WorkerTask = JoinHandle<(worker::Ended, worker::Stats)>;
 
 /// A native worker with these options.
