@@ -68,8 +68,8 @@ pub struct Coordinator {
     schedule: Box<dyn Schedule>,
     metrics: Metrics,
     bound: NormBound,
-    /// Picks the gradients to recompute; seeded from the OS so workers cannot predict it.
-    /// `--verify-fraction`: the pulls whose answers are recomputed.
+    /// `--verify-fraction`: the pulls whose answers are recomputed, sampled with a seed from
+    /// the OS so workers cannot predict it.
     audits: Audits,
     /// `--replicate`: answers held until a partner's agrees.
     replicas: Replicas,
