@@ -30,11 +30,15 @@ pub struct Audit {
     pub shard: Range<usize>,
 }
 
+/// Distinct weights kept: (version, compression) → the weights and how many audits hold them.
+type Kept = BTreeMap<(u64, u8), (Arc<[f32]>, usize)>;
+
 #[derive(Debug)]
 pub struct Audits {
     fraction: f64,
     rng: SplitMix64,
     pending: BTreeMap<WorkerId, Audit>,
+    kept: Kept,
     /// Sampled pulls not audited for lack of room.
     skipped: u64,
 }
@@ -45,14 +49,15 @@ impl Audits {
             fraction,
             rng: SplitMix64::new(seed),
             pending: BTreeMap::new(),
+            kept: Kept::new(),
             skipped: 0,
         }
     }
 
     /// Weights of `version` were sent to `worker` in `compression`, and it holds `shard`:
     /// decides whether its answer is recomputed. `weights` gives the weights as it decodes
-    /// them (called only if sampled). A newer pull replaces an older one's audit: its answer
-    /// is the one expected.
+    /// them (called only if sampled, and not already kept). A newer pull replaces an older
+    /// one's audit: its answer is the one expected.
     pub fn sent(
         &mut self,
         worker: WorkerId,
@@ -60,27 +65,25 @@ impl Audits {
         shard: Option<Range<usize>>,
         weights: impl FnOnce() -> Arc<[f32]>,
     ) {
-        self.pending.remove(&worker);
+        self.left(worker);
         let Some(shard) = shard else { return };
         if self.fraction <= 0.0 || self.rng.next_f64() >= self.fraction {
             return;
         }
-        let same = |a: &&Audit| a.version == version && a.compression == compression;
-        let shared = self
-            .pending
-            .values()
-            .find(same)
-            .map(|a| Arc::clone(&a.weights));
-        if shared.is_none() && self.kept() >= MAX_VERSIONS {
+        let key = (version, compression.to_u8());
+        if !self.kept.contains_key(&key) && self.kept.len() >= MAX_VERSIONS {
             self.skipped += 1;
             return;
         }
+        let (shared, holders) = self.kept.entry(key).or_insert_with(|| (weights(), 0));
+        *holders += 1;
+        let weights = Arc::clone(shared);
         self.pending.insert(
             worker,
             Audit {
                 version,
                 compression,
-                weights: shared.unwrap_or_else(weights),
+                weights,
                 shard,
             },
         );
@@ -89,29 +92,29 @@ impl Audits {
     /// The audit for `worker`'s answer computed on `version`, if that pull was sampled.
     pub fn take(&mut self, worker: WorkerId, version: u64) -> Option<Audit> {
         match self.pending.get(&worker) {
-            Some(a) if a.version == version => self.pending.remove(&worker),
+            Some(a) if a.version == version => self.remove(worker),
             _ => None,
         }
     }
 
     pub fn left(&mut self, worker: WorkerId) {
-        self.pending.remove(&worker);
+        self.remove(worker);
     }
 
     pub fn skipped(&self) -> u64 {
         self.skipped
     }
 
-    /// Distinct weights kept.
-    fn kept(&self) -> usize {
-        let mut v: Vec<(u64, u8)> = self
-            .pending
-            .values()
-            .map(|a| (a.version, a.compression.to_u8()))
-            .collect();
-        v.sort_unstable();
-        v.dedup();
-        v.len()
+    fn remove(&mut self, worker: WorkerId) -> Option<Audit> {
+        let audit = self.pending.remove(&worker)?;
+        let key = (audit.version, audit.compression.to_u8());
+        if let Some((_, holders)) = self.kept.get_mut(&key) {
+            *holders -= 1;
+            if *holders == 0 {
+                self.kept.remove(&key);
+            }
+        }
+        Some(audit)
     }
 }
 
@@ -179,6 +182,20 @@ mod tests {
         assert_eq!(a.skipped(), 1);
         a.sent(WorkerId(10), (4, F32), Some(0..1), || panic!("shared"));
         assert!(a.take(WorkerId(10), 4).is_some());
+        // Version 1's two holders answer, or leave: its weights are let go, and room is made.
+        assert!(a.take(WorkerId(1), 1).is_some());
+        a.sent(WorkerId(9), (5, F32), Some(0..1), weights(5.0));
+        assert!(
+            a.take(WorkerId(9), 5).is_none(),
+            "version 1 still held by worker 2"
+        );
+        a.left(WorkerId(2));
+        a.sent(WorkerId(9), (5, F32), Some(0..1), weights(5.0));
+        assert_eq!(
+            &a.take(WorkerId(9), 5).expect("room").weights[..],
+            &[5.0; 3]
+        );
+        assert_eq!(a.skipped(), 2);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::time::Instant;
 use protocol::{Compression, ErrorCode, Gradient, WorkerId};
 use tracing::{debug, info, warn};
 
-use super::replicas::{Arrival, Replica};
+use super::replicas::Fate;
 use super::schedule::{Action, Contribution};
 use super::tally::Note;
 use super::verify::{verify, Claim};
@@ -56,50 +56,53 @@ impl Coordinator {
         let Some((key, size)) = self.registry.replica_group(worker) else {
             return self.admit(worker, gradient, norm, now);
         };
-        let replica = Replica {
-            worker,
-            gradient: gradient.clone(),
-            norm,
-        };
-        match self.replicas.arrive(&key, size, replica) {
-            Arrival::Held => {}
-            Arrival::Agreed(agreed) => {
-                for r in agreed {
-                    self.admit(r.worker, &r.gradient, r.norm, now);
-                }
-            }
-            Arrival::Disputed(disputed) => {
-                info!(workers = ?disputed.iter().map(|r| r.worker).collect::<Vec<_>>(), "replicas disagree; recomputing");
-                self.arbitrate(disputed, now);
-            }
+        let arrival = self.replicas.arrive(&key, size, worker, gradient, norm);
+        for (r, fate) in arrival.earlier {
+            self.settle_replica(r.worker, &r.gradient, r.norm, fate, now);
         }
+        self.settle_replica(worker, gradient, norm, arrival.this, now);
     }
 
     /// `--replicate`: answers still held alone go on if the coordinator's recomputation
     /// agrees with them.
     pub(super) fn release_replicas(&mut self, now: Instant) {
-        let alone = self.replicas.release_alone();
-        self.arbitrate(alone, now);
+        for r in self.replicas.release_alone() {
+            self.settle_replica(r.worker, &r.gradient, r.norm, Fate::Disputed, now);
+        }
     }
 
-    /// Recomputes each answer on the weights of its round, as its worker decoded them, and
-    /// admits those that match (a mismatch is a strike, as in `verified`). An answer to a
-    /// round that already closed cannot be recomputed: the schedule refuses it as late.
-    fn arbitrate(&mut self, replicas: Vec<Replica>, now: Instant) {
-        for r in replicas {
-            let current = r.gradient.round.0 == self.trainer.version();
-            let (Some(shard), Some(compression), true) = (
-                self.registry.computing_on(r.worker),
-                self.registry.compression(r.worker),
-                current,
-            ) else {
-                self.admit(r.worker, &r.gradient, r.norm, now);
-                continue;
-            };
-            let weights = self.trainer.weights_as_seen(compression);
-            if self.recompute(r.worker, &r.gradient, &weights, shard, compression) {
-                self.admit(r.worker, &r.gradient, r.norm, now);
+    /// An agreed answer goes on; a disputed one is recomputed on the weights of its round, as
+    /// its worker decoded them, and goes on if it matches (a mismatch is a strike, as in
+    /// `verified`). An answer to a round that already closed cannot be recomputed: the
+    /// schedule refuses it as late.
+    fn settle_replica(
+        &mut self,
+        worker: WorkerId,
+        gradient: &Gradient,
+        norm: f64,
+        fate: Fate,
+        now: Instant,
+    ) {
+        let checked = match fate {
+            Fate::Held => return,
+            Fate::Agreed => true,
+            Fate::Disputed => {
+                debug!(%worker, round = %gradient.round, "replica disputed or left alone; recomputing");
+                let current = gradient.round.0 == self.trainer.version();
+                match (
+                    self.registry.computing_on(worker),
+                    self.registry.compression(worker),
+                ) {
+                    (Some(shard), Some(compression)) if current => {
+                        let weights = self.trainer.weights_as_seen(compression);
+                        self.recompute(worker, gradient, &weights, shard, compression)
+                    }
+                    _ => true,
+                }
             }
+        };
+        if checked {
+            self.admit(worker, gradient, norm, now);
         }
     }
 
@@ -133,13 +136,16 @@ impl Coordinator {
     /// in any mode. A mismatch drops the gradient with a `Mismatch` error and a strike.
     /// Returns whether the gradient may go on.
     fn verified(&mut self, worker: WorkerId, gradient: &Gradient) -> bool {
-        let (Some(audit), Some(compression)) = (
-            self.audits.take(worker, gradient.round.0),
-            self.registry.compression(worker),
-        ) else {
+        let Some(audit) = self.audits.take(worker, gradient.round.0) else {
             return true;
         };
-        self.recompute(worker, gradient, &audit.weights, audit.shard, compression)
+        self.recompute(
+            worker,
+            gradient,
+            &audit.weights,
+            audit.shard,
+            audit.compression,
+        )
     }
 
     /// Recomputes `gradient` on `weights` (as `worker` decoded them) and the batch of

@@ -29,15 +29,22 @@ pub struct Replica {
 /// What a group shares: its shard and its wire compression.
 pub type GroupKey = (Range<usize>, Compression);
 
-/// What to do with an answer.
-#[derive(Debug)]
-pub enum Arrival {
+/// What happens to an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
     /// Held until a partner answers (or the deadline).
     Held,
-    /// These agree: on to the round.
-    Agreed(Vec<Replica>),
-    /// These disagree: recompute and keep the ones that match.
-    Disputed(Vec<Replica>),
+    /// It agrees with its group: on to the round.
+    Agreed,
+    /// It disagrees, or its round passed while it was held: recompute it.
+    Disputed,
+}
+
+/// The fate of the answer that arrived, and of earlier held answers its arrival decided.
+#[derive(Debug)]
+pub struct Arrival {
+    pub earlier: Vec<(Replica, Fate)>,
+    pub this: Fate,
 }
 
 #[derive(Debug)]
@@ -60,62 +67,76 @@ pub struct Replicas {
 }
 
 impl Replicas {
-    /// An answer from a worker in a group of `size` that shares `key`.
-    pub fn arrive(&mut self, key: &GroupKey, size: usize, replica: Replica) -> Arrival {
-        let round = replica.gradient.round;
+    /// An answer from `worker` in a group of `size` that shares `key`. The answer is copied
+    /// only when it is held.
+    pub fn arrive(
+        &mut self,
+        key: &GroupKey,
+        size: usize,
+        worker: WorkerId,
+        gradient: &Gradient,
+        norm: f64,
+    ) -> Arrival {
         let k = (key.0.start, key.0.end, key.1.to_u8());
-        let mut out = Vec::new();
-        let group = match self.groups.remove(&k) {
-            Some(g) if g.round == round => g,
+        let mut earlier = Vec::new();
+        let mut group = match self.groups.remove(&k) {
+            Some(g) if g.round == gradient.round => g,
             older => {
-                // A new round for this group: an older answer still held goes to arbitration
-                // (its round has closed; the schedule refuses it as late, with no strike).
+                // A new round for this group: an older answer still held is recomputed (its
+                // round has closed; the schedule refuses it as late, with no strike).
                 if let Some(old) = older.filter(|g| !g.released) {
-                    out.push(old.reference);
+                    earlier.push((old.reference, Fate::Disputed));
                 }
                 if size <= 1 {
-                    return done(out, vec![replica]);
+                    return Arrival {
+                        earlier,
+                        this: Fate::Agreed,
+                    };
                 }
+                let reference = Replica {
+                    worker,
+                    gradient: gradient.clone(),
+                    norm,
+                };
                 self.groups.insert(
                     k,
                     Group {
-                        round,
-                        reference: replica,
+                        round: gradient.round,
+                        reference,
                         released: false,
                         seen: 1,
                         size,
                     },
                 );
-                return if out.is_empty() {
-                    Arrival::Held
-                } else {
-                    Arrival::Disputed(out)
+                return Arrival {
+                    earlier,
+                    this: Fate::Held,
                 };
             }
         };
-        let mut group = group;
         group.seen += 1;
-        let ok = agree(
-            &group.reference.gradient.grads,
-            &replica.gradient.grads,
-            key.1,
-        )
-        .is_ok();
-        let mut answers = Vec::with_capacity(2);
-        if !group.released {
-            answers.push(group.reference.clone());
-            group.released = true;
-        }
-        answers.push(replica);
+        let ok = agree(&group.reference.gradient.grads, &gradient.grads, key.1).is_ok();
+        let fate = if ok { Fate::Agreed } else { Fate::Disputed };
+        let release = !group.released;
+        group.released = true;
+        let answers = 1 + u64::from(release);
         if group.seen < group.size {
+            // Later members are compared with the reference too: it stays.
+            if release {
+                earlier.push((group.reference.clone(), fate));
+            }
             self.groups.insert(k, group);
+        } else if release {
+            earlier.push((group.reference, fate));
         }
         if ok {
-            self.agreed += answers.len() as u64;
-            Arrival::Agreed(answers)
+            self.agreed += answers;
         } else {
             self.disputed += 1;
-            Arrival::Disputed(answers)
+        }
+        Arrival {
+            earlier,
+            this: fate,
         }
     }
 
@@ -139,55 +160,50 @@ impl Replicas {
     }
 }
 
-fn done(disputed: Vec<Replica>, agreed: Vec<Replica>) -> Arrival {
-    if disputed.is_empty() {
-        Arrival::Agreed(agreed)
-    } else {
-        Arrival::Disputed([disputed, agreed].concat())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn replica(worker: u32, round: u64, value: f32) -> Replica {
-        Replica {
-            worker: WorkerId(worker),
-            gradient: Gradient {
-                round: Round(round),
-                samples: 32,
-                loss: 1.0,
-                grads: vec![value; 4],
-            },
-            norm: 2.0 * f64::from(value),
-        }
-    }
-
-    fn workers(answers: &[Replica]) -> Vec<u32> {
-        answers.iter().map(|r| r.worker.0).collect()
+    /// `worker`'s answer of `value` everywhere for `round`: the fates of the earlier answers
+    /// it decided (by worker), and its own.
+    fn arrive(
+        r: &mut Replicas,
+        key: &GroupKey,
+        size: usize,
+        (worker, round, value): (u32, u64, f32),
+    ) -> (Vec<(u32, Fate)>, Fate) {
+        let gradient = Gradient {
+            round: Round(round),
+            samples: 32,
+            loss: 1.0,
+            grads: vec![value; 4],
+        };
+        let a = r.arrive(
+            key,
+            size,
+            WorkerId(worker),
+            &gradient,
+            2.0 * f64::from(value),
+        );
+        let earlier = a.earlier.iter().map(|(r, f)| (r.worker.0, *f)).collect();
+        (earlier, a.this)
     }
 
     const KEY: GroupKey = (0..100, Compression::None);
+    use Fate::*;
 
     #[test]
     fn the_first_answer_waits_for_an_agreeing_partner() {
         let mut r = Replicas::default();
-        assert!(matches!(
-            r.arrive(&KEY, 3, replica(1, 0, 0.5)),
-            Arrival::Held
-        ));
+        assert_eq!(arrive(&mut r, &KEY, 3, (1, 0, 0.5)), (vec![], Held));
         assert!(r.holding());
-        let Arrival::Agreed(both) = r.arrive(&KEY, 3, replica(2, 0, 0.5)) else {
-            panic!("agree")
-        };
-        assert_eq!(workers(&both), [1, 2]);
+        assert_eq!(
+            arrive(&mut r, &KEY, 3, (2, 0, 0.5)),
+            (vec![(1, Agreed)], Agreed)
+        );
         assert!(!r.holding());
         // The third compares with the reference too; a liar is disputed alone.
-        let Arrival::Disputed(liar) = r.arrive(&KEY, 3, replica(3, 0, 0.505)) else {
-            panic!("disputed")
-        };
-        assert_eq!(workers(&liar), [3]);
+        assert_eq!(arrive(&mut r, &KEY, 3, (3, 0, 0.505)), (vec![], Disputed));
         assert_eq!((r.agreed, r.disputed), (2, 1));
         // The group is complete: nothing kept.
         assert!(r.groups.is_empty());
@@ -196,42 +212,40 @@ mod tests {
     #[test]
     fn disagreement_sends_both_to_arbitration() {
         let mut r = Replicas::default();
-        r.arrive(&KEY, 2, replica(1, 0, 0.5));
-        let Arrival::Disputed(both) = r.arrive(&KEY, 2, replica(2, 0, -5.0)) else {
-            panic!("disputed")
-        };
-        assert_eq!(workers(&both), [1, 2]);
+        arrive(&mut r, &KEY, 2, (1, 0, 0.5));
+        assert_eq!(
+            arrive(&mut r, &KEY, 2, (2, 0, -5.0)),
+            (vec![(1, Disputed)], Disputed)
+        );
+        assert!(
+            r.groups.is_empty(),
+            "a pair is complete: the reference moved out"
+        );
     }
 
     #[test]
     fn an_answer_alone_is_released_for_recomputation() {
         let mut r = Replicas::default();
-        r.arrive(&KEY, 2, replica(1, 4, 0.5));
+        arrive(&mut r, &KEY, 2, (1, 4, 0.5));
         let other = (100..200, Compression::None);
-        r.arrive(&other, 2, replica(3, 4, 0.5));
-        let alone = r.release_alone();
-        assert_eq!(workers(&alone), [1, 3]);
+        arrive(&mut r, &other, 2, (3, 4, 0.5));
+        let alone: Vec<u32> = r.release_alone().iter().map(|a| a.worker.0).collect();
+        assert_eq!(alone, [1, 3]);
         assert!(r.release_alone().is_empty(), "once");
         // Its partner answering late is compared and goes on alone.
-        let Arrival::Agreed(late) = r.arrive(&KEY, 2, replica(2, 4, 0.5)) else {
-            panic!("agree")
-        };
-        assert_eq!(workers(&late), [2]);
+        assert_eq!(arrive(&mut r, &KEY, 2, (2, 4, 0.5)), (vec![], Agreed));
     }
 
     #[test]
     fn a_group_of_one_and_a_new_round_pass_through() {
         let mut r = Replicas::default();
-        let Arrival::Agreed(one) = r.arrive(&KEY, 1, replica(1, 0, 0.5)) else {
-            panic!("alone in its group")
-        };
-        assert_eq!(workers(&one), [1]);
-        // A held answer of round 0 when round 1's first arrives: disputed (recomputed).
-        r.arrive(&KEY, 2, replica(1, 0, 0.5));
-        let Arrival::Disputed(old) = r.arrive(&KEY, 2, replica(2, 1, 0.5)) else {
-            panic!("the old one is recomputed")
-        };
-        assert_eq!(workers(&old), [1]);
+        assert_eq!(arrive(&mut r, &KEY, 1, (1, 0, 0.5)), (vec![], Agreed));
+        // A held answer of round 0 when round 1's first arrives: recomputed.
+        arrive(&mut r, &KEY, 2, (1, 0, 0.5));
+        assert_eq!(
+            arrive(&mut r, &KEY, 2, (2, 1, 0.5)),
+            (vec![(1, Disputed)], Held)
+        );
         assert!(r.holding(), "round 1's first is held");
     }
 }
