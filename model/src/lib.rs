@@ -30,7 +30,7 @@ pub use error::ModelError;
 pub use eval::{evaluate, Evaluation};
 pub use grad::GradientSum;
 pub use mlp::Mlp;
-pub use optim::{Adam, Momentum, Optimizer, OptimizerKind, Sgd};
+pub use optim::{Adam, Momentum, Optimizer, OptimizerKind, OptimizerState, Sgd, StateError};
 pub use params::{ParamLayout, TensorSpec};
 pub use rng::SplitMix64;
 pub use scalar::Scalar;

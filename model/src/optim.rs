@@ -44,6 +44,53 @@ pub trait Optimizer: std::fmt::Debug {
     /// optimizer's own state) finite. Changes nothing: a coordinator asks before stepping,
     /// so a step that would break the model is never taken.
     fn would_stay_finite(&self, params: &[f32], grads: &[f32]) -> bool;
+    /// Everything a later [`Optimizer::restore`] needs to continue bit for bit: the step
+    /// count and the named state tensors (none for SGD, `velocity` for momentum, `m` and `v`
+    /// for Adam).
+    fn state(&self) -> OptimizerState;
+    /// Continues from a saved [`OptimizerState`]. Refuses, changing nothing, a state with
+    /// other tensors, other lengths or non-finite values.
+    fn restore(&mut self, state: OptimizerState) -> Result<(), StateError>;
+}
+
+/// An optimizer's state, as a checkpoint keeps it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct OptimizerState {
+    /// Steps taken (Adam's bias correction depends on it).
+    pub step: u64,
+    pub tensors: Vec<(String, Vec<f32>)>,
+}
+
+/// A saved optimizer state does not fit this optimizer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("optimizer state: {0}")]
+pub struct StateError(String);
+
+impl OptimizerState {
+    /// Takes the tensors named `names`, in that order, each `len` long and finite; nothing
+    /// else may be there.
+    fn take(self, names: &[&str], len: usize) -> Result<(u64, Vec<Vec<f32>>), StateError> {
+        let got: Vec<&str> = self.tensors.iter().map(|(n, _)| n.as_str()).collect();
+        if got != names {
+            return Err(StateError(format!(
+                "expected tensors {names:?}, found {got:?}"
+            )));
+        }
+        let mut out = Vec::with_capacity(names.len());
+        for (name, values) in self.tensors {
+            if values.len() != len {
+                return Err(StateError(format!(
+                    "{name} has {} values, the model {len}",
+                    values.len()
+                )));
+            }
+            if values.iter().any(|v| !v.is_finite()) {
+                return Err(StateError(format!("{name} holds a non-finite value")));
+            }
+            out.push(values);
+        }
+        Ok((self.step, out))
+    }
 }
 
 /// Plain SGD: `p -= lr · g`.
@@ -64,6 +111,14 @@ impl Optimizer for Sgd {
             .iter()
             .zip(grads)
             .all(|(&p, &g)| (p - self.lr * g).is_finite())
+    }
+
+    fn state(&self) -> OptimizerState {
+        OptimizerState::default()
+    }
+
+    fn restore(&mut self, state: OptimizerState) -> Result<(), StateError> {
+        state.take(&[], 0).map(drop)
     }
 }
 
@@ -102,6 +157,19 @@ impl Optimizer for Momentum {
                 let v = self.momentum * v + g;
                 v.is_finite() && (p - self.lr * v).is_finite()
             })
+    }
+
+    fn state(&self) -> OptimizerState {
+        OptimizerState {
+            step: 0,
+            tensors: vec![("velocity".into(), self.velocity.clone())],
+        }
+    }
+
+    fn restore(&mut self, state: OptimizerState) -> Result<(), StateError> {
+        let (_, mut tensors) = state.take(&["velocity"], self.velocity.len())?;
+        self.velocity = tensors.remove(0);
+        Ok(())
     }
 }
 
@@ -167,6 +235,27 @@ impl Optimizer for Adam {
                     && v.is_finite()
                     && (p - step * m / ((v / c2).sqrt() + self.eps)).is_finite()
             })
+    }
+
+    fn state(&self) -> OptimizerState {
+        OptimizerState {
+            step: u64::try_from(self.t).unwrap_or(0),
+            tensors: vec![("m".into(), self.m.clone()), ("v".into(), self.v.clone())],
+        }
+    }
+
+    fn restore(&mut self, state: OptimizerState) -> Result<(), StateError> {
+        let t = i32::try_from(state.step)
+            .map_err(|_| StateError(format!("step {} is out of range", state.step)))?;
+        let (_, tensors) = state.take(&["m", "v"], self.m.len())?;
+        if tensors[1].iter().any(|&v| v < 0.0) {
+            return Err(StateError(
+                "v (squared gradients) holds a negative value".into(),
+            ));
+        }
+        let [m, v]: [Vec<f32>; 2] = tensors.try_into().expect("two names, two tensors");
+        (self.m, self.v, self.t) = (m, v, t);
+        Ok(())
     }
 }
 
@@ -235,6 +324,79 @@ mod tests {
         }
         .build(1);
         assert!(!adam.would_stay_finite(&[0.0], &[3e38]), "g² overflows v");
+    }
+
+    /// Stepping, saving, restoring into a fresh optimizer and stepping on gives exactly the
+    /// parameters of never stopping; a state of another shape is refused.
+    #[test]
+    fn a_restored_optimizer_continues_bit_for_bit() {
+        for kind in [
+            OptimizerKind::Sgd { lr: 0.1 },
+            OptimizerKind::Momentum {
+                lr: 0.05,
+                momentum: 0.9,
+            },
+            OptimizerKind::Adam {
+                lr: 0.05,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+            },
+        ] {
+            let grad = |p: &[f32], i: usize| -> Vec<f32> {
+                p.iter().map(|v| v * (1.0 + i as f32 * 0.1) - 0.3).collect()
+            };
+            let (mut straight, mut p) = (kind.build(3), vec![3.0f32, -4.0, 0.5]);
+            let mut stopped = kind.build(3);
+            let mut q = p.clone();
+            for i in 0..5 {
+                let g = grad(&p, i);
+                straight.step(&mut p, &g);
+                let g = grad(&q, i);
+                stopped.step(&mut q, &g);
+            }
+            let mut resumed = kind.build(3);
+            resumed.restore(stopped.state()).expect("same optimizer");
+            for i in 5..12 {
+                let g = grad(&p, i);
+                straight.step(&mut p, &g);
+                let g = grad(&q, i);
+                resumed.step(&mut q, &g);
+            }
+            assert_eq!(
+                p.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                q.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{kind:?}"
+            );
+            if kind != (OptimizerKind::Sgd { lr: 0.1 }) {
+                let err = kind.build(4).restore(straight.state()).expect_err("length");
+                assert!(
+                    err.to_string().contains("has 3 values, the model 4"),
+                    "{err}"
+                );
+            }
+        }
+        let adam = OptimizerKind::Adam {
+            lr: 0.1,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+        };
+        let momentum = OptimizerKind::Momentum {
+            lr: 0.1,
+            momentum: 0.9,
+        };
+        let err = adam
+            .build(2)
+            .restore(momentum.build(2).state())
+            .expect_err("another optimizer");
+        assert!(
+            err.to_string().contains("expected tensors [\"m\", \"v\"]"),
+            "{err}"
+        );
+        let mut nan = adam.build(2).state();
+        nan.tensors[0].1[1] = f32::NAN;
+        assert!(adam.build(2).restore(nan).is_err());
     }
 
     #[test]

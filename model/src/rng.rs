@@ -11,6 +11,11 @@ impl SplitMix64 {
         Self { state: seed }
     }
 
+    /// The whole state: `SplitMix64::new(rng.state())` continues where `rng` is.
+    pub fn state(&self) -> u64 {
+        self.state
+    }
+
     pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.state;

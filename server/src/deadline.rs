@@ -37,6 +37,17 @@ impl DeadlinePolicy {
         }
     }
 
+    /// The answer latencies remembered, oldest first (for a checkpoint).
+    pub fn history(&self) -> Vec<Duration> {
+        self.recent.iter().copied().collect()
+    }
+
+    /// Continues from a checkpoint's latencies (the newest [`HISTORY`]).
+    pub fn restore(&mut self, latencies: &[Duration]) {
+        let start = latencies.len().saturating_sub(HISTORY);
+        self.recent = latencies[start..].iter().copied().collect();
+    }
+
     /// Records how long after the round opened a worker's gradient arrived.
     pub fn record(&mut self, latency: Duration) {
         if self.recent.len() == HISTORY {

@@ -15,7 +15,7 @@
 //! - [`round`] and [`deadline`]: the sync round state machine and its timeouts.
 //! - [`aggregate`]: how a round combines gradients (the mean, coordinate-wise robust rules,
 //!   Multi-Krum, centered clipping).
-//! - [`status`]: what `/api/status` reports; [`safetensors`]: `/api/params`.
+//! - [`status`]: what `/api/status` reports; [`tensors_file`]: safetensors files (`/api/params`, checkpoints, export).
 //! - [`config`]: the CLI and its validated form; [`dataset`]: the embedded MNIST split.
 //! - [`server`]: wiring, `start(listener, config, shutdown)`; [`tls`]: https/wss with
 //!   rustls; [`shutdown`]: Ctrl-C / SIGTERM.
@@ -23,6 +23,7 @@
 pub mod admission;
 pub mod aggregate;
 pub mod assets;
+pub mod checkpoint;
 pub mod config;
 pub mod coordinator;
 pub mod dataset;
@@ -31,11 +32,11 @@ pub mod rate;
 pub mod refusal;
 pub mod round;
 pub mod routes;
-pub mod safetensors;
 pub mod server;
 pub mod session;
 pub mod shutdown;
 pub mod status;
+pub mod tensors_file;
 pub mod tls;
 
 pub use config::{Cli, Config, ConfigError};

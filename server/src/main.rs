@@ -2,11 +2,23 @@
 
 use anyhow::Context;
 use clap::Parser;
+use server::config::Command;
 use server::{Cli, Config};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if let Some(Command::Export(args)) = &cli.command {
+        let exported = server::checkpoint::export(&args.checkpoint_dir, &args.out)?;
+        println!(
+            "exported version {} ({} bytes) from {} to {}",
+            exported.version,
+            exported.bytes,
+            exported.from.display(),
+            args.out.display()
+        );
+        return Ok(());
+    }
     let config = match Config::try_from(cli) {
         Ok(config) => config,
         Err(err) => {
@@ -25,6 +37,9 @@ async fn main() -> anyhow::Result<()> {
         test_accuracy = ?summary.test_accuracy,
         "coordinator stopped"
     );
+    if let Some(error) = summary.checkpoint_error {
+        anyhow::bail!("{error}");
+    }
     Ok(())
 }
 

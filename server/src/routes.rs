@@ -92,10 +92,13 @@ async fn status(State(state): State<AppState>) -> impl IntoResponse {
 
 async fn params(State(state): State<AppState>) -> impl IntoResponse {
     let snapshot = state.published.weights.borrow().clone();
-    let body = crate::safetensors::encode(
+    let body = crate::tensors_file::encode_params(
         state.published.mlp.layout(),
         &snapshot.frame[WEIGHTS_DATA_OFFSET..],
-        snapshot.round,
+        &[
+            ("round", snapshot.round.to_string()),
+            ("format", "crowdtrain".to_string()),
+        ],
     );
     (
         [

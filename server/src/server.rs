@@ -15,8 +15,9 @@ use tracing::{info, warn};
 
 use crate::admission::Admission;
 use crate::assets::WebSource;
+use crate::checkpoint::{CheckpointError, Fingerprint, Store, Writer};
 use crate::config::Config;
-use crate::coordinator::{Coordinator, Outcome, WeightsSnapshot};
+use crate::coordinator::{Checkpoints, Coordinator, Outcome, WeightsSnapshot};
 use crate::routes::{app, AppState};
 use crate::status::Status;
 use crate::tls::TlsListener;
@@ -38,15 +39,24 @@ pub enum ServerError {
     Serve(#[source] std::io::Error),
     #[error("a server task panicked: {0}")]
     Join(#[from] tokio::task::JoinError),
+    #[error("checkpoints: {0}")]
+    Checkpoint(#[from] CheckpointError),
+    #[error("resuming from {}: {error}", path.display())]
+    Resume {
+        path: std::path::PathBuf,
+        error: String,
+    },
 }
 
 /// How a run ended.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Summary {
     pub rounds: u64,
     pub test_accuracy: Option<f64>,
     pub test_loss: Option<f64>,
     pub reached_target: bool,
+    /// `--checkpoint-dir`: the checkpoint on stopping failed.
+    pub checkpoint_error: Option<String>,
 }
 
 /// A started coordinator: its address, its live status, and the task to wait on.
@@ -95,8 +105,38 @@ pub async fn start(
         config.allowed_origins.clone(),
         config.max_per_ip,
     ));
-    let coordinator =
+    let checkpoints = config.checkpoints.clone();
+    let mlp = model::Mlp::new(&config.layers).map_err(ServerError::Model)?;
+    let fingerprint = Fingerprint::of(&config, &data, mlp.layout().total());
+    let names: Vec<String> = (config.optimizer.build(0).state().tensors.into_iter())
+        .map(|(name, _)| name)
+        .collect();
+    let mut coordinator =
         Coordinator::new(config, data, shutdown.clone()).map_err(ServerError::Model)?;
+    if let Some(c) = checkpoints {
+        let store = Store::new(c.dir, c.keep, mlp.layout().clone());
+        store.probe()?;
+        let resume = if c.resume {
+            Some(store.load_newest(&fingerprint, &names)?)
+        } else {
+            None
+        };
+        let every = c.every;
+        coordinator = coordinator.with_checkpoints(Checkpoints::new(
+            Writer::spawn(store),
+            every,
+            fingerprint,
+        ));
+        if let Some(loaded) = resume {
+            coordinator
+                .restore(loaded.checkpoint, tokio::time::Instant::now().into_std())
+                .map_err(|error| ServerError::Resume {
+                    path: loaded.path.clone(),
+                    error,
+                })?;
+            info!(checkpoint = %loaded.path.display(), passed_over = loaded.skipped.len(), "resuming");
+        }
+    }
     let (handle, published) = (coordinator.sender(), coordinator.published());
     let status = published.status.clone();
     let weights = published.weights.clone();
@@ -160,6 +200,7 @@ pub async fn start(
                 test_accuracy: outcome.evaluation.map(|e| e.accuracy),
                 test_loss: outcome.evaluation.map(|e| e.loss),
                 reached_target: outcome.reached_target,
+                checkpoint_error: outcome.checkpoint_error,
             })
         }
     });

@@ -123,6 +123,8 @@ pub struct Status {
     pub param_count: usize,
     pub optimizer: String,
     pub batch_size: u32,
+    /// `--checkpoint-dir`: what the checkpoint writer has done (absent without one).
+    pub checkpoints: Option<crate::checkpoint::Report>,
     /// Rebuilt when membership or a round changes (not per gradient) and shared, so the
     /// status can be republished after every event in O(1).
     pub worker_list: Arc<Vec<WorkerStatus>>,

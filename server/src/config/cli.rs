@@ -10,8 +10,12 @@ use clap::{Parser, ValueEnum};
 /// Serves the volunteer page at http://HOST:PORT/, accepts workers on ws://HOST:PORT/ws and
 /// trains an MLP on the embedded MNIST digits (10,000 samples: 8,000 train, 2,000 test).
 #[derive(Debug, Clone, Parser)]
-#[command(name = "coordinator", version)]
+#[command(name = "coordinator", version, args_conflicts_with_subcommands = true)]
 pub struct Cli {
+    /// Without a command: train.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     /// Address to listen on. Use 0.0.0.0 to accept workers from other machines.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -176,6 +180,40 @@ pub struct Cli {
     /// Log level: error, warn, info, debug or trace (RUST_LOG overrides it).
     #[arg(long, default_value = "info")]
     pub log_level: String,
+
+    /// Take checkpoints in this directory (created if needed): every --checkpoint-every
+    /// updates, on stopping, and when training finishes.
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+
+    /// Updates between checkpoints (rounds in sync mode, updates in async and hogwild).
+    #[arg(long, default_value_t = 100)]
+    pub checkpoint_every: u64,
+
+    /// Checkpoints kept; older ones are removed once a newer one is written.
+    #[arg(long, default_value_t = 3)]
+    pub keep_checkpoints: usize,
+
+    /// Continue from the newest valid checkpoint in --checkpoint-dir (a corrupt newest one is
+    /// passed over with a warning; none valid is an error).
+    #[arg(long)]
+    pub resume: bool,
+}
+
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum Command {
+    /// Write the newest valid checkpoint's parameters to a safetensors file.
+    Export(ExportArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ExportArgs {
+    /// The directory the coordinator checkpointed into.
+    #[arg(long)]
+    pub checkpoint_dir: PathBuf,
+    /// Where to write the parameters (safetensors, one tensor per layer).
+    #[arg(long)]
+    pub out: PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

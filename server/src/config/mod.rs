@@ -6,17 +6,18 @@
 mod aggregator;
 mod cli;
 mod duration;
+mod error;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
 use model::OptimizerKind;
-use thiserror::Error;
 
 use self::aggregator::aggregator;
-pub use self::cli::{AggregatorChoice, Cli, ModeChoice, OptimizerChoice};
+pub use self::cli::{AggregatorChoice, Cli, Command, ExportArgs, ModeChoice, OptimizerChoice};
 pub use self::duration::parse_duration;
+pub use self::error::ConfigError;
 use crate::admission::Origins;
 use crate::aggregate::AggregatorKind;
 use crate::deadline::RoundTimeout;
@@ -89,6 +90,16 @@ pub struct Config {
     /// `--tls-cert` and `--tls-key`: serve https/wss.
     pub tls: Option<TlsFiles>,
     pub log_level: String,
+    /// `--checkpoint-dir` and its companions.
+    pub checkpoints: Option<CheckpointConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckpointConfig {
+    pub dir: PathBuf,
+    pub every: u64,
+    pub keep: usize,
+    pub resume: bool,
 }
 
 /// A PEM certificate chain and its private key.
@@ -96,86 +107,6 @@ pub struct Config {
 pub struct TlsFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
-}
-
-#[derive(Debug, Clone, PartialEq, Error)]
-pub enum ConfigError {
-    #[error("--hidden: every width must be between 1 and {max}, got {got}")]
-    HiddenWidth { got: usize, max: usize },
-    #[error("--hidden: at most {max} hidden layers, got {got}")]
-    TooManyLayers { got: usize, max: usize },
-    #[error("--lr must be a finite number in (0, 10], got {0}")]
-    LearningRate(f32),
-    #[error("--momentum only applies to --optimizer momentum (got --optimizer {0})")]
-    MomentumWithoutMomentumOptimizer(&'static str),
-    #[error("--momentum must be in [0, 1), got {0}")]
-    Momentum(f32),
-    #[error("--batch-size must be between 1 and {max} (the train split), got {got}")]
-    BatchSize { got: u32, max: usize },
-    #[error("--eval-interval must be at least 1")]
-    EvalInterval,
-    #[error("--max-rounds must be at least 1")]
-    MaxRounds,
-    #[error("--target-accuracy must be in (0, 1], got {0}")]
-    TargetAccuracy(f64),
-    #[error("--min-workers must be at least 1")]
-    MinWorkers,
-    #[error(
-        "--min-workers ({min}) is larger than --max-workers ({max}): no round could ever start"
-    )]
-    MinAboveMax { min: usize, max: usize },
-    #[error("--round-timeout must be `auto` or a duration in (0, 1h] (2s, 500ms, or seconds), got {0:?}")]
-    RoundTimeout(String),
-    #[error("--miss-limit must be at least 1")]
-    MissLimit,
-    #[error("--buffer must be between 1 and 10000, got {0}")]
-    Buffer(usize),
-    #[error("{flag} only applies to --mode {mode}")]
-    FlagForOtherMode {
-        flag: &'static str,
-        mode: &'static str,
-    },
-    #[error("--ping-interval and --ping-timeout must be positive, at most 1h, with the interval shorter than the timeout; got {interval:?} and {timeout:?}")]
-    Ping {
-        interval: Duration,
-        timeout: Duration,
-    },
-    #[error("--trim must be in [0, 0.5), got {0}")]
-    Trim(f32),
-    #[error("--trim only applies to --aggregator mean-around-median, trimmed-mean or multi-krum")]
-    TrimWithoutTrimmedMean,
-    #[error("--replicate must be between 1 and 16, got {0}")]
-    Replicate(usize),
-    #[error("--replicate only applies to --mode sync (async answers are on different weights)")]
-    ReplicateNeedsSync,
-    #[error("--max-upload-rate must be a number of MB a second in (0, 1e6], got {0}")]
-    UploadRate(f64),
-    #[error("--tls-cert and --tls-key go together: give both, or neither for plain http")]
-    TlsPair,
-    #[error("--clip-radius only applies to --aggregator centered-clip")]
-    ClipRadiusWithoutCenteredClip,
-    #[error("--clip-radius must be a number in (0, 1e30], got {0}")]
-    ClipRadius(f64),
-    #[error("--aggregator-memory must be between 1 and 65536 MiB, got {0}")]
-    AggregatorMemory(usize),
-    #[error("--max-grad-norm must be a number in (0, 1e30], got {0}")]
-    MaxGradNorm(f64),
-    #[error(
-        "--allowed-origin must be * or scheme://host[:port] with scheme http or https, got {0:?}"
-    )]
-    AllowedOrigin(String),
-    #[error("--verify-fraction must be in [0, 1], got {0}")]
-    VerifyFraction(f64),
-    #[error("--ban-after must be at least 1")]
-    BanAfter,
-    #[error("--max-per-ip must be at least 1")]
-    MaxPerIp,
-    #[error("--join-token must not be empty")]
-    EmptyJoinToken,
-    #[error("--log-level must be one of error, warn, info, debug, trace; got {0:?}")]
-    LogLevel(String),
-    #[error("--web-dir {0:?} is not a directory")]
-    WebDir(PathBuf),
 }
 
 /// Widest hidden layer accepted: keeps one model's weights far below the frame limit.
@@ -277,6 +208,7 @@ impl TryFrom<Cli> for Config {
             return Err(ConfigError::Ping { interval, timeout });
         }
         let liveness = Liveness { interval, timeout };
+        let checkpoints = checkpoints(&cli)?;
         let log_level = cli.log_level.to_ascii_lowercase();
         if !["error", "warn", "info", "debug", "trace"].contains(&log_level.as_str()) {
             return Err(ConfigError::LogLevel(cli.log_level));
@@ -328,8 +260,37 @@ impl TryFrom<Cli> for Config {
             upload_rate,
             tls,
             log_level,
+            checkpoints,
         })
     }
+}
+
+/// `--checkpoint-dir` and the flags that need it (defaults recognised by value).
+fn checkpoints(cli: &Cli) -> Result<Option<CheckpointConfig>, ConfigError> {
+    let Some(dir) = cli.checkpoint_dir.clone() else {
+        return match () {
+            () if cli.resume => Err(ConfigError::NeedsCheckpointDir("--resume")),
+            () if cli.checkpoint_every != 100 => {
+                Err(ConfigError::NeedsCheckpointDir("--checkpoint-every"))
+            }
+            () if cli.keep_checkpoints != 3 => {
+                Err(ConfigError::NeedsCheckpointDir("--keep-checkpoints"))
+            }
+            () => Ok(None),
+        };
+    };
+    if cli.checkpoint_every == 0 {
+        return Err(ConfigError::CheckpointEvery);
+    }
+    if !(1..=1000).contains(&cli.keep_checkpoints) {
+        return Err(ConfigError::KeepCheckpoints(cli.keep_checkpoints));
+    }
+    Ok(Some(CheckpointConfig {
+        dir,
+        every: cli.checkpoint_every,
+        keep: cli.keep_checkpoints,
+        resume: cli.resume,
+    }))
 }
 
 /// `--allowed-origin`s.

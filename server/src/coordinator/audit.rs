@@ -54,6 +54,15 @@ impl Audits {
         }
     }
 
+    /// The sampler's state (for a checkpoint), and continuing from one.
+    pub fn rng_state(&self) -> u64 {
+        self.rng.state()
+    }
+
+    pub fn restore_rng(&mut self, state: u64) {
+        self.rng = SplitMix64::new(state);
+    }
+
     /// Weights of `version` were sent to `worker` in `compression`, and it holds `shard`:
     /// decides whether its answer is recomputed. `weights` gives the weights as it decodes
     /// them (called only if sampled, and not already kept). A newer pull replaces an older

@@ -58,6 +58,21 @@ impl NormBound {
         self.bound
     }
 
+    /// The norms it learned from, oldest first (for a checkpoint).
+    pub fn history(&self) -> Vec<f64> {
+        self.recent.iter().copied().collect()
+    }
+
+    /// Continues from a checkpoint's history (the newest [`WINDOW`] finite ones).
+    pub fn restore(&mut self, history: &[f64]) {
+        let finite: Vec<f64> = history.iter().copied().filter(|n| n.is_finite()).collect();
+        self.recent = finite[finite.len().saturating_sub(WINDOW)..]
+            .iter()
+            .copied()
+            .collect();
+        self.bound = self.compute();
+    }
+
     /// The scale for a gradient of this norm. A non-finite norm (impossible from a
     /// validated session) scales to zero.
     pub fn clip(&self, norm: f64) -> Clip {

@@ -139,11 +139,14 @@ pub struct WeightsSnapshot {
 }
 
 /// How training ended.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
     pub rounds: u64,
     pub evaluation: Option<Evaluation>,
     pub reached_target: bool,
+    /// `--checkpoint-dir`: the checkpoint taken on stopping failed (training itself ended
+    /// normally; the newest checkpoint on disk is older).
+    pub checkpoint_error: Option<String>,
 }
 
 /// The receiving ends of what the coordinator publishes.

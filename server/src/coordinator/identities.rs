@@ -99,6 +99,41 @@ impl Identities {
         }
     }
 
+    /// Every identity as its token and accepted gradients (for a checkpoint). `connected`
+    /// gives the live count of a connected worker, whose identity only learns it on leaving.
+    pub fn saved(&self, connected: impl Fn(WorkerId) -> Option<u64>) -> Vec<(String, u64)> {
+        let mut saved: Vec<(String, u64)> = self
+            .map
+            .iter()
+            .map(|(&id, i)| (token(id, &i.secret), connected(id).unwrap_or(i.gradients)))
+            .collect();
+        saved.sort();
+        saved
+    }
+
+    /// Takes back a checkpoint's identities, all departed at `now` (their TTL starts again).
+    /// Malformed tokens are skipped and counted.
+    pub fn restore(&mut self, saved: &[(String, u64)], now: Instant) -> usize {
+        let mut malformed = 0;
+        for (token, gradients) in saved {
+            let Some((id, secret)) = parse(token) else {
+                malformed += 1;
+                continue;
+            };
+            self.map.insert(
+                id,
+                Identity {
+                    secret,
+                    gradients: *gradients,
+                    left_at: Some(now),
+                },
+            );
+            self.departed.push_back((now, id));
+        }
+        self.prune(now);
+        malformed
+    }
+
     /// Drops departed identities past their TTL, and the oldest departed ones while over
     /// capacity.
     fn prune(&mut self, now: Instant) {
@@ -161,6 +196,27 @@ mod tests {
         ] {
             assert_eq!(ids.resume(bad, now), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn saved_identities_resume_after_a_restore() {
+        let now = Instant::now();
+        let mut ids = Identities::new(10);
+        let a = ids.issue(WorkerId(1), now).expect("random");
+        let b = ids.issue(WorkerId(7), now).expect("random");
+        ids.left(WorkerId(7), 3, now);
+        let saved = ids.saved(|id| (id == WorkerId(1)).then_some(9));
+        assert_eq!(saved, vec![(a.clone(), 9), (b.clone(), 3)]);
+        let mut back = Identities::new(10);
+        let bad = ("7.nothex".to_string(), 0);
+        assert_eq!(
+            back.restore(&[saved[0].clone(), saved[1].clone(), bad], now),
+            1
+        );
+        assert_eq!(back.resume(&a, now), Some((WorkerId(1), 9)));
+        assert_eq!(back.resume(&b, now), Some((WorkerId(7), 3)));
+        let forged = format!("1.{}", &b[2..]);
+        assert_eq!(back.resume(&forged, now), None);
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use model::Evaluation;
 use protocol::ErrorCode;
+use serde::{Deserialize, Serialize};
 
 use super::schedule::{Standing, Update};
 use crate::status::{RoundReport, State, Status, WorkerStatus};
@@ -40,26 +41,34 @@ pub struct Live {
     pub bans: Arc<Vec<String>>,
     /// `--replicate`: (agreed, disputed).
     pub replicas: (u64, u64),
+    pub checkpoints: Option<crate::checkpoint::Report>,
+}
+
+/// The run's counters: what a checkpoint keeps, so that totals survive a restart.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Counters {
+    pub gradients_accepted: u64,
+    pub gradients_rejected: u64,
+    pub late: u64,
+    pub stale_rejected: u64,
+    pub duplicate_rejected: u64,
+    pub gradients_clipped: u64,
+    pub updates_refused: u64,
+    pub gradients_verified: u64,
+    pub verification_mismatches: u64,
+    pub answered_total: u64,
+    pub samples_seen: u64,
+    pub deadline_closes: u64,
+    pub deadline_extensions: u64,
+    pub resumed: u64,
+    pub sessions_rejected: u64,
 }
 
 #[derive(Debug)]
 pub struct Metrics {
     info: RunInfo,
-    gradients_accepted: u64,
-    gradients_rejected: u64,
-    late: u64,
-    stale_rejected: u64,
-    duplicate_rejected: u64,
-    gradients_clipped: u64,
-    updates_refused: u64,
-    gradients_verified: u64,
-    verification_mismatches: u64,
-    answered_total: u64,
-    samples_seen: u64,
-    deadline_closes: u64,
-    deadline_extensions: u64,
-    resumed: u64,
-    sessions_rejected: u64,
+    counters: Counters,
     since_update: SinceUpdate,
     train_loss: Option<f64>,
     last_round: Option<RoundReport>,
@@ -70,21 +79,7 @@ impl Metrics {
     pub fn new(info: RunInfo) -> Self {
         Self {
             info,
-            gradients_accepted: 0,
-            gradients_rejected: 0,
-            late: 0,
-            stale_rejected: 0,
-            duplicate_rejected: 0,
-            gradients_clipped: 0,
-            updates_refused: 0,
-            gradients_verified: 0,
-            verification_mismatches: 0,
-            answered_total: 0,
-            samples_seen: 0,
-            deadline_closes: 0,
-            deadline_extensions: 0,
-            resumed: 0,
-            sessions_rejected: 0,
+            counters: Counters::default(),
             since_update: SinceUpdate::default(),
             train_loss: None,
             last_round: None,
@@ -92,49 +87,60 @@ impl Metrics {
         }
     }
 
+    /// The counters and the last evaluation, for a checkpoint.
+    pub fn saved(&self) -> (Counters, Option<(u64, Evaluation)>) {
+        (self.counters.clone(), self.evaluation)
+    }
+
+    /// Continues from a checkpoint's counters and evaluation.
+    pub fn restore(&mut self, counters: Counters, evaluation: Option<(u64, Evaluation)>) {
+        self.counters = counters;
+        self.evaluation = evaluation;
+    }
+
     pub fn accepted(&mut self) {
-        self.gradients_accepted += 1;
+        self.counters.gradients_accepted += 1;
     }
 
     /// A gradient was dropped (non-fatal refusal); counted by reason.
     pub fn refused(&mut self, code: ErrorCode) {
-        self.gradients_rejected += 1;
+        self.counters.gradients_rejected += 1;
         let s = &mut self.since_update;
         match code {
-            ErrorCode::Late => (self.late += 1, s.late += 1),
-            ErrorCode::Stale => (self.stale_rejected += 1, s.stale += 1),
-            ErrorCode::Duplicate => (self.duplicate_rejected += 1, s.duplicate += 1),
+            ErrorCode::Late => (self.counters.late += 1, s.late += 1),
+            ErrorCode::Stale => (self.counters.stale_rejected += 1, s.stale += 1),
+            ErrorCode::Duplicate => (self.counters.duplicate_rejected += 1, s.duplicate += 1),
             _ => ((), ()),
         };
     }
 
     /// A gradient was scaled down by the norm bound.
     pub fn clipped(&mut self) {
-        self.gradients_clipped += 1;
+        self.counters.gradients_clipped += 1;
     }
 
     /// A gradient was recomputed; `matched` says whether it was equal.
     pub fn verified(&mut self, matched: bool) {
-        self.gradients_verified += 1;
-        self.verification_mismatches += u64::from(!matched);
+        self.counters.gradients_verified += 1;
+        self.counters.verification_mismatches += u64::from(!matched);
     }
 
     /// An update was not applied: it would have made a parameter non-finite.
     pub fn update_refused(&mut self) {
-        self.updates_refused += 1;
+        self.counters.updates_refused += 1;
     }
 
     pub fn resumed(&mut self) {
-        self.resumed += 1;
+        self.counters.resumed += 1;
     }
 
     /// A session was closed for bad input.
     pub fn session_rejected(&mut self) {
-        self.sessions_rejected += 1;
+        self.counters.sessions_rejected += 1;
     }
 
     pub fn extended(&mut self) {
-        self.deadline_extensions += 1;
+        self.counters.deadline_extensions += 1;
     }
 
     /// An update was applied, making `round` (its version before the update) final.
@@ -142,9 +148,9 @@ impl Metrics {
     pub fn updated(&mut self, update: &Update, round: u64) -> SinceUpdate {
         let since = std::mem::take(&mut self.since_update);
         let ms = update.duration.as_secs_f64() * 1e3;
-        self.samples_seen += update.samples;
-        self.answered_total += update.answered as u64;
-        self.deadline_closes += u64::from(update.deadline_hit);
+        self.counters.samples_seen += update.samples;
+        self.counters.answered_total += update.answered as u64;
+        self.counters.deadline_closes += u64::from(update.deadline_hit);
         self.train_loss = Some(update.mean_loss);
         self.last_round = Some(RoundReport {
             round,
@@ -177,33 +183,34 @@ impl Metrics {
             test_loss: evaluation.map(|e| e.loss),
             evaluated_round: self.evaluation.map(|(v, _)| v),
             train_loss: self.train_loss,
-            samples_seen: self.samples_seen,
-            gradients_accepted: self.gradients_accepted,
-            gradients_rejected: self.gradients_rejected,
-            late: self.late,
-            stale_rejected: self.stale_rejected,
-            duplicate_rejected: self.duplicate_rejected,
-            gradients_clipped: self.gradients_clipped,
+            samples_seen: self.counters.samples_seen,
+            gradients_accepted: self.counters.gradients_accepted,
+            gradients_rejected: self.counters.gradients_rejected,
+            late: self.counters.late,
+            stale_rejected: self.counters.stale_rejected,
+            duplicate_rejected: self.counters.duplicate_rejected,
+            gradients_clipped: self.counters.gradients_clipped,
             grad_norm_bound: live.grad_norm_bound,
-            updates_refused: self.updates_refused,
-            gradients_verified: self.gradients_verified,
-            verification_mismatches: self.verification_mismatches,
+            updates_refused: self.counters.updates_refused,
+            gradients_verified: self.counters.gradients_verified,
+            verification_mismatches: self.counters.verification_mismatches,
             bans: live.bans,
             replicas_agreed: live.replicas.0,
             replicas_disputed: live.replicas.1,
-            answered_total: self.answered_total,
-            deadline_closes: self.deadline_closes,
-            deadline_extensions: self.deadline_extensions,
+            answered_total: self.counters.answered_total,
+            deadline_closes: self.counters.deadline_closes,
+            deadline_extensions: self.counters.deadline_extensions,
             round_timeout_ms: live.standing.round_timeout.map(|t| t.as_secs_f64() * 1e3),
             skipped_workers: live.standing.skipped,
-            resumed: self.resumed,
+            resumed: self.counters.resumed,
             last_round_ms: self.last_round.as_ref().map(|r| r.ms),
             last_round: self.last_round.clone(),
-            sessions_rejected: self.sessions_rejected,
+            sessions_rejected: self.counters.sessions_rejected,
             model: self.info.model.clone(),
             param_count: self.info.param_count,
             optimizer: self.info.optimizer.clone(),
             batch_size: self.info.batch_size,
+            checkpoints: live.checkpoints,
             worker_list: live.worker_list,
         }
     }
@@ -255,6 +262,7 @@ mod tests {
             grad_norm_bound: 2.5,
             bans: Arc::new(vec!["worker 3".into()]),
             replicas: (4, 1),
+            checkpoints: None,
         }
     }
 

@@ -22,6 +22,7 @@
 pub mod asynchronous;
 pub mod audit;
 pub mod bans;
+mod checkpoints;
 mod checks;
 pub mod clip;
 pub mod handle;
@@ -46,6 +47,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use self::audit::Audits;
+pub use self::checkpoints::Checkpoints;
 use self::clip::NormBound;
 pub use self::handle::{
     CoordinatorHandle, Event, Joined, Outbound, Outcome, Published, SessionId, Stopped,
@@ -77,6 +79,8 @@ pub struct Coordinator {
     outcome: Option<Outcome>,
     last_eval: Option<Evaluation>,
     worker_list: Arc<Vec<WorkerStatus>>,
+    /// `--checkpoint-dir`: the writer, and when the next checkpoint is due.
+    checkpoints: Option<Checkpoints>,
     /// The bans as published, rebuilt when one is added, not per event.
     bans: Arc<Vec<String>>,
     status_tx: watch::Sender<Status>,
@@ -143,6 +147,7 @@ impl Coordinator {
             outcome: None,
             last_eval: None,
             worker_list: Arc::default(),
+            checkpoints: None,
             bans: Arc::default(),
             status_tx,
             weights_rx,
@@ -190,11 +195,15 @@ impl Coordinator {
                 () = sleep_until(deadline) => self.tick(now()),
             }
         }
-        self.outcome.unwrap_or(Outcome {
+        let checkpoint_error = self.final_checkpoint().await;
+        let mut outcome = self.outcome.unwrap_or(Outcome {
             rounds: self.trainer.version(),
             evaluation: self.last_eval,
             reached_target: false,
-        })
+            checkpoint_error: None,
+        });
+        outcome.checkpoint_error = checkpoint_error;
+        outcome
     }
 
     pub fn handle(&mut self, event: Event, now: Instant) {
@@ -348,6 +357,7 @@ impl Coordinator {
             grad_norm_bound: self.bound.bound(),
             bans: self.bans.clone(),
             replicas: (self.replicas.agreed, self.replicas.disputed),
+            checkpoints: self.checkpoints.as_ref().map(Checkpoints::report),
         });
         self.status_tx.send_replace(status);
     }

@@ -361,6 +361,8 @@ impl Registry {
     }
 }
 
+#[path = "registry_saved.rs"]
+mod saved;
 #[path = "registry_shards.rs"]
 mod shards;
 #[cfg(test)]

@@ -162,6 +162,13 @@ pub trait Schedule: Send + Debug {
     fn settle(&mut self, view: View, now: Instant) -> Vec<Action>;
     /// When [`Schedule::tick`] is next due, if ever.
     fn deadline(&self) -> Option<Instant>;
+    /// The answer latencies an adaptive deadline learned from (for a checkpoint); none for
+    /// schedules without deadlines.
+    fn deadline_history(&self) -> Vec<std::time::Duration> {
+        Vec::new()
+    }
+    /// Continues from a checkpoint's [`Schedule::deadline_history`].
+    fn restore_deadlines(&mut self, _latencies: &[std::time::Duration]) {}
     fn standing(&self) -> Standing;
     /// Sync: skipped from the quorum.
     fn is_skipped(&self, worker: WorkerId) -> bool;

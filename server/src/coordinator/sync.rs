@@ -266,6 +266,14 @@ impl Schedule for SyncSchedule {
         self.round.as_ref().map(OpenRound::deadline)
     }
 
+    fn deadline_history(&self) -> Vec<Duration> {
+        self.deadline.history()
+    }
+
+    fn restore_deadlines(&mut self, latencies: &[Duration]) {
+        self.deadline.restore(latencies);
+    }
+
     fn standing(&self) -> Standing {
         Standing {
             training: self.round.is_some(),

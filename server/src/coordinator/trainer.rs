@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use model::{evaluate, Dataset, Evaluation, Mlp, ModelError, Optimizer, OptimizerKind};
+use model::{
+    evaluate, Dataset, Evaluation, Mlp, ModelError, Optimizer, OptimizerKind, OptimizerState,
+};
 use protocol::{encode_weights, Compression, Round};
 use tokio::sync::watch;
 use tracing::warn;
@@ -85,6 +87,41 @@ impl Trainer {
             frame,
         });
         true
+    }
+
+    /// The optimizer's state, for a checkpoint.
+    pub fn optimizer_state(&self) -> OptimizerState {
+        self.optimizer.state()
+    }
+
+    /// Continues from a checkpoint: its parameters, optimizer state and version, published
+    /// as the current weights. Refuses, changing nothing, parameters of another length or
+    /// not finite, or an optimizer state that does not fit.
+    pub fn restore(
+        &mut self,
+        params: Vec<f32>,
+        optimizer: OptimizerState,
+        version: u64,
+    ) -> Result<(), String> {
+        if params.len() != self.params.len() || params.iter().any(|p| !p.is_finite()) {
+            return Err(format!(
+                "the parameters must be {} finite values",
+                self.params.len()
+            ));
+        }
+        self.optimizer
+            .restore(optimizer)
+            .map_err(|e| e.to_string())?;
+        self.params = params;
+        self.version = version;
+        let frame = encode(version, &self.params, Compression::None);
+        self.frames = [Some(frame.clone()), None, None];
+        self.seen = [None, None, None];
+        self.weights_tx.send_replace(WeightsSnapshot {
+            round: version,
+            frame,
+        });
+        Ok(())
     }
 
     /// The L2 norm of the coordinator's own gradient on the first `batch` samples of

@@ -35,6 +35,7 @@ impl Coordinator {
             self.metrics.evaluated(version, e);
             self.last_eval = Some(e);
         }
+        self.checkpoint_if_due();
         info!(
             round = version,
             mode = %self.config.mode.name(),
@@ -65,6 +66,7 @@ impl Coordinator {
                 rounds: version,
                 evaluation: self.last_eval,
                 reached_target,
+                checkpoint_error: None,
             });
             self.shutdown.cancel();
         }

@@ -1,0 +1,68 @@
+//! Checkpoints: everything a run needs to continue after its coordinator dies.
+//!
+//! A checkpoint is a directory `ckpt-<version, 12 digits>` in `--checkpoint-dir`, holding
+//! `params.safetensors` (the parameters, one tensor per layer), `optimizer.safetensors`
+//! (momentum or Adam's moments, the step count in its metadata), `state.json` (the round,
+//! the RNG state, identities, shard assignment, deadline and norm-bound history, counters,
+//! last evaluation, and the [`Fingerprint`] of what it was trained with) and `MANIFEST`,
+//! which gives every file's size and CRC-32 and ends with a CRC-32 of itself.
+//!
+//! Files: [`format`] (a [`Checkpoint`] to files and back, checking every byte),
+//! [`store`] (the directory: atomic writes, the newest intact one, keeping the last K),
+//! [`writer`] (a thread that writes, so a round never waits on the disk), [`fingerprint`]
+//! (what must match for a checkpoint to be resumed), [`export`] (`coordinator export`).
+
+pub mod export;
+pub mod fingerprint;
+pub mod format;
+pub mod store;
+pub mod writer;
+
+use model::OptimizerState;
+use serde::{Deserialize, Serialize};
+
+pub use self::export::{export, Exported};
+pub use self::fingerprint::Fingerprint;
+pub use self::format::Fault;
+pub use self::store::{CheckpointError, Loaded, Store};
+pub use self::writer::{Report, Writer};
+use crate::coordinator::metrics::Counters;
+
+/// One checkpoint, in memory: what the coordinator copies out, consistently, between two
+/// events, and what [`Store::load_newest`] gives back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    pub params: Vec<f32>,
+    pub optimizer: OptimizerState,
+    pub run: RunState,
+}
+
+/// `state.json`: everything but the tensors.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunState {
+    /// Updates applied: the round (sync) or version (async) the parameters are at.
+    pub version: u64,
+    pub fingerprint: Fingerprint,
+    /// When it was taken, in milliseconds since the Unix epoch.
+    pub written_unix_ms: u64,
+    /// The recomputation sampler's state.
+    pub audit_rng: u64,
+    /// The id the next new worker gets.
+    pub next_worker: u32,
+    /// Resume tokens (secrets: the files are written readable by their owner only) and each
+    /// identity's accepted gradients.
+    pub identities: Vec<(String, u64)>,
+    /// Who held which train samples: (worker id, first, end).
+    pub shards: Vec<(u32, usize, usize)>,
+    /// The adaptive deadline's answer latencies, in nanoseconds.
+    pub deadline_latencies_ns: Vec<u64>,
+    /// The adaptive norm bound's accepted norms.
+    pub norm_history: Vec<f64>,
+    pub counters: Counters,
+    /// The last evaluation: (version, loss, accuracy).
+    pub evaluation: Option<(u64, f64, f64)>,
+}
+
+#[cfg(test)]
+mod tests;

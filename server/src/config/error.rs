@@ -1,0 +1,92 @@
+//! Why a command line is refused: one variant per rule, each naming the flag.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use thiserror::Error;
+
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum ConfigError {
+    #[error("--hidden: every width must be between 1 and {max}, got {got}")]
+    HiddenWidth { got: usize, max: usize },
+    #[error("--hidden: at most {max} hidden layers, got {got}")]
+    TooManyLayers { got: usize, max: usize },
+    #[error("--lr must be a finite number in (0, 10], got {0}")]
+    LearningRate(f32),
+    #[error("--momentum only applies to --optimizer momentum (got --optimizer {0})")]
+    MomentumWithoutMomentumOptimizer(&'static str),
+    #[error("--momentum must be in [0, 1), got {0}")]
+    Momentum(f32),
+    #[error("--batch-size must be between 1 and {max} (the train split), got {got}")]
+    BatchSize { got: u32, max: usize },
+    #[error("--eval-interval must be at least 1")]
+    EvalInterval,
+    #[error("--max-rounds must be at least 1")]
+    MaxRounds,
+    #[error("--target-accuracy must be in (0, 1], got {0}")]
+    TargetAccuracy(f64),
+    #[error("--min-workers must be at least 1")]
+    MinWorkers,
+    #[error(
+        "--min-workers ({min}) is larger than --max-workers ({max}): no round could ever start"
+    )]
+    MinAboveMax { min: usize, max: usize },
+    #[error("--round-timeout must be `auto` or a duration in (0, 1h] (2s, 500ms, or seconds), got {0:?}")]
+    RoundTimeout(String),
+    #[error("--miss-limit must be at least 1")]
+    MissLimit,
+    #[error("--buffer must be between 1 and 10000, got {0}")]
+    Buffer(usize),
+    #[error("{flag} only applies to --mode {mode}")]
+    FlagForOtherMode {
+        flag: &'static str,
+        mode: &'static str,
+    },
+    #[error("--ping-interval and --ping-timeout must be positive, at most 1h, with the interval shorter than the timeout; got {interval:?} and {timeout:?}")]
+    Ping {
+        interval: Duration,
+        timeout: Duration,
+    },
+    #[error("--trim must be in [0, 0.5), got {0}")]
+    Trim(f32),
+    #[error("--trim only applies to --aggregator mean-around-median, trimmed-mean or multi-krum")]
+    TrimWithoutTrimmedMean,
+    #[error("--replicate must be between 1 and 16, got {0}")]
+    Replicate(usize),
+    #[error("--replicate only applies to --mode sync (async answers are on different weights)")]
+    ReplicateNeedsSync,
+    #[error("--max-upload-rate must be a number of MB a second in (0, 1e6], got {0}")]
+    UploadRate(f64),
+    #[error("--tls-cert and --tls-key go together: give both, or neither for plain http")]
+    TlsPair,
+    #[error("--clip-radius only applies to --aggregator centered-clip")]
+    ClipRadiusWithoutCenteredClip,
+    #[error("--clip-radius must be a number in (0, 1e30], got {0}")]
+    ClipRadius(f64),
+    #[error("--aggregator-memory must be between 1 and 65536 MiB, got {0}")]
+    AggregatorMemory(usize),
+    #[error("--max-grad-norm must be a number in (0, 1e30], got {0}")]
+    MaxGradNorm(f64),
+    #[error(
+        "--allowed-origin must be * or scheme://host[:port] with scheme http or https, got {0:?}"
+    )]
+    AllowedOrigin(String),
+    #[error("--verify-fraction must be in [0, 1], got {0}")]
+    VerifyFraction(f64),
+    #[error("--ban-after must be at least 1")]
+    BanAfter,
+    #[error("--max-per-ip must be at least 1")]
+    MaxPerIp,
+    #[error("--join-token must not be empty")]
+    EmptyJoinToken,
+    #[error("--log-level must be one of error, warn, info, debug, trace; got {0:?}")]
+    LogLevel(String),
+    #[error("--web-dir {0:?} is not a directory")]
+    WebDir(PathBuf),
+    #[error("{0} needs --checkpoint-dir")]
+    NeedsCheckpointDir(&'static str),
+    #[error("--checkpoint-every must be at least 1")]
+    CheckpointEvery,
+    #[error("--keep-checkpoints must be between 1 and 1000, got {0}")]
+    KeepCheckpoints(usize),
+}
