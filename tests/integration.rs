@@ -50,3 +50,11 @@ mod admission;
 /// https/wss served by the coordinator, with a test-generated private CA.
 #[path = "integration/tls.rs"]
 mod tls;
+
+/// Checkpoints: exact resume, kill -9, export.
+#[path = "integration/durability.rs"]
+mod durability;
+
+/// A full disk and a read-only checkpoint directory, at start and mid-run.
+#[path = "integration/disk_faults.rs"]
+mod disk_faults;

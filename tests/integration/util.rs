@@ -364,10 +364,26 @@ pub async fn spawn_coordinator(
     cwd: Option<&std::path::Path>,
     flags: &[&str],
 ) -> (tokio::process::Child, SocketAddr) {
+    let (child, addr, _) = spawn_coordinator_at(binary, cwd, 0, flags).await;
+    (child, addr)
+}
+
+/// The same on `port` (to restart one where its workers expect it), also giving every line
+/// it logs but the listening line, until it exits: the events a test waits on.
+pub async fn spawn_coordinator_at(
+    binary: &std::path::Path,
+    cwd: Option<&std::path::Path>,
+    port: u16,
+    flags: &[&str],
+) -> (
+    tokio::process::Child,
+    SocketAddr,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
     use tokio::io::AsyncBufReadExt;
     let mut command = tokio::process::Command::new(binary);
     command
-        .args(["--port", "0", "--log-level", "info"])
+        .args(["--port", &port.to_string(), "--log-level", "info"])
         .args(flags)
         .env("NO_COLOR", "1")
         .env_remove("RUST_LOG")
@@ -379,6 +395,7 @@ pub async fn spawn_coordinator(
     }
     let mut child = command.spawn().expect("spawn coordinator");
     let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let addr: SocketAddr = guard("the listening line", async {
         loop {
             let line = lines
@@ -390,11 +407,16 @@ pub async fn spawn_coordinator(
                 let addr = rest.split('/').next().expect("split yields one item");
                 return addr.parse().expect("address");
             }
+            let _ = tx.send(line);
         }
     })
     .await;
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (child, addr)
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            let _ = tx.send(line);
+        }
+    });
+    (child, addr, rx)
 }
 
 /// After a run at `--verify-fraction 1` of `rounds` rounds with `workers` honest workers:
