@@ -176,28 +176,43 @@ async fn two_tabs_train_to_90_percent_and_survive_a_closed_tab() {
     stop(server).await;
 }
 
+/// The coordinator stops (its checkpoint taken on stopping) and a new one resumes on the same
+/// address: nobody touches the tabs, they come back by themselves, keep their worker ids,
+/// and training continues from the round it stopped at.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tabs_reconnect_by_themselves_after_a_coordinator_restart() {
     let _heavy = HEAVY.lock().await;
-    let server = start_server(&[]).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let flags = ["--checkpoint-dir", dir.path().to_str().expect("utf-8")];
+    let server = start_server(&flags).await;
     let addr = server.addr;
     let mut status = server.status.clone();
     let tabs = [Browser::open(&page(addr)), Browser::open(&page(addr))];
-    wait_status(&mut status, "two training tabs", |s| {
+    let s = wait_status(&mut status, "two training tabs", |s| {
         browsers(s) == 2 && s.round >= 10
     })
     .await;
+    let ids: Vec<u32> = s.worker_list.iter().map(|w| w.id).collect();
 
-    stop(server).await;
+    let summary = guard("a clean stop", server.stop()).await.expect("stops");
+    assert_eq!(summary.checkpoint_error, None);
 
     // A new coordinator on the same address; nobody touches the tabs.
-    let restarted = start_server_at(addr, &[]).await;
+    let resume = [flags[0], flags[1], "--resume"];
+    let restarted = start_server_at(addr, &resume).await;
     let mut status = restarted.status.clone();
+    assert_eq!(
+        status.borrow().round,
+        summary.rounds,
+        "resumed where it stopped"
+    );
     let s = wait_status(&mut status, "the tabs to rejoin and train", |s| {
-        browsers(s) == 2 && s.round >= 10 && s.worker_list.iter().all(|w| w.gradients > 0)
+        browsers(s) == 2 && s.resumed >= 2 && s.round >= summary.rounds + 10
     })
     .await;
     assert_eq!(s.workers, 2);
+    let ids_after: Vec<u32> = s.worker_list.iter().map(|w| w.id).collect();
+    assert_eq!(ids_after, ids, "the tabs kept their worker ids");
     for tab in tabs {
         tab.close().await;
     }

@@ -6,6 +6,8 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 use worker_core::WorkerCore;
 
+use server::checkpoint::Store;
+
 use crate::util::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_coordinator");
@@ -405,4 +407,45 @@ print(float(sum(v.astype("float64").sum() for v in t.values())))
         ),
         Err(e) => println!("skipped the Python check (no python3: {e})"),
     }
+}
+
+/// Async mode checkpoints by updates, and resumes at the version it stopped at.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_runs_checkpoint_by_updates_and_resume() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ckpt = dir.path().to_str().expect("utf-8");
+    let common = [
+        "--mode",
+        "async",
+        "--checkpoint-dir",
+        ckpt,
+        "--checkpoint-every",
+        "3",
+    ];
+    let run = |max: &'static str, resume: bool| {
+        let mut flags: Vec<&str> = common.to_vec();
+        flags.extend(["--max-rounds", max]);
+        if resume {
+            flags.push("--resume");
+        }
+        async move {
+            let server = start_server(&flags).await;
+            let start = server.status.borrow().round;
+            let (task, _) = spawn_worker(server.addr);
+            let summary = guard("the run", server.wait()).await.expect("clean");
+            let _ = guard("worker", task).await;
+            (start, summary)
+        }
+    };
+    let (start, summary) = run("9", false).await;
+    assert_eq!((start, summary.rounds), (0, 9));
+    let versions: Vec<u64> = Store::new(dir.path().into(), 3, Default::default())
+        .list()
+        .expect("list")
+        .into_iter()
+        .map(|(v, _)| v)
+        .collect();
+    assert_eq!(versions, [9, 6, 3], "every 3 updates");
+    let (start, summary) = run("15", true).await;
+    assert_eq!((start, summary.rounds), (9, 15));
 }
