@@ -84,12 +84,13 @@ impl Drop for Tmpfs {
 }
 
 /// The binary with `--checkpoint-dir dir`: it must exit non-zero at once, saying why.
-fn refused_at_start(dir: &Path) -> String {
-    let out = Command::new(BIN)
+async fn refused_at_start(dir: &Path) -> String {
+    let run = tokio::process::Command::new(BIN)
         .args(["--port", "0", "--checkpoint-dir"])
         .arg(dir)
-        .output()
-        .expect("runs");
+        .kill_on_drop(true)
+        .output();
+    let out = guard("the coordinator to refuse", run).await.expect("runs");
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(!out.status.success(), "it must not start: {stderr}");
     assert!(
@@ -99,17 +100,17 @@ fn refused_at_start(dir: &Path) -> String {
     stderr
 }
 
-#[test]
-fn a_read_only_or_full_checkpoint_directory_is_refused_at_start() {
+#[tokio::test]
+async fn a_read_only_or_full_checkpoint_directory_is_refused_at_start() {
     let Some(fs) = Tmpfs::mount("1m") else { return };
     let dir = fs.path.join("checkpoints");
     fs.remount("ro");
-    let stderr = refused_at_start(&dir);
+    let stderr = refused_at_start(&dir).await;
     assert!(stderr.contains("Read-only file system"), "{stderr}");
     fs.remount("rw");
     std::fs::create_dir(&dir).expect("mkdir");
     let filler = fs.fill();
-    let stderr = refused_at_start(&dir);
+    let stderr = refused_at_start(&dir).await;
     assert!(stderr.contains("No space left on device"), "{stderr}");
     assert_eq!(
         std::fs::read_dir(&dir).expect("dir").count(),

@@ -233,7 +233,13 @@ impl Store {
         if replacing {
             std::fs::rename(target, &old)?;
         }
-        std::fs::rename(temp, target)?;
+        if let Err(err) = std::fs::rename(temp, target) {
+            if replacing {
+                // Put the one it was to replace back where it was.
+                let _ = std::fs::rename(&old, target);
+            }
+            return Err(err);
+        }
         sync_dir(&self.dir)?;
         if replacing {
             let _ = std::fs::remove_dir_all(&old);

@@ -25,6 +25,22 @@ fn defaults_are_the_documented_ones() {
 }
 
 #[test]
+fn checkpoint_flags_come_together() {
+    assert_eq!(parse(&[]).expect("valid").checkpoints, None);
+    let c = parse(&["--checkpoint-dir", "runs/a", "--resume"]).expect("valid");
+    let expected = CheckpointConfig {
+        dir: "runs/a".into(),
+        every: 100,
+        keep: 3,
+        resume: true,
+    };
+    assert_eq!(c.checkpoints, Some(expected));
+    let cli = Cli::try_parse_from(["coordinator", "export", "--checkpoint-dir", "d", "--out", "m"])
+        .expect("the export command");
+    assert!(matches!(cli.command, Some(Command::Export(ExportArgs { ref out, .. })) if out.as_os_str() == "m"));
+}
+
+#[test]
 fn modes_take_their_own_flags() {
     let c = parse(&["--round-timeout", "500ms", "--miss-limit", "2"]).expect("valid");
     let timeout = RoundTimeout::Fixed(Duration::from_millis(500));
@@ -124,6 +140,13 @@ fn flags_are_applied() {
 fn bad_combinations_are_refused_with_a_clear_message() {
     let cases: &[(&[&str], &str)] = &[
         (&["--hidden", "0"], "--hidden"),
+        (&["--resume"], "--resume needs --checkpoint-dir"),
+        (&["--checkpoint-every", "5"], "--checkpoint-every needs --checkpoint-dir"),
+        (&["--keep-checkpoints", "5"], "--keep-checkpoints needs --checkpoint-dir"),
+        (&["--checkpoint-dir", "d", "--checkpoint-every", "0"], "--checkpoint-every"),
+        (&["--checkpoint-dir", "d", "--keep-checkpoints", "0"], "--keep-checkpoints"),
+        (&["export", "--out", "m.safetensors"], "--checkpoint-dir"),
+        (&["--port", "1", "export"], "cannot be used with"),
         (&["--hidden", "1,2,3,4,5,6,7,8,9"], "at most 8"),
         (&["--lr", "0"], "--lr"),
         (&["--lr", "NaN"], "--lr"),
