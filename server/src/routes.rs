@@ -95,10 +95,7 @@ async fn params(State(state): State<AppState>) -> impl IntoResponse {
     let body = crate::tensors_file::encode_params(
         state.published.mlp.layout(),
         &snapshot.frame[WEIGHTS_DATA_OFFSET..],
-        &[
-            ("round", snapshot.round.to_string()),
-            ("format", "crowdtrain".to_string()),
-        ],
+        ("round", snapshot.round.to_string()),
     );
     (
         [

@@ -34,10 +34,15 @@ pub enum TensorsFileError {
     },
 }
 
-/// Encodes tensors given as raw little-endian f32 bytes, with string `metadata`.
+/// One metadata entry (`key`, `value`). Only one: the crate keeps metadata in a `HashMap`,
+/// so two would be written in a random order, and the same tensors would not always give the
+/// same bytes.
+pub type Metadata<'a> = (&'a str, String);
+
+/// Encodes tensors given as raw little-endian f32 bytes, with one `metadata` entry.
 pub fn encode<'a>(
     tensors: impl IntoIterator<Item = (&'a str, &'a [usize], &'a [u8])>,
-    metadata: &[(&str, String)],
+    metadata: Metadata<'_>,
 ) -> Vec<u8> {
     let views: Vec<(&str, TensorView<'_>)> = tensors
         .into_iter()
@@ -47,15 +52,12 @@ pub fn encode<'a>(
             (name, view)
         })
         .collect();
-    let metadata: HashMap<String, String> = metadata
-        .iter()
-        .map(|(k, v)| ((*k).to_string(), v.clone()))
-        .collect();
+    let metadata = HashMap::from([(metadata.0.to_string(), metadata.1)]);
     safetensors::serialize(views, Some(metadata)).expect("f32 tensors with distinct names")
 }
 
 /// The parameters (raw little-endian f32 bytes, in `layout` order) as one tensor per layer.
-pub fn encode_params(layout: &ParamLayout, data: &[u8], metadata: &[(&str, String)]) -> Vec<u8> {
+pub fn encode_params(layout: &ParamLayout, data: &[u8], metadata: Metadata<'_>) -> Vec<u8> {
     encode(
         layout.tensors().iter().map(|t| {
             let bytes = &data[t.offset * 4..(t.offset + t.len()) * 4];
@@ -139,7 +141,12 @@ mod tests {
     fn header_describes_every_tensor_and_data_follows_aligned() {
         let mlp = layout();
         let params: Vec<f32> = (0..8).map(|i| i as f32).collect();
-        let out = encode_params(mlp.layout(), &le_bytes(&params), &[("round", "5".into())]);
+        let out = encode_params(mlp.layout(), &le_bytes(&params), ("round", "5".into()));
+        assert_eq!(
+            out,
+            encode_params(mlp.layout(), &le_bytes(&params), ("round", "5".into())),
+            "the same tensors, the same bytes"
+        );
         let n = u64::from_le_bytes(out[..8].try_into().expect("8 bytes")) as usize;
         assert_eq!(n % 8, 0);
         let header: Value = serde_json::from_slice(&out[8..8 + n]).expect("json");
@@ -155,7 +162,7 @@ mod tests {
     fn a_file_that_does_not_fit_is_refused_by_tensor_name() {
         let mlp = layout();
         let other = model::Mlp::new(&[2, 3]).expect("valid");
-        let file = encode_params(other.layout(), &le_bytes(&[0.0; 9]), &[]);
+        let file = encode_params(other.layout(), &le_bytes(&[0.0; 9]), ("round", "0".into()));
         let err = decode_params(&file, mlp.layout()).expect_err("other shapes");
         assert_eq!(
             err.to_string(),
@@ -163,16 +170,20 @@ mod tests {
         );
         let one = encode(
             [("l0.weight", &[3usize, 2][..], &le_bytes(&[0.0; 6])[..])],
-            &[],
+            ("round", "0".into()),
         );
         let err = decode_params(&one, mlp.layout()).expect_err("missing");
         assert_eq!(err, TensorsFileError::Missing("l0.bias".into()));
-        let extra = encode([("x", &[1usize][..], &le_bytes(&[0.0])[..])], &[]);
+        let extra = encode(
+            [("x", &[1usize][..], &le_bytes(&[0.0])[..])],
+            ("round", "0".into()),
+        );
         assert!(matches!(
             decode(&extra, &[]),
             Err(TensorsFileError::Unexpected(name)) if name == "x"
         ));
-        let mut truncated = encode_params(mlp.layout(), &le_bytes(&[1.0; 8]), &[]);
+        let mut truncated =
+            encode_params(mlp.layout(), &le_bytes(&[1.0; 8]), ("round", "0".into()));
         truncated.pop();
         assert!(matches!(
             decode_params(&truncated, mlp.layout()),

@@ -59,7 +59,7 @@ pub fn encode(checkpoint: &Checkpoint, layout: &ParamLayout) -> Vec<(&'static st
     let params = tensors_file::encode_params(
         layout,
         &tensors_file::le_bytes(&checkpoint.params),
-        &[("round", version.clone()), ("format", "crowdtrain".into())],
+        ("round", version.clone()),
     );
     let optimizer = encode_optimizer(&checkpoint.optimizer);
     let state = serde_json::to_vec_pretty(&checkpoint.run).expect("plain data serialises");
@@ -92,7 +92,7 @@ fn encode_optimizer(state: &OptimizerState) -> Vec<u8> {
             .zip(&shapes)
             .zip(&bytes)
             .map(|(((name, _), shape), data)| (name.as_str(), &shape[..], data.as_slice())),
-        &[("step", state.step.to_string())],
+        ("step", state.step.to_string()),
     )
 }
 

@@ -35,9 +35,18 @@ fn checkpoint_flags_come_together() {
         resume: true,
     };
     assert_eq!(c.checkpoints, Some(expected));
-    let cli = Cli::try_parse_from(["coordinator", "export", "--checkpoint-dir", "d", "--out", "m"])
-        .expect("the export command");
-    assert!(matches!(cli.command, Some(Command::Export(ExportArgs { ref out, .. })) if out.as_os_str() == "m"));
+    let cli = Cli::try_parse_from([
+        "coordinator",
+        "export",
+        "--checkpoint-dir",
+        "d",
+        "--out",
+        "m",
+    ])
+    .expect("the export command");
+    assert!(
+        matches!(cli.command, Some(Command::Export(ExportArgs { ref out, .. })) if out.as_os_str() == "m")
+    );
 }
 
 #[test]
@@ -141,10 +150,22 @@ fn bad_combinations_are_refused_with_a_clear_message() {
     let cases: &[(&[&str], &str)] = &[
         (&["--hidden", "0"], "--hidden"),
         (&["--resume"], "--resume needs --checkpoint-dir"),
-        (&["--checkpoint-every", "5"], "--checkpoint-every needs --checkpoint-dir"),
-        (&["--keep-checkpoints", "5"], "--keep-checkpoints needs --checkpoint-dir"),
-        (&["--checkpoint-dir", "d", "--checkpoint-every", "0"], "--checkpoint-every"),
-        (&["--checkpoint-dir", "d", "--keep-checkpoints", "0"], "--keep-checkpoints"),
+        (
+            &["--checkpoint-every", "5"],
+            "--checkpoint-every needs --checkpoint-dir",
+        ),
+        (
+            &["--keep-checkpoints", "5"],
+            "--keep-checkpoints needs --checkpoint-dir",
+        ),
+        (
+            &["--checkpoint-dir", "d", "--checkpoint-every", "0"],
+            "--checkpoint-every",
+        ),
+        (
+            &["--checkpoint-dir", "d", "--keep-checkpoints", "0"],
+            "--keep-checkpoints",
+        ),
         (&["export", "--out", "m.safetensors"], "--checkpoint-dir"),
         (&["--port", "1", "export"], "cannot be used with"),
         (&["--hidden", "1,2,3,4,5,6,7,8,9"], "at most 8"),
