@@ -79,6 +79,7 @@ fn main() -> anyhow::Result<()> {
                     deadline_latencies_ns: vec![10_000_000; 256],
                     norm_history: vec![1.0; 64],
                     counters: Default::default(),
+                    bans: Default::default(),
                     evaluation: None,
                 },
             };

@@ -3,7 +3,7 @@
 //! A checkpoint is a directory `ckpt-<version, 12 digits>` in `--checkpoint-dir`, holding
 //! `params.safetensors` (the parameters, one tensor per layer), `optimizer.safetensors`
 //! (momentum or Adam's moments, the step count in its metadata), `state.json` (the round,
-//! the RNG state, identities, shard assignment, deadline and norm-bound history, counters,
+//! the RNG state, identities, bans, shard assignment, deadline and norm-bound history, counters,
 //! last evaluation, and the [`Fingerprint`] of what it was trained with) and `MANIFEST`,
 //! which gives every file's size and CRC-32 and ends with a CRC-32 of itself.
 //!
@@ -26,6 +26,7 @@ pub use self::fingerprint::Fingerprint;
 pub use self::format::Fault;
 pub use self::store::{CheckpointError, Loaded, Store};
 pub use self::writer::{Report, Writer};
+use crate::coordinator::bans::SavedBans;
 use crate::coordinator::metrics::Counters;
 
 /// One checkpoint, in memory: what the coordinator copies out, consistently, between two
@@ -60,6 +61,9 @@ pub struct RunState {
     /// The adaptive norm bound's accepted norms.
     pub norm_history: Vec<f64>,
     pub counters: Counters,
+    /// Banned workers and addresses, and strikes so far.
+    #[serde(default)]
+    pub bans: SavedBans,
     /// The last evaluation: (version, loss, accuracy).
     pub evaluation: Option<(u64, f64, f64)>,
 }

@@ -9,6 +9,19 @@ use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
 use protocol::WorkerId;
+use serde::{Deserialize, Serialize};
+
+/// What a checkpoint keeps of the bans, so a banned worker or address stays out across a
+/// restart, and strikes count on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SavedBans {
+    pub workers: Vec<u32>,
+    pub addresses: Vec<IpAddr>,
+    /// (worker id, strikes).
+    pub strikes: Vec<(u32, u32)>,
+    pub address_strikes: Vec<(IpAddr, u32)>,
+}
 
 /// One ban, for the status.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,5 +113,69 @@ impl Bans {
 
     pub fn list(&self) -> &[Banned] {
         &self.list
+    }
+
+    pub fn saved(&self) -> SavedBans {
+        let mut saved = SavedBans {
+            workers: self.workers.iter().map(|id| id.0).collect(),
+            addresses: self.addresses.iter().copied().collect(),
+            strikes: self.strikes.iter().map(|(id, &n)| (id.0, n)).collect(),
+            address_strikes: self
+                .address_strikes
+                .iter()
+                .map(|(&ip, &n)| (ip, n))
+                .collect(),
+        };
+        saved.workers.sort_unstable();
+        saved.addresses.sort_unstable();
+        saved.strikes.sort_unstable();
+        saved.address_strikes.sort_unstable();
+        saved
+    }
+
+    /// Adds a checkpoint's bans and strikes to these.
+    pub fn restore(&mut self, saved: &SavedBans) {
+        for &id in &saved.workers {
+            if self.workers.insert(WorkerId(id)) {
+                self.list.push(Banned::Worker(WorkerId(id)));
+            }
+        }
+        for &ip in &saved.addresses {
+            if self.addresses.insert(ip) {
+                self.list.push(Banned::Address(ip));
+            }
+        }
+        for &(id, n) in &saved.strikes {
+            self.strikes.insert(WorkerId(id), n);
+        }
+        self.address_strikes
+            .extend(saved.address_strikes.iter().copied());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bans_and_strikes_survive_a_save_and_restore() {
+        let mut bans = Bans::new(2);
+        let ip: IpAddr = "203.0.113.7".parse().expect("ip");
+        bans.strike(WorkerId(4));
+        assert!(bans.ban(WorkerId(9), Some(ip)));
+        bans.strike_address("198.51.100.1".parse().expect("ip"));
+        let saved = bans.saved();
+        let json = serde_json::to_string(&saved).expect("serialises");
+        let mut back = Bans::new(2);
+        back.restore(&serde_json::from_str(&json).expect("parses"));
+        assert!(back.is_banned(WorkerId(9)) && back.is_address_banned(ip));
+        assert_eq!(back.strikes(WorkerId(4)), 1);
+        assert_eq!(back.list(), bans.list());
+        let (strikes, ban) = back.strike(WorkerId(4));
+        assert_eq!((strikes, ban), (2, true), "strikes count on");
+        assert!(
+            back.strike_address("198.51.100.1".parse().expect("ip")),
+            "so do addresses'"
+        );
     }
 }

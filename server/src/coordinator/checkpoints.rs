@@ -67,6 +67,7 @@ impl Coordinator {
             .collect();
         self.schedule.restore_deadlines(&latencies);
         self.bound.restore(&run.norm_history);
+        self.registry.restore_bans(&run.bans);
         self.audits.restore_rng(run.audit_rng);
         let evaluation = run
             .evaluation
@@ -100,7 +101,7 @@ impl Coordinator {
     }
 
     /// Everything a restart needs, copied now.
-    fn snapshot(&self, fingerprint: Fingerprint) -> Checkpoint {
+    pub(super) fn snapshot(&self, fingerprint: Fingerprint) -> Checkpoint {
         let (counters, evaluation) = self.metrics.saved();
         let written_unix_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -129,6 +130,7 @@ impl Coordinator {
                     .collect(),
                 norm_history: self.bound.history(),
                 counters,
+                bans: self.registry.saved_bans(),
                 evaluation: evaluation.map(|(v, e)| (v, e.loss, e.accuracy)),
             },
         }

@@ -15,6 +15,16 @@ impl Registry {
             .saved(|id| self.workers.get(&id).map(|w| w.tally.accepted))
     }
 
+    /// Bans and strikes.
+    pub fn saved_bans(&self) -> super::super::bans::SavedBans {
+        self.bans.saved()
+    }
+
+    pub fn restore_bans(&mut self, saved: &super::super::bans::SavedBans) {
+        self.bans.restore(saved);
+        self.changed = true;
+    }
+
     /// The id the next new worker gets.
     pub fn next_worker(&self) -> u32 {
         self.next_worker

@@ -566,3 +566,70 @@ fn a_workers_weight_is_its_assigned_batch_not_its_claim() {
         assert!((p - q - 2.0).abs() < 1e-5, "{p} - {q}");
     }
 }
+
+/// What a checkpoint copies out is what a fresh coordinator continues from: the weights and
+/// version, identities (a worker resumes as itself), bans (a banned one stays out), strikes,
+/// counters, and new workers get ids nobody had.
+#[test]
+fn a_snapshot_restored_into_a_new_coordinator_continues_the_run() {
+    let mut h = harness(&["--min-workers", "2"]);
+    let (a, b) = (h.join(None, 0), h.join(None, 0));
+    for round in 0..3 {
+        h.gradient(&a, round, 10 * round + 1);
+        h.gradient(&b, round, 10 * round + 2);
+    }
+    assert_eq!(h.status().round, 3);
+    h.c.registry.ban(b.id);
+    let fingerprint = crate::checkpoint::Fingerprint {
+        model: "m".into(),
+        param_count: h.params,
+        dataset: "d".into(),
+        optimizer: "o".into(),
+        mode: "sync".into(),
+    };
+    let saved = h.c.snapshot(fingerprint);
+    let before = h.status();
+
+    let mut fresh = harness(&["--min-workers", "2"]);
+    assert_ne!(fresh.c.trainer.params(), h.c.trainer.params());
+    fresh.c.restore(saved, fresh.at(0)).expect("fits");
+    assert_eq!(fresh.c.trainer.params(), h.c.trainer.params());
+    let after = fresh.status();
+    assert_eq!(after.round, 3);
+    assert_eq!(after.gradients_accepted, before.gradients_accepted);
+    assert_eq!(*after.bans, [b.id.to_string()], "the ban survives");
+
+    let a2 = fresh.join(Some(&a.token), 1);
+    assert_eq!(a2.id, a.id, "resumed as itself");
+    let me = fresh
+        .status()
+        .worker_list
+        .iter()
+        .find(|w| w.id == a.id.0)
+        .cloned();
+    assert_eq!(me.expect("listed").gradients, 3, "its gradients remembered");
+
+    let (outbox, _rx) = mpsc::channel(4);
+    let (reply, mut reply_rx) = oneshot::channel();
+    let hello = Hello {
+        kind: Some(WorkerKind::Native),
+        join_token: None,
+        resume_token: Some(b.token.clone()),
+        compression: protocol::Compression::None,
+    };
+    let peer = std::net::Ipv4Addr::LOCALHOST.into();
+    fresh.c.handle(
+        Event::Join {
+            hello,
+            outbox,
+            peer,
+            reply,
+        },
+        fresh.at(2),
+    );
+    let refused = reply_rx.try_recv().expect("answered").expect_err("banned");
+    assert_eq!(refused.code, ErrorCode::Banned, "{refused}");
+
+    let newcomer = fresh.join(None, 3);
+    assert!(newcomer.id.0 > b.id.0, "a fresh id: {:?}", newcomer.id);
+}
