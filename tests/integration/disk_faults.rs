@@ -151,11 +151,12 @@ async fn mid_run_disk_faults_cost_checkpoints_not_training() {
     println!("disk full: {error}");
     assert!(error.contains("No space left on device"), "{error}");
     let round = full.round;
-    let later = wait_status(&mut status, "training to go on", |s| s.round >= round + 6).await;
-    assert!(
-        report(&later).failed >= 2,
-        "each due checkpoint fails: {later:?}"
-    );
+    // Training goes on, and the next due checkpoints are tried (and fail) in turn. How many
+    // rounds that takes depends on the machine's load: a write can be slower than a round.
+    wait_status(&mut status, "training on, and a second failure", |s| {
+        s.round >= round + 6 && report(s).failed >= 2
+    })
+    .await;
     let mlp = model::Mlp::new(&[784, 128, 10]).expect("valid");
     let store = Store::new(dir.clone(), 2, mlp.layout().clone());
     let (newest, intact, skipped) = store.newest_intact().expect("the earlier ones are intact");
