@@ -242,11 +242,21 @@ async fn after_kill_9_a_resumed_coordinator_continues_and_workers_come_back() {
     ];
     let (mut child, addr, mut lines) = spawn_coordinator_at(BIN.as_ref(), None, 0, &flags).await;
     let workers: Vec<_> = (0..2).map(|_| reconnecting_worker(ws_url(addr))).collect();
+    // The newest checkpoint the killed process said was written (durable: logged after its
+    // rename and fsyncs).
+    let mut durable = 0;
+    let mut written = |l: &str| {
+        if l.contains("checkpoint written") {
+            durable = durable.max(field(l, "version").expect("version"));
+        }
+    };
     until_line(&mut lines, "a checkpoint", |l| {
+        written(l);
         l.contains("checkpoint written")
     })
     .await;
     let line = until_line(&mut lines, "round 23", |l| {
+        written(l);
         is_round(l).is_some_and(|r| r >= 23)
     })
     .await;
@@ -257,6 +267,7 @@ async fn after_kill_9_a_resumed_coordinator_continues_and_workers_come_back() {
     // The last round the killed process logged (its pipe is read to the end).
     let mut killed_at = seen.max(before["round"].as_u64().expect("round"));
     while let Some(line) = lines.recv().await {
+        written(&line);
         killed_at = killed_at.max(is_round(&line).unwrap_or(0));
     }
     let ids = |s: &serde_json::Value| -> BTreeSet<u64> {
@@ -279,11 +290,20 @@ async fn after_kill_9_a_resumed_coordinator_continues_and_workers_come_back() {
     .await;
     let version = field(&line, "version").expect("version");
     let lost = killed_at - version;
-    println!("killed at round {killed_at}, resumed from {version}: {lost} rounds lost");
-    assert!(version >= EVERY && version.is_multiple_of(EVERY), "{line}");
-    // A checkpoint is durable one write after it is due: at most `every` rounds, plus those
-    // applied while the newest one was still being written.
-    assert!(lost <= 2 * EVERY, "{lost} rounds lost");
+    println!(
+        "killed at round {killed_at}, newest durable {durable}, resumed from {version}: {lost} rounds lost"
+    );
+    assert!(version.is_multiple_of(EVERY), "{line}");
+    // It resumed from the newest durable checkpoint (or one durable a moment before the kill
+    // without having logged it yet), never an older one.
+    assert!(
+        version >= durable && durable >= EVERY,
+        "{version} < {durable}"
+    );
+    // A checkpoint is durable one write after it is due: `every` rounds, plus those applied
+    // while the newest one was still being written (more on a loaded machine; see
+    // docs/BENCHMARKS.md); this bound only catches a resume from far behind.
+    assert!(lost <= 4 * EVERY, "{lost} rounds lost");
     until_line(&mut lines, "ten more rounds", |l| {
         is_round(l).is_some_and(|r| r >= version + 10)
     })
