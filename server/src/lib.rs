@@ -28,6 +28,7 @@ pub mod config;
 pub mod coordinator;
 pub mod dataset;
 pub mod deadline;
+pub mod exposition;
 pub mod rate;
 pub mod refusal;
 pub mod round;

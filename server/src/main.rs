@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use clap::Parser;
-use server::config::Command;
+use server::config::{Command, LogFormat};
 use server::{Cli, Config};
 
 #[tokio::main]
@@ -26,7 +26,7 @@ async fn main() -> anyhow::Result<()> {
             std::process::exit(2);
         }
     };
-    init_tracing(&config.log_level);
+    init_tracing(&config.log_level, config.log_format);
     let addr = (config.host.as_str(), config.port);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -43,12 +43,16 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn init_tracing(level: &str) {
+fn init_tracing(level: &str, format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         EnvFilter::new(format!(
             "server={level},coordinator={level},tower_http=warn"
         ))
     });
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    let logs = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Human => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
 }

@@ -35,6 +35,8 @@ pub struct AppState {
     /// `--max-upload-rate`, in bytes a second per connection.
     pub upload_rate: Option<f64>,
     pub admission: Arc<Admission>,
+    /// `/metrics`.
+    pub exposition: Arc<crate::exposition::Exposition>,
 }
 
 pub fn app(state: AppState, web: &WebSource) -> Router {
@@ -42,6 +44,7 @@ pub fn app(state: AppState, web: &WebSource) -> Router {
         .route("/ws", get(ws))
         .route("/api/status", get(status))
         .route("/api/params", get(params))
+        .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .with_state(state);
     web.serve(router)
@@ -88,6 +91,13 @@ async fn ws(
 async fn status(State(state): State<AppState>) -> impl IntoResponse {
     let status = state.published.status.borrow().clone();
     Json(status)
+}
+
+async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, crate::exposition::CONTENT_TYPE)],
+        state.exposition.render(),
+    )
 }
 
 async fn params(State(state): State<AppState>) -> impl IntoResponse {

@@ -18,6 +18,7 @@ use crate::assets::WebSource;
 use crate::checkpoint::{CheckpointError, Fingerprint, Store, Writer};
 use crate::config::Config;
 use crate::coordinator::{Checkpoints, Coordinator, Outcome, WeightsSnapshot};
+use crate::exposition::Exposition;
 use crate::routes::{app, AppState};
 use crate::status::Status;
 use crate::tls::TlsListener;
@@ -141,7 +142,12 @@ pub async fn start(
     let status = published.status.clone();
     let weights = published.weights.clone();
     let sessions = TaskTracker::new();
+    let exposition = Arc::new(Exposition::new(
+        published.status.clone(),
+        &published.histograms,
+    ));
     let state = AppState {
+        exposition,
         coordinator: handle,
         published,
         shutdown: shutdown.clone(),

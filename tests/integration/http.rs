@@ -58,3 +58,92 @@ async fn status_params_health_and_static_files() {
 
     stop(server).await;
 }
+
+/// `/metrics` parses as a Prometheus exposition, follows the naming conventions, and its
+/// counters are exactly `/api/status`'s; the histograms counted every round and gradient.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_parse_and_match_the_status() {
+    let server = start_server(&[]).await;
+    let mut status = server.status.clone();
+    let (task, cancel) = spawn_worker(server.addr);
+    wait_status(&mut status, "an evaluation", |s| {
+        s.evaluated_round.is_some()
+    })
+    .await;
+    // With its only worker gone the run waits, so both documents describe the same moment.
+    cancel.cancel();
+    let _ = guard("the worker", task).await;
+    wait_status(&mut status, "the worker gone", |s| s.workers == 0).await;
+
+    let (code, head, body) = http_get(server.addr, "/metrics").await;
+    assert_eq!(code, 200);
+    assert!(
+        head.to_ascii_lowercase().contains("openmetrics-text"),
+        "{head}"
+    );
+    let text = String::from_utf8(body).expect("utf-8");
+    let scrape =
+        prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).expect("parses");
+    let value = |name: &str| -> f64 {
+        let sample = scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == name)
+            .unwrap_or_else(|| panic!("{name} missing:\n{text}"));
+        match &sample.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => *v,
+            other => panic!("{name}: {other:?}"),
+        }
+    };
+    let json = get_status_json(server.addr).await;
+    let n = |key: &str| json[key].as_f64().unwrap_or_else(|| panic!("{key}"));
+    for (metric, key) in [
+        ("crowdtrain_gradients_accepted_total", "gradients_accepted"),
+        ("crowdtrain_gradients_rejected_total", "gradients_rejected"),
+        ("crowdtrain_gradients_late_total", "late"),
+        ("crowdtrain_gradients_verified_total", "gradients_verified"),
+        ("crowdtrain_samples_total", "samples_seen"),
+        ("crowdtrain_sessions_rejected_total", "sessions_rejected"),
+        ("crowdtrain_round", "round"),
+        ("crowdtrain_workers", "workers"),
+        ("crowdtrain_test_accuracy", "test_accuracy"),
+        ("crowdtrain_grad_norm_bound", "grad_norm_bound"),
+        ("crowdtrain_parameters", "param_count"),
+    ] {
+        assert_eq!(value(metric), n(key), "{metric} vs {key}");
+    }
+    assert!(n("gradients_accepted") >= 10.0);
+    // Every round's duration, and every gradient's latency, were observed.
+    assert_eq!(value("crowdtrain_round_duration_seconds_count"), n("round"));
+    assert!(value("crowdtrain_gradient_latency_seconds_count") >= n("gradients_accepted"));
+    let histogram = scrape
+        .samples
+        .iter()
+        .find(|s| s.metric == "crowdtrain_round_duration_seconds")
+        .expect("histogram");
+    assert!(matches!(&histogram.value, prometheus_parse::Value::Histogram(b) if b.len() > 10));
+    for sample in &scrape.samples {
+        assert!(
+            sample.metric.starts_with("crowdtrain_"),
+            "{}",
+            sample.metric
+        );
+    }
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("# TYPE") && l.ends_with(" counter"))
+    {
+        let name = line.split_whitespace().nth(2).expect("name");
+        assert!(
+            text.contains(&format!("\n{name}_total ")),
+            "{name} has a _total sample"
+        );
+    }
+    assert!(
+        text.contains("crowdtrain_run_info{mode=\"sync\",aggregator=\"mean-around-median\"} 1"),
+        "{text}"
+    );
+    stop(server).await;
+}

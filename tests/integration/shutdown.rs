@@ -76,3 +76,33 @@ async fn a_copied_binary_serves_its_page_and_trains() {
     let (_, stats) = guard("worker end", task).await.expect("worker task");
     assert!(stats.gradients_sent >= 29, "{stats:?}");
 }
+
+/// `--log-format json`: every line the binary logs is one JSON object with a level, a target
+/// and fields, round lines with the round as a number.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_are_one_object_a_line() {
+    let (mut child, addr, mut lines) = spawn_coordinator_at(
+        env!("CARGO_BIN_EXE_coordinator").as_ref(),
+        None,
+        0,
+        &["--log-format", "json", "--max-rounds", "3"],
+    )
+    .await;
+    let (task, _) = spawn_worker(addr);
+    let exit = guard("exit after 3 rounds", child.wait())
+        .await
+        .expect("wait");
+    assert!(exit.success(), "{exit}");
+    let _ = guard("worker", task).await;
+    let mut rounds = Vec::new();
+    while let Some(line) = lines.recv().await {
+        let v: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(v["level"].is_string() && v["target"].is_string(), "{line}");
+        assert!(v["fields"]["message"].is_string(), "{line}");
+        if v["fields"]["message"] == "round" {
+            rounds.push(v["fields"]["round"].as_u64().expect("a number"));
+        }
+    }
+    assert_eq!(rounds, [1, 2, 3]);
+}

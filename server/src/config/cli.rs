@@ -181,6 +181,10 @@ pub struct Cli {
     #[arg(long, default_value = "info")]
     pub log_level: String,
 
+    /// Log lines for people (human) or for log shippers (json: one object a line).
+    #[arg(long, value_enum, default_value_t = LogFormat::Human)]
+    pub log_format: LogFormat,
+
     /// Take checkpoints in this directory (created if needed): every --checkpoint-every
     /// updates, on stopping, and when training finishes.
     #[arg(long)]
@@ -214,6 +218,12 @@ pub struct ExportArgs {
     /// Where to write the parameters (safetensors, one tensor per layer).
     #[arg(long)]
     pub out: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Human,
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

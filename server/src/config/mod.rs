@@ -15,7 +15,9 @@ use clap::Parser;
 use model::OptimizerKind;
 
 use self::aggregator::aggregator;
-pub use self::cli::{AggregatorChoice, Cli, Command, ExportArgs, ModeChoice, OptimizerChoice};
+pub use self::cli::{
+    AggregatorChoice, Cli, Command, ExportArgs, LogFormat, ModeChoice, OptimizerChoice,
+};
 pub use self::duration::parse_duration;
 pub use self::error::ConfigError;
 use crate::admission::Origins;
@@ -90,6 +92,7 @@ pub struct Config {
     /// `--tls-cert` and `--tls-key`: serve https/wss.
     pub tls: Option<TlsFiles>,
     pub log_level: String,
+    pub log_format: LogFormat,
     /// `--checkpoint-dir` and its companions.
     pub checkpoints: Option<CheckpointConfig>,
 }
@@ -260,6 +263,7 @@ impl TryFrom<Cli> for Config {
             upload_rate,
             tls,
             log_level,
+            log_format: cli.log_format,
             checkpoints,
         })
     }

@@ -155,4 +155,6 @@ pub struct Published {
     pub status: watch::Receiver<Status>,
     pub weights: watch::Receiver<WeightsSnapshot>,
     pub mlp: Mlp,
+    /// `/metrics`' histograms.
+    pub histograms: crate::exposition::Histograms,
 }

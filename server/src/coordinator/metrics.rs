@@ -7,6 +7,8 @@ use model::Evaluation;
 use protocol::ErrorCode;
 use serde::{Deserialize, Serialize};
 
+use crate::exposition::Histograms;
+
 use super::schedule::{Standing, Update};
 use crate::status::{RoundReport, State, Status, WorkerStatus};
 
@@ -69,6 +71,8 @@ pub struct Counters {
 pub struct Metrics {
     info: RunInfo,
     counters: Counters,
+    /// `/metrics`' histograms, observed here.
+    histograms: Histograms,
     since_update: SinceUpdate,
     train_loss: Option<f64>,
     last_round: Option<RoundReport>,
@@ -80,11 +84,24 @@ impl Metrics {
         Self {
             info,
             counters: Counters::default(),
+            histograms: Histograms::default(),
             since_update: SinceUpdate::default(),
             train_loss: None,
             last_round: None,
             evaluation: None,
         }
+    }
+
+    /// The histograms `/metrics` renders.
+    pub fn histograms(&self) -> Histograms {
+        self.histograms.clone()
+    }
+
+    /// A gradient arrived this long after its weights were sent.
+    pub fn gradient_latency(&self, latency: std::time::Duration) {
+        self.histograms
+            .gradient_latency_seconds
+            .observe(latency.as_secs_f64());
     }
 
     /// The counters and the last evaluation, for a checkpoint.
@@ -148,6 +165,9 @@ impl Metrics {
     pub fn updated(&mut self, update: &Update, round: u64) -> SinceUpdate {
         let since = std::mem::take(&mut self.since_update);
         let ms = update.duration.as_secs_f64() * 1e3;
+        self.histograms
+            .round_seconds
+            .observe(update.duration.as_secs_f64());
         self.counters.samples_seen += update.samples;
         self.counters.answered_total += update.answered as u64;
         self.counters.deadline_closes += u64::from(update.deadline_hit);

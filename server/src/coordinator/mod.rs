@@ -79,6 +79,8 @@ pub struct Coordinator {
     outcome: Option<Outcome>,
     last_eval: Option<Evaluation>,
     worker_list: Arc<Vec<WorkerStatus>>,
+    /// The time of the event (or tick) being handled, for what its actions record.
+    now: Instant,
     /// `--checkpoint-dir`: the writer, and when the next checkpoint is due.
     checkpoints: Option<Checkpoints>,
     /// The bans as published, rebuilt when one is added, not per event.
@@ -148,6 +150,7 @@ impl Coordinator {
             last_eval: None,
             worker_list: Arc::default(),
             checkpoints: None,
+            now: now(),
             bans: Arc::default(),
             status_tx,
             weights_rx,
@@ -172,6 +175,7 @@ impl Coordinator {
             status: self.status_tx.subscribe(),
             weights: self.weights_rx.clone(),
             mlp: self.trainer.mlp().clone(),
+            histograms: self.metrics.histograms(),
         }
     }
 
@@ -207,6 +211,7 @@ impl Coordinator {
     }
 
     pub fn handle(&mut self, event: Event, now: Instant) {
+        self.now = now;
         match event {
             Event::Join {
                 hello,
@@ -229,6 +234,10 @@ impl Coordinator {
             } => {
                 // A replaced session's gradients are ignored: the worker lives on elsewhere.
                 if self.registry.is_current(worker, session) {
+                    if let Some(sent) = self.registry.weights_sent_at(worker) {
+                        self.metrics
+                            .gradient_latency(now.saturating_duration_since(sent));
+                    }
                     self.gradient(worker, &gradient, norm, now);
                 }
             }
@@ -245,6 +254,7 @@ impl Coordinator {
 
     /// A round deadline passed.
     pub fn tick(&mut self, now: Instant) {
+        self.now = now;
         if self.schedule.deadline().is_some_and(|d| now >= d) {
             // Answers held for a partner go on (recomputed) before the deadline counts.
             self.release_replicas(now);
@@ -276,7 +286,7 @@ impl Coordinator {
                     if let Some(compression) = self.registry.compression(id) {
                         let frame = self.trainer.weights(compression);
                         self.registry.send(id, Outbound::Frame(frame));
-                        self.registry.weights_sent(id);
+                        self.registry.weights_sent(id, self.now);
                         let version = self.trainer.version();
                         let trainer = &mut self.trainer;
                         self.audits.sent(

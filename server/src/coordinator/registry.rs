@@ -47,6 +47,8 @@ struct Worker {
     replicas: usize,
     /// The address it connected from.
     peer: IpAddr,
+    /// When it was last sent weights (for `/metrics`' gradient latency).
+    weights_sent_at: Option<Instant>,
 }
 
 /// A worker let in by [`Registry::admit`].
@@ -190,6 +192,7 @@ impl Registry {
                 tally,
                 replicas: 1,
                 peer,
+                weights_sent_at: None,
             },
         );
         self.changed = true;

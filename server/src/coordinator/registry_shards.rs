@@ -20,10 +20,16 @@ impl Registry {
     }
 
     /// `id` was just sent weights: its answer will be computed on the shard it holds now.
-    pub fn weights_sent(&mut self, id: WorkerId) {
+    pub fn weights_sent(&mut self, id: WorkerId, now: std::time::Instant) {
         if let Some(w) = self.workers.get_mut(&id) {
             w.computing_on = w.shard.clone();
+            w.weights_sent_at = Some(now);
         }
+    }
+
+    /// When `id` was last sent weights.
+    pub fn weights_sent_at(&self, id: WorkerId) -> Option<std::time::Instant> {
+        self.workers.get(&id)?.weights_sent_at
     }
 
     /// The shard `id`'s answer to its latest weights was computed on.

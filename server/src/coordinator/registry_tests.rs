@@ -187,7 +187,7 @@ fn an_answer_is_checked_against_the_shard_held_when_the_weights_were_sent() {
         .admit(&hello(None, None), outbox(8).0, LOCAL, t())
         .expect("in");
     r.rebalance(&train);
-    r.weights_sent(a.id);
+    r.weights_sent(a.id, Instant::now());
     assert_eq!(r.computing_on(a.id), Some(0..10));
     // A newcomer mid-round re-cuts the shards; `a` is still computing on its old one.
     let _b = r
@@ -195,7 +195,7 @@ fn an_answer_is_checked_against_the_shard_held_when_the_weights_were_sent() {
         .expect("in");
     r.rebalance(&train);
     assert_eq!(r.computing_on(a.id), Some(0..10));
-    r.weights_sent(a.id);
+    r.weights_sent(a.id, Instant::now());
     assert_eq!(r.computing_on(a.id), Some(0..5));
 }
 
@@ -221,7 +221,7 @@ fn replicate_gives_groups_of_one_compression_the_same_shard() {
     }
     r.rebalance(&train);
     for (id, _) in &ids {
-        r.weights_sent(*id);
+        r.weights_sent(*id, Instant::now());
     }
     let group = |i: usize| r.replica_group(ids[i].0);
     // f32: workers 0 and 2 share a shard; 4 is alone (no partner). int8: 1 and 3.

@@ -1,0 +1,246 @@
+//! `/metrics`: the Prometheus exposition (OpenMetrics text, which Prometheus scrapes), through
+//! `prometheus-client`.
+//!
+//! Counters and gauges are read from the published [`Status`] at scrape time, so they are
+//! exactly what `/api/status` says; the two histograms (round duration, per-gradient latency)
+//! are observed by the coordinator as things happen. Names carry the `crowdtrain_` prefix,
+//! counters end in `_total`, durations are in seconds.
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+
+use crate::status::Status;
+
+/// The histograms the coordinator observes into (cheap clones of shared atomics).
+#[derive(Debug, Clone)]
+pub struct Histograms {
+    /// From a round's opening to its update (sync), or between updates (async).
+    pub round_seconds: Histogram,
+    /// From weights sent to a worker to its gradient arriving at the coordinator.
+    pub gradient_latency_seconds: Histogram,
+}
+
+impl Default for Histograms {
+    fn default() -> Self {
+        // 1 ms to ~33 s, doubling.
+        let buckets = || exponential_buckets(0.001, 2.0, 16);
+        Self {
+            round_seconds: Histogram::new(buckets()),
+            gradient_latency_seconds: Histogram::new(buckets()),
+        }
+    }
+}
+
+/// The registry `/metrics` renders.
+#[derive(Debug)]
+pub struct Exposition(Registry);
+
+impl Exposition {
+    pub fn new(status: watch::Receiver<Status>, histograms: &Histograms) -> Self {
+        let mut registry = Registry::with_prefix("crowdtrain");
+        registry.register(
+            "round_duration_seconds",
+            "Round duration: from a round's opening to its update (sync), between updates (async)",
+            histograms.round_seconds.clone(),
+        );
+        registry.register(
+            "gradient_latency_seconds",
+            "From weights sent to a worker to its gradient arriving",
+            histograms.gradient_latency_seconds.clone(),
+        );
+        registry.register_collector(Box::new(FromStatus(status)));
+        Self(registry)
+    }
+
+    /// The exposition, as Prometheus scrapes it.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.0)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+/// Content type of [`Exposition::render`].
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Debug)]
+struct FromStatus(watch::Receiver<Status>);
+
+type Fmt = Result<(), std::fmt::Error>;
+
+fn counter(e: &mut DescriptorEncoder<'_>, name: &str, help: &str, value: u64) -> Fmt {
+    let c = ConstCounter::new(value);
+    c.encode(e.encode_descriptor(name, help, None, c.metric_type())?)
+}
+
+fn gauge(e: &mut DescriptorEncoder<'_>, name: &str, help: &str, value: f64) -> Fmt {
+    let g = ConstGauge::new(value);
+    g.encode(e.encode_descriptor(name, help, None, g.metric_type())?)
+}
+
+impl Collector for FromStatus {
+    fn encode(&self, mut e: DescriptorEncoder<'_>) -> Fmt {
+        let s = self.0.borrow().clone();
+        let counters: [(&str, &str, u64); 16] = [
+            (
+                "gradients_accepted",
+                "Gradients accepted into an update",
+                s.gradients_accepted,
+            ),
+            (
+                "gradients_rejected",
+                "Gradients dropped, for any reason",
+                s.gradients_rejected,
+            ),
+            (
+                "gradients_late",
+                "Gradients for a round already closed",
+                s.late,
+            ),
+            (
+                "gradients_stale",
+                "Async gradients beyond --max-staleness",
+                s.stale_rejected,
+            ),
+            (
+                "gradients_duplicate",
+                "Second answers to one round",
+                s.duplicate_rejected,
+            ),
+            (
+                "gradients_clipped",
+                "Gradients scaled down by the norm bound",
+                s.gradients_clipped,
+            ),
+            (
+                "gradients_verified",
+                "Gradients recomputed by the coordinator",
+                s.gradients_verified,
+            ),
+            (
+                "verification_mismatches",
+                "Recomputed gradients that differed",
+                s.verification_mismatches,
+            ),
+            (
+                "updates_refused",
+                "Updates not applied: they would have broken the model",
+                s.updates_refused,
+            ),
+            (
+                "samples",
+                "Training samples behind applied updates",
+                s.samples_seen,
+            ),
+            (
+                "deadline_closes",
+                "Rounds closed by their deadline",
+                s.deadline_closes,
+            ),
+            (
+                "deadline_extensions",
+                "Deadlines extended for lack of quorum",
+                s.deadline_extensions,
+            ),
+            (
+                "resumed",
+                "Joins that resumed an identity with its token",
+                s.resumed,
+            ),
+            (
+                "sessions_rejected",
+                "Sessions closed for bad input",
+                s.sessions_rejected,
+            ),
+            (
+                "replicas_agreed",
+                "Replicated answers that agreed",
+                s.replicas_agreed,
+            ),
+            (
+                "replicas_disputed",
+                "Replicated answers that disagreed",
+                s.replicas_disputed,
+            ),
+        ];
+        for (name, help, value) in counters {
+            counter(&mut e, name, help, value)?;
+        }
+        if let Some(c) = &s.checkpoints {
+            counter(
+                &mut e,
+                "checkpoints_written",
+                "Checkpoints written",
+                c.written,
+            )?;
+            counter(
+                &mut e,
+                "checkpoints_failed",
+                "Checkpoints that failed",
+                c.failed,
+            )?;
+        }
+        let gauges: [(&str, &str, Option<f64>); 8] = [
+            (
+                "round",
+                "Updates applied (the current round or version)",
+                Some(s.round as f64),
+            ),
+            ("workers", "Workers connected", Some(s.workers as f64)),
+            (
+                "workers_skipped",
+                "Sync: workers skipped after missed deadlines",
+                Some(s.skipped_workers as f64),
+            ),
+            (
+                "round_participants",
+                "Participants of the open round",
+                Some(s.round_participants as f64),
+            ),
+            (
+                "test_accuracy",
+                "Test accuracy at the last evaluation (0-1)",
+                s.test_accuracy,
+            ),
+            ("test_loss", "Test loss at the last evaluation", s.test_loss),
+            (
+                "train_loss",
+                "Mean training loss of the last update",
+                s.train_loss,
+            ),
+            (
+                "grad_norm_bound",
+                "The L2 norm a gradient is clipped to",
+                Some(s.grad_norm_bound),
+            ),
+        ];
+        for (name, help, value) in gauges {
+            if let Some(value) = value {
+                gauge(&mut e, name, help, value)?;
+            }
+        }
+        gauge(
+            &mut e,
+            "bans",
+            "Workers and addresses banned",
+            s.bans.len() as f64,
+        )?;
+        gauge(
+            &mut e,
+            "parameters",
+            "Parameters of the model",
+            s.param_count as f64,
+        )?;
+        let info = ConstGauge::new(1i64);
+        let mut family =
+            e.encode_descriptor("run_info", "What is being run", None, info.metric_type())?;
+        let labels = [("mode", s.mode), ("aggregator", s.aggregator)];
+        info.encode(family.encode_family(&labels)?)
+    }
+}
