@@ -1,13 +1,16 @@
 //! `coordinator`: parse flags, set up logging, bind, train until done or told to stop.
 
 use anyhow::Context;
-use clap::Parser;
 use server::config::{Command, LogFormat};
-use server::{Cli, Config};
+use server::Config;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let args = std::env::args_os().collect();
+    let cli = match server::config::layers::parse(args, |name| std::env::var(name).ok()) {
+        Ok(cli) => cli,
+        Err(err) => err.exit(),
+    };
     if let Some(Command::Export(args)) = &cli.command {
         let exported = server::checkpoint::export(&args.checkpoint_dir, &args.out)?;
         println!(

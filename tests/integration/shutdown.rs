@@ -106,3 +106,49 @@ async fn json_logs_are_one_object_a_line() {
     }
     assert_eq!(rounds, [1, 2, 3]);
 }
+
+/// The real binary with a config file and the environment: the file's `max-rounds` and the
+/// environment's `CROWDTRAIN_LOG_FORMAT` both apply, under the flags; a bad file is refused
+/// at once with exit code 2, naming the file and the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_file_and_the_environment_configure_the_binary() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("crowdtrain.toml");
+    std::fs::write(&file, "max-rounds = 2\nlog-format = \"human\"\nseed = 5\n").expect("write");
+    let (mut child, addr, mut lines) = spawn_coordinator_with(
+        env!("CARGO_BIN_EXE_coordinator").as_ref(),
+        None,
+        0,
+        &["--config", file.to_str().expect("utf-8"), "--seed", "6"],
+        &[("CROWDTRAIN_LOG_FORMAT", "json")],
+    )
+    .await;
+    let (task, _) = spawn_worker(addr);
+    let exit = guard("exit after 2 rounds", child.wait())
+        .await
+        .expect("wait");
+    assert!(exit.success(), "{exit}");
+    let _ = guard("worker", task).await;
+    let mut rounds = Vec::new();
+    while let Some(line) = lines.recv().await {
+        let v: serde_json::Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("the environment's json format ({e}): {line}"));
+        if v["fields"]["message"] == "round" {
+            rounds.push(v["fields"]["round"].as_u64().expect("round"));
+        }
+    }
+    assert_eq!(rounds, [1, 2], "the file's max-rounds");
+
+    std::fs::write(&file, "max-rounds = 2\nbatch-sise = 8\n").expect("write");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_coordinator"))
+        .arg("--config")
+        .arg(&file)
+        .output();
+    let out = guard("the refusal", out).await.expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}: unknown key `batch-sise`", file.display())),
+        "{stderr}"
+    );
+}

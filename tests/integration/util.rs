@@ -380,11 +380,27 @@ pub async fn spawn_coordinator_at(
     SocketAddr,
     tokio::sync::mpsc::UnboundedReceiver<String>,
 ) {
+    spawn_coordinator_with(binary, cwd, port, flags, &[]).await
+}
+
+/// The same with these environment variables.
+pub async fn spawn_coordinator_with(
+    binary: &std::path::Path,
+    cwd: Option<&std::path::Path>,
+    port: u16,
+    flags: &[&str],
+    env: &[(&str, &str)],
+) -> (
+    tokio::process::Child,
+    SocketAddr,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
     use tokio::io::AsyncBufReadExt;
     let mut command = tokio::process::Command::new(binary);
     command
         .args(["--port", &port.to_string(), "--log-level", "info"])
         .args(flags)
+        .envs(env.iter().copied())
         .env("NO_COLOR", "1")
         .env_remove("RUST_LOG")
         .stdout(std::process::Stdio::piped())

@@ -16,6 +16,11 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
 
+    /// Read settings from this TOML file: `flag-name = value` for any flag. Flags override
+    /// the environment (CROWDTRAIN_FLAG_NAME), which overrides the file [env: CROWDTRAIN_CONFIG].
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+
     /// Address to listen on. Use 0.0.0.0 to accept workers from other machines.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,

@@ -7,11 +7,11 @@ mod aggregator;
 mod cli;
 mod duration;
 mod error;
+pub mod layers;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Parser;
 use model::OptimizerKind;
 
 use self::aggregator::aggregator;
@@ -367,13 +367,24 @@ fn mode(cli: &Cli) -> Result<Mode, ConfigError> {
 }
 
 impl Config {
-    /// Parses and validates flags as the binary would (handy in tests and tools).
+    /// Parses and validates flags as the binary would, without the environment (handy in
+    /// tests and tools).
     pub fn from_args<I, T>(args: I) -> Result<Self, String>
     where
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        let cli = Cli::try_parse_from(args).map_err(|e| e.to_string())?;
+        Self::from_layers(args, |_| None)
+    }
+
+    /// The same with `env` as the environment (`CROWDTRAIN_*`) and any `--config` file.
+    pub fn from_layers<I, T>(args: I, env: impl Fn(&str) -> Option<String>) -> Result<Self, String>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let args = args.into_iter().map(Into::into).collect();
+        let cli = layers::parse(args, env).map_err(|e| e.to_string())?;
         Self::try_from(cli).map_err(|e| e.to_string())
     }
 }

@@ -1,5 +1,7 @@
 //! Flags parse to the documented defaults, and bad ones are refused by name.
 
+use clap::Parser;
+
 use super::*;
 use crate::aggregate::Rule;
 
@@ -240,4 +242,92 @@ fn bad_combinations_are_refused_with_a_clear_message() {
         let err = parse(args).expect_err(&format!("{args:?} must be refused"));
         assert!(err.contains(needle), "{args:?}: {err}");
     }
+}
+
+fn file(text: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::NamedTempFile::new().expect("temp file");
+    std::io::Write::write_all(&mut f, text.as_bytes()).expect("write");
+    f
+}
+
+fn layered(args: &[&str], env: &[(&str, &str)]) -> Result<Config, String> {
+    let env: std::collections::HashMap<String, String> = env
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .collect();
+    Config::from_layers(
+        std::iter::once("coordinator").chain(args.iter().copied()),
+        move |k| env.get(k).cloned(),
+    )
+}
+
+/// Flags over environment over file over defaults, each layer seen winning where it should.
+#[test]
+fn flags_override_the_environment_which_overrides_the_file() {
+    let f = file(
+        "max-rounds = 5\neval_interval = 3\nmin-workers = 9\nhidden = [64, 32]\n\
+         allowed-origin = [\"https://a.example\", \"https://b.example\"]\nresume = true\n\
+         checkpoint-dir = \"runs/x\"\nmax-workers = 50\n",
+    );
+    let path = f.path().to_str().expect("utf-8");
+    let c = layered(
+        &["--config", path, "--min-workers", "3"],
+        &[
+            ("CROWDTRAIN_EVAL_INTERVAL", "4"),
+            ("CROWDTRAIN_MIN_WORKERS", "2"),
+            ("CROWDTRAIN_BATCH_SIZE", "16"),
+        ],
+    )
+    .expect("valid");
+    assert_eq!(c.max_rounds, Some(5), "file");
+    assert_eq!(c.eval_interval, 4, "environment over file");
+    assert_eq!(c.min_workers, 3, "flag over environment over file");
+    assert_eq!(c.batch_size, 16, "environment over default");
+    assert_eq!(c.max_workers, 50, "file over default");
+    assert_eq!(c.layers, [784, 64, 32, 10], "an array");
+    let expected = vec!["https://a.example".to_string(), "https://b.example".into()];
+    assert_eq!(c.allowed_origins, crate::admission::Origins::Own(expected));
+    assert!(c.checkpoints.expect("from the file").resume, "a switch");
+    assert_eq!(c.seed, 42, "default");
+    // The file named by the environment.
+    let c = layered(&[], &[("CROWDTRAIN_CONFIG", path)]).expect("valid");
+    assert_eq!((c.max_rounds, c.min_workers), (Some(5), 9));
+}
+
+#[test]
+fn bad_files_and_values_are_refused_with_the_key_named() {
+    for (text, expected) in [
+        ("max-roundz = 5\n", "unknown key `max-roundz`"),
+        (
+            "max-rounds = \"many\"\n",
+            "`max-rounds`: invalid value 'many'",
+        ),
+        ("mode = \"fast\"\n", "`mode`: invalid value 'fast'"),
+        ("resume = \"maybe\"\n", "--resume is true or false"),
+        ("[section]\nx = 1\n", "unknown key `section`"),
+        (
+            "seed = 1979-05-27\n",
+            "`seed`: expected a string, number, boolean or array",
+        ),
+        (
+            "hidden = [[1]]\n",
+            "`hidden`: arrays hold strings, numbers or booleans",
+        ),
+        ("lr = 50.0\n", "--lr must be a finite number in (0, 10]"),
+        ("max-rounds = \n", "--config"),
+    ] {
+        let f = file(text);
+        let err = layered(&["--config", f.path().to_str().expect("utf-8")], &[]).expect_err(text);
+        assert!(err.contains(expected), "{text:?}: {err}");
+        if !expected.starts_with("--") {
+            assert!(
+                err.contains(&f.path().display().to_string()),
+                "the file is named: {err}"
+            );
+        }
+    }
+    let err = layered(&[], &[("CROWDTRAIN_MAX_ROUNDS", "x")]).expect_err("bad env");
+    assert!(err.contains("$CROWDTRAIN_MAX_ROUNDS"), "{err}");
+    let err = layered(&["--config", "/no/such/file.toml"], &[]).expect_err("missing");
+    assert!(err.contains("/no/such/file.toml"), "{err}");
 }
