@@ -58,3 +58,7 @@ mod durability;
 /// A full disk and a read-only checkpoint directory, at start and mid-run.
 #[path = "integration/disk_faults.rs"]
 mod disk_faults;
+
+/// The admin API: pause, resume, learning rate, checkpoint, weights, kick, ban, stop.
+#[path = "integration/admin.rs"]
+mod admin;

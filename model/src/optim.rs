@@ -22,6 +22,30 @@ pub enum OptimizerKind {
 }
 
 impl OptimizerKind {
+    /// The learning rate.
+    pub fn lr(self) -> f32 {
+        match self {
+            Self::Sgd { lr } | Self::Momentum { lr, .. } | Self::Adam { lr, .. } => lr,
+        }
+    }
+
+    /// The same optimizer with another learning rate.
+    #[must_use]
+    pub fn with_lr(self, lr: f32) -> Self {
+        match self {
+            Self::Sgd { .. } => Self::Sgd { lr },
+            Self::Momentum { momentum, .. } => Self::Momentum { lr, momentum },
+            Self::Adam {
+                beta1, beta2, eps, ..
+            } => Self::Adam {
+                lr,
+                beta1,
+                beta2,
+                eps,
+            },
+        }
+    }
+
     /// Builds the optimizer for `len` parameters.
     pub fn build(self, len: usize) -> Box<dyn Optimizer + Send> {
         match self {
@@ -51,6 +75,8 @@ pub trait Optimizer: std::fmt::Debug {
     /// Continues from a saved [`OptimizerState`]. Refuses, changing nothing, a state with
     /// other tensors, other lengths or non-finite values.
     fn restore(&mut self, state: OptimizerState) -> Result<(), StateError>;
+    /// Changes the learning rate from the next step on.
+    fn set_lr(&mut self, lr: f32);
 }
 
 /// An optimizer's state, as a checkpoint keeps it.
@@ -117,6 +143,10 @@ impl Optimizer for Sgd {
         OptimizerState::default()
     }
 
+    fn set_lr(&mut self, lr: f32) {
+        self.lr = lr;
+    }
+
     fn restore(&mut self, state: OptimizerState) -> Result<(), StateError> {
         state.take(&[], 0).map(drop)
     }
@@ -164,6 +194,10 @@ impl Optimizer for Momentum {
             step: 0,
             tensors: vec![("velocity".into(), self.velocity.clone())],
         }
+    }
+
+    fn set_lr(&mut self, lr: f32) {
+        self.lr = lr;
     }
 
     fn restore(&mut self, state: OptimizerState) -> Result<(), StateError> {
@@ -242,6 +276,10 @@ impl Optimizer for Adam {
             step: u64::try_from(self.t).unwrap_or(0),
             tensors: vec![("m".into(), self.m.clone()), ("v".into(), self.v.clone())],
         }
+    }
+
+    fn set_lr(&mut self, lr: f32) {
+        self.lr = lr;
     }
 
     fn restore(&mut self, state: OptimizerState) -> Result<(), StateError> {

@@ -134,6 +134,9 @@ pub enum ErrorCode {
     Banned,
     /// The connection sent control frames (Ping, Pong) faster than the limit.
     RateLimited,
+    /// The operator removed this worker (it is not banned, but should not come back by
+    /// itself).
+    Kicked,
     /// A code this version does not know.
     Other(u16),
 }
@@ -159,6 +162,7 @@ impl ErrorCode {
             Self::Mismatch => 16,
             Self::Banned => 17,
             Self::RateLimited => 18,
+            Self::Kicked => 19,
             Self::Other(code) => code,
         }
     }
@@ -183,6 +187,7 @@ impl ErrorCode {
             16 => Self::Mismatch,
             17 => Self::Banned,
             18 => Self::RateLimited,
+            19 => Self::Kicked,
             other => Self::Other(other),
         }
     }
@@ -208,6 +213,7 @@ impl ErrorCode {
             Self::Mismatch => "mismatch",
             Self::Banned => "banned",
             Self::RateLimited => "rate_limited",
+            Self::Kicked => "kicked",
             Self::Other(_) => "other",
         }
     }

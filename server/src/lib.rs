@@ -20,6 +20,7 @@
 //! - [`server`]: wiring, `start(listener, config, shutdown)`; [`tls`]: https/wss with
 //!   rustls; [`shutdown`]: Ctrl-C / SIGTERM.
 
+pub mod admin;
 pub mod admission;
 pub mod aggregate;
 pub mod assets;

@@ -37,13 +37,15 @@ pub struct AppState {
     pub admission: Arc<Admission>,
     /// `/metrics`.
     pub exposition: Arc<crate::exposition::Exposition>,
+    /// `--admin-token`: the admin API answers 401 without it.
+    pub admin_token: Option<Arc<str>>,
 }
 
 pub fn app(state: AppState, web: &WebSource) -> Router {
     let router = Router::new()
         .route("/ws", get(ws))
         .route("/api/status", get(status))
-        .route("/api/params", get(params))
+        .merge(crate::admin::routes(state.published.mlp.param_count()))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .with_state(state);
@@ -100,7 +102,7 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     )
 }
 
-async fn params(State(state): State<AppState>) -> impl IntoResponse {
+pub(crate) async fn params(State(state): State<AppState>) -> impl IntoResponse {
     let snapshot = state.published.weights.borrow().clone();
     let body = crate::tensors_file::encode_params(
         state.published.mlp.layout(),

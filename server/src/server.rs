@@ -102,6 +102,7 @@ pub async fn start(
     let web = WebSource::new(config.web_dir.clone());
     web.announce();
     let (liveness, upload_rate) = (config.liveness, config.upload_rate);
+    let admin_token: Option<Arc<str>> = config.admin_token.as_deref().map(Arc::from);
     let admission = Arc::new(Admission::new(
         config.allowed_origins.clone(),
         config.max_per_ip,
@@ -148,6 +149,7 @@ pub async fn start(
     ));
     let state = AppState {
         exposition,
+        admin_token,
         coordinator: handle,
         published,
         shutdown: shutdown.clone(),

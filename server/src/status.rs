@@ -15,6 +15,8 @@ pub enum State {
     Training,
     /// `--max-rounds` or `--target-accuracy` was reached; the coordinator is stopping.
     Done,
+    /// The operator paused training (admin API); a round open then still completes.
+    Paused,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]

@@ -229,9 +229,27 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String, Vec<u8>) {
 /// The same with another protocol version (Chromium's DevTools server wants HTTP/1.1; with
 /// `Connection: close` it answers with a Content-Length body and closes).
 pub async fn http_get_with(addr: SocketAddr, path: &str, version: &str) -> (u16, String, Vec<u8>) {
+    http_request(addr, &format!("GET {path} {version}"), &[], &[]).await
+}
+
+/// Any request (`line` is `METHOD PATH VERSION`) with extra headers and a body.
+pub async fn http_request(
+    addr: SocketAddr,
+    line: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String, Vec<u8>) {
     let mut stream = TcpStream::connect(addr).await.expect("connect");
-    let request = format!("GET {path} {version}\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let mut request = format!("{line}\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        request += &format!("{name}: {value}\r\n");
+    }
+    if !body.is_empty() || !line.starts_with("GET") {
+        request += &format!("Content-Length: {}\r\n", body.len());
+    }
+    request += "\r\n";
     stream.write_all(request.as_bytes()).await.expect("write");
+    stream.write_all(body).await.expect("write body");
     // Read the head, then the body by Content-Length (or to EOF without one).
     let mut raw = Vec::new();
     let read = async {

@@ -172,6 +172,10 @@ async fn session(
         let reply = match core.handle_frame(&frame) {
             Ok(reply) => reply,
             Err(WorkerError::Rejected {
+                code: ErrorCode::Kicked,
+                ..
+            }) => return Ended::Final("the organiser removed this tab from the run".into()),
+            Err(WorkerError::Rejected {
                 code: ErrorCode::Unauthorized,
                 ..
             }) => {

@@ -92,6 +92,14 @@ async fn main() -> anyhow::Result<()> {
                     return Ok(());
                 }
             }
+            // The operator removed this worker, or banned it: coming back would not help.
+            Err(worker::RunError::Worker(worker_core::WorkerError::Rejected {
+                code: code @ (protocol::ErrorCode::Kicked | protocol::ErrorCode::Banned),
+                message,
+            })) => anyhow::bail!(
+                "the coordinator removed this worker ({}): {message}",
+                code.name()
+            ),
             Err(err) if cli.reconnect => tracing::warn!(%err, "session failed"),
             Err(err) => return Err(err.into()),
         }

@@ -342,11 +342,12 @@ fn error_codes_round_trip_and_fatality_is_documented() {
     assert!(!ErrorCode::Mismatch.is_fatal());
     assert!(ErrorCode::Banned.is_fatal());
     assert!(ErrorCode::RateLimited.is_fatal());
+    assert!(ErrorCode::Kicked.is_fatal());
     // Every known code has its own name; unknown ones are "other".
     let names: std::collections::BTreeSet<_> =
-        (1..=18u16).map(|c| ErrorCode::from_u16(c).name()).collect();
-    assert_eq!(names.len(), 18);
-    assert_eq!(ErrorCode::from_u16(19).name(), "other");
+        (1..=19u16).map(|c| ErrorCode::from_u16(c).name()).collect();
+    assert_eq!(names.len(), 19);
+    assert_eq!(ErrorCode::from_u16(20).name(), "other");
 }
 
 proptest! {

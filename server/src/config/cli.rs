@@ -147,6 +147,11 @@ pub struct Cli {
     #[arg(long, default_value_t = 3)]
     pub ban_after: u32,
 
+    /// Enable the admin API (pause, resume, learning rate, checkpoint, kick, ban, stop, PUT
+    /// /api/params) for requests bearing this token.
+    #[arg(long)]
+    pub admin_token: Option<String>,
+
     /// Require workers to present this token in Hello.
     #[arg(long, env = "CROWDTRAIN_JOIN_TOKEN")]
     pub join_token: Option<String>,

@@ -79,6 +79,8 @@ pub enum ConfigError {
     MaxPerIp,
     #[error("--join-token must not be empty")]
     EmptyJoinToken,
+    #[error("--admin-token must be at least 16 characters: it guards pause, stop and the weights")]
+    AdminToken,
     #[error("--log-level must be one of error, warn, info, debug, trace; got {0:?}")]
     LogLevel(String),
     #[error("--web-dir {0:?} is not a directory")]

@@ -80,6 +80,8 @@ pub struct Config {
     /// `--max-grad-norm`; `None`: adaptive.
     pub max_grad_norm: Option<f64>,
     pub join_token: Option<String>,
+    /// `--admin-token`: the admin API's bearer token.
+    pub admin_token: Option<String>,
     pub allowed_origins: Origins,
     pub max_per_ip: usize,
     pub max_workers: usize,
@@ -205,6 +207,9 @@ impl TryFrom<Cli> for Config {
         if cli.join_token.as_deref() == Some("") {
             return Err(ConfigError::EmptyJoinToken);
         }
+        if cli.admin_token.as_ref().is_some_and(|t| t.len() < 16) {
+            return Err(ConfigError::AdminToken);
+        }
         let mode = mode(&cli)?;
         let (interval, timeout) = (cli.ping_interval, cli.ping_timeout);
         if interval.is_zero() || interval >= timeout || timeout > MAX_DURATION {
@@ -255,6 +260,7 @@ impl TryFrom<Cli> for Config {
             ban_after: cli.ban_after,
             max_grad_norm: cli.max_grad_norm,
             join_token: cli.join_token,
+            admin_token: cli.admin_token,
             allowed_origins,
             max_per_ip: cli.max_per_ip,
             max_workers: cli.max_workers,

@@ -109,6 +109,7 @@ fn a_leave_re_cuts_the_shards_once_unless_finished() {
     let finished = View {
         version: 0,
         finished: true,
+        ..View::default()
     };
     assert!(s.settle(finished, t0).is_empty());
     assert!(!s.standing().training);

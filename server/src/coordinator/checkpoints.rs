@@ -155,6 +155,23 @@ impl Coordinator {
         }
     }
 
+    /// The admin API: a checkpoint of the current state, now.
+    pub(super) fn checkpoint_now(&mut self) -> Result<String, String> {
+        let Some(c) = &self.checkpoints else {
+            return Err("checkpoints are off: start the coordinator with --checkpoint-dir".into());
+        };
+        let version = self.trainer.version();
+        let checkpoint = self.snapshot(c.fingerprint.clone());
+        let c = self.checkpoints.as_mut().expect("checked above");
+        if !c.writer.submit(checkpoint) {
+            return Err("the writer is still busy with earlier checkpoints: try again".into());
+        }
+        c.taken = Some(version);
+        Ok(format!(
+            "checkpoint of version {version} handed to the writer"
+        ))
+    }
+
     /// On stopping: a checkpoint of the current state (unless that version was already
     /// taken), and waits for the writer. Returns why it failed, if it did.
     pub(super) async fn final_checkpoint(&mut self) -> Option<String> {

@@ -52,6 +52,12 @@ pub enum Event {
     /// A session was closed for bad input (undecodable frame, wrong shape, NaN, ...), before
     /// or after joining. Counted; the worker itself leaves with its own `Leave`.
     Rejected { refusal: Refusal, peer: IpAddr },
+    /// An operator's command (admin API), from `from`; answered with what was done.
+    Admin {
+        command: super::Command,
+        from: String,
+        reply: oneshot::Sender<Result<String, String>>,
+    },
 }
 
 /// One connection of a worker. A worker resuming its identity gets a new session; events of
@@ -79,6 +85,23 @@ pub struct CoordinatorHandle {
 pub struct Stopped;
 
 impl CoordinatorHandle {
+    /// Sends an operator's command and waits for what came of it; `None` if the
+    /// coordinator has stopped.
+    pub async fn admin(
+        &self,
+        command: super::Command,
+        from: String,
+    ) -> Option<Result<String, String>> {
+        let (reply, answer) = oneshot::channel();
+        let event = Event::Admin {
+            command,
+            from,
+            reply,
+        };
+        self.tx.send(event).await.ok()?;
+        answer.await.ok()
+    }
+
     pub async fn join(
         &self,
         hello: Hello,

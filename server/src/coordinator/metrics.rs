@@ -92,6 +92,11 @@ impl Metrics {
         }
     }
 
+    /// The optimizer as the status describes it (after a learning-rate change).
+    pub fn set_optimizer(&mut self, optimizer: String) {
+        self.info.optimizer = optimizer;
+    }
+
     /// The histograms `/metrics` renders.
     pub fn histograms(&self) -> Histograms {
         self.histograms.clone()

@@ -19,6 +19,7 @@
 //! [`replicas`] for `--replicate`, [`clip`] for the norm bound); [`trainer`] and `update`
 //! (the model, and what applying an update means); [`metrics`] (counters → status).
 
+mod admin;
 pub mod asynchronous;
 pub mod audit;
 pub mod bans;
@@ -29,6 +30,7 @@ pub mod handle;
 pub mod identities;
 mod join;
 pub mod metrics;
+mod publish;
 pub mod registry;
 pub mod replicas;
 pub mod schedule;
@@ -46,6 +48,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+pub use self::admin::Command;
 use self::audit::Audits;
 pub use self::checkpoints::Checkpoints;
 use self::clip::NormBound;
@@ -53,7 +56,7 @@ pub use self::handle::{
     CoordinatorHandle, Event, Joined, Outbound, Outcome, Published, SessionId, Stopped,
     WeightsSnapshot, EVENT_CHANNEL_CAPACITY, OUTBOX_CAPACITY,
 };
-use self::metrics::{Live, Metrics, RunInfo};
+use self::metrics::{Metrics, RunInfo};
 use self::registry::Registry;
 use self::replicas::Replicas;
 use self::schedule::{Action, Schedule, View};
@@ -61,7 +64,7 @@ use self::tally::Note;
 use self::trainer::Trainer;
 use crate::config::Config;
 use crate::dataset::Split;
-use crate::status::{State, Status, WorkerStatus};
+use crate::status::{Status, WorkerStatus};
 
 pub struct Coordinator {
     config: Config,
@@ -79,6 +82,8 @@ pub struct Coordinator {
     outcome: Option<Outcome>,
     last_eval: Option<Evaluation>,
     worker_list: Arc<Vec<WorkerStatus>>,
+    /// The operator paused training; in async modes, the workers waiting for weights.
+    paused: Option<std::collections::BTreeSet<protocol::WorkerId>>,
     /// The time of the event (or tick) being handled, for what its actions record.
     now: Instant,
     /// `--checkpoint-dir`: the writer, and when the next checkpoint is due.
@@ -151,6 +156,7 @@ impl Coordinator {
             worker_list: Arc::default(),
             checkpoints: None,
             now: now(),
+            paused: None,
             bans: Arc::default(),
             status_tx,
             weights_rx,
@@ -247,6 +253,13 @@ impl Coordinator {
                 }
             }
             Event::Rejected { refusal, peer } => self.rejected(&refusal, peer),
+            Event::Admin {
+                command,
+                from,
+                reply,
+            } => {
+                let _ = reply.send(self.admin(command, &from));
+            }
         }
         self.settle(now);
         self.publish();
@@ -274,6 +287,7 @@ impl Coordinator {
         View {
             version: self.trainer.version(),
             finished: self.outcome.is_some(),
+            paused: self.paused.is_some(),
         }
     }
 
@@ -282,6 +296,7 @@ impl Coordinator {
         for action in actions {
             match action {
                 Action::Rebalance => self.registry.rebalance(&self.train),
+                Action::Weights(id) if self.holding(id) => {}
                 Action::Weights(id) => {
                     if let Some(compression) = self.registry.compression(id) {
                         let frame = self.trainer.weights(compression);
@@ -336,40 +351,6 @@ impl Coordinator {
             }
             self.execute(actions);
         }
-    }
-
-    fn publish(&mut self) {
-        let standing = self.schedule.standing();
-        let state = match (&self.outcome, standing.training) {
-            (Some(_), _) => State::Done,
-            (None, true) => State::Training,
-            (None, false) => State::Waiting,
-        };
-        if self.registry.take_changed() {
-            let schedule = &self.schedule;
-            self.worker_list = Arc::new(self.registry.list(|id| schedule.is_skipped(id)));
-        }
-        if self.registry.bans().len() != self.bans.len() {
-            self.bans = Arc::new(
-                self.registry
-                    .bans()
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect(),
-            );
-        }
-        let status = self.metrics.snapshot(Live {
-            state,
-            round: self.trainer.version(),
-            workers: self.registry.len(),
-            standing,
-            worker_list: self.worker_list.clone(),
-            grad_norm_bound: self.bound.bound(),
-            bans: self.bans.clone(),
-            replicas: (self.replicas.agreed, self.replicas.disputed),
-            checkpoints: self.checkpoints.as_ref().map(Checkpoints::report),
-        });
-        self.status_tx.send_replace(status);
     }
 }
 

@@ -215,6 +215,11 @@ impl Registry {
         self.workers.len()
     }
 
+    /// Whether `id` is connected.
+    pub fn contains(&self, id: WorkerId) -> bool {
+        self.workers.contains_key(&id)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.workers.is_empty()
     }

@@ -52,12 +52,14 @@ pub fn for_mode(
 }
 
 /// What the coordinator knows that a schedule needs to decide.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct View {
     /// The version of the current weights (= updates applied so far).
     pub version: u64,
     /// Training has finished: open nothing new.
     pub finished: bool,
+    /// The operator paused training: open no new round (the open one completes).
+    pub paused: bool,
 }
 
 /// A gradient as a schedule combines it: validated by the session, weighed by the
@@ -189,7 +191,7 @@ pub(crate) mod testing {
     pub fn view(version: u64) -> View {
         View {
             version,
-            finished: false,
+            ..View::default()
         }
     }
 

@@ -256,7 +256,8 @@ impl Schedule for SyncSchedule {
             }
             Some(Progress::Waiting | Progress::Extended) | None => {}
         }
-        if self.round.is_none() && !view.finished && self.members.len() >= self.min_workers {
+        let may_open = !view.finished && !view.paused;
+        if self.round.is_none() && may_open && self.members.len() >= self.min_workers {
             return self.open(view, now);
         }
         Vec::new()

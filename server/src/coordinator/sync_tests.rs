@@ -205,6 +205,7 @@ fn a_round_everyone_left_is_abandoned_and_nothing_opens_when_finished() {
     let finished = View {
         version: 0,
         finished: true,
+        ..View::default()
     };
     assert!(s.settle(finished, t0).is_empty());
 }

@@ -89,6 +89,21 @@ impl Trainer {
         true
     }
 
+    /// Changes the learning rate from the next step on.
+    pub fn set_lr(&mut self, lr: f32) {
+        self.optimizer.set_lr(lr);
+    }
+
+    /// Replaces the parameters (the admin API's `PUT /api/params`) as a new version, keeping
+    /// the optimizer's state. Refuses, changing nothing, values of another length or not
+    /// finite.
+    pub fn replace(&mut self, params: Vec<f32>) -> Result<u64, String> {
+        let version = self.version + 1;
+        let optimizer = self.optimizer.state();
+        self.restore(params, optimizer, version)?;
+        Ok(version)
+    }
+
     /// The optimizer's state, for a checkpoint.
     pub fn optimizer_state(&self) -> OptimizerState {
         self.optimizer.state()

@@ -46,6 +46,7 @@ impl Coordinator {
             dup = since.duplicate,
             deadline_hit = update.deadline_hit,
             train_loss = format_args!("{:.4}", update.mean_loss),
+            lr = self.config.optimizer.lr(),
             round_ms = format_args!("{:.1}", update.duration.as_secs_f64() * 1e3),
             test_accuracy = %LogValue(evaluation.map(|e| e.accuracy)),
             test_loss = %LogValue(evaluation.map(|e| e.loss)),

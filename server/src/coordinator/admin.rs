@@ -1,0 +1,130 @@
+//! The operator's commands (the admin API): pause and resume, the learning rate, a
+//! checkpoint now, kick or ban a worker, stop, replace the weights. Each is logged with who
+//! asked (the client's address) and what came of it.
+
+use protocol::{ErrorCode, WorkerId};
+use tracing::{info, warn};
+
+use super::handle::Outbound;
+use super::Coordinator;
+use crate::config::Mode;
+use crate::refusal::Refusal;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    Pause,
+    Resume,
+    SetLr(f32),
+    Checkpoint,
+    Kick(WorkerId),
+    Ban(WorkerId),
+    Stop,
+    /// New parameters, already checked against the model's tensor names and shapes.
+    ReplaceParams(Vec<f32>),
+}
+
+impl Command {
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Pause => "pause",
+            Self::Resume => "resume",
+            Self::SetLr(_) => "lr",
+            Self::Checkpoint => "checkpoint",
+            Self::Kick(_) => "kick",
+            Self::Ban(_) => "ban",
+            Self::Stop => "stop",
+            Self::ReplaceParams(_) => "replace_params",
+        }
+    }
+}
+
+impl Coordinator {
+    /// Carries out `command` from `from`, and logs it.
+    pub(super) fn admin(&mut self, command: Command, from: &str) -> Result<String, String> {
+        let action = command.name();
+        let result = self.command(command);
+        match &result {
+            Ok(done) => info!(from, action, %done, "admin"),
+            Err(refused) => warn!(from, action, %refused, "admin command refused"),
+        }
+        result
+    }
+
+    /// In async modes while paused: `id` waits for weights until training resumes.
+    pub(super) fn holding(&mut self, id: WorkerId) -> bool {
+        let async_mode = !matches!(self.config.mode, Mode::Sync { .. });
+        match &mut self.paused {
+            Some(waiting) if async_mode => {
+                waiting.insert(id);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn command(&mut self, command: Command) -> Result<String, String> {
+        let version = self.trainer.version();
+        match command {
+            Command::Pause if self.paused.is_some() => Ok("already paused".into()),
+            Command::Pause => {
+                self.paused = Some(Default::default());
+                Ok(format!(
+                    "paused at round {version}; an open round still completes"
+                ))
+            }
+            Command::Resume => {
+                let Some(waiting) = self.paused.take() else {
+                    return Ok("not paused".into());
+                };
+                let waiting: Vec<_> = waiting.into_iter().map(super::Action::Weights).collect();
+                self.execute(waiting);
+                Ok(format!("resumed at round {version}"))
+            }
+            Command::SetLr(lr) => {
+                if !(lr.is_finite() && lr > 0.0 && lr <= 10.0) {
+                    return Err(format!("the learning rate must be in (0, 10], got {lr}"));
+                }
+                let was = self.config.optimizer.lr();
+                self.config.optimizer = self.config.optimizer.with_lr(lr);
+                self.trainer.set_lr(lr);
+                self.metrics
+                    .set_optimizer(format!("{:?}", self.config.optimizer));
+                Ok(format!(
+                    "learning rate {was} -> {lr} from round {}",
+                    version + 1
+                ))
+            }
+            Command::Checkpoint => self.checkpoint_now(),
+            Command::Kick(id) => {
+                self.close(id, ErrorCode::Kicked, "the operator removed this worker")?;
+                Ok(format!("{id} kicked"))
+            }
+            Command::Ban(id) => {
+                if !self.registry.contains(id) {
+                    return Err(format!("no worker {} is connected", id.0));
+                }
+                self.registry.ban(id);
+                Ok(format!("{id} banned"))
+            }
+            Command::Stop => {
+                self.shutdown.cancel();
+                Ok(format!("stopping at round {version}"))
+            }
+            Command::ReplaceParams(params) => {
+                let version = self.trainer.replace(params)?;
+                self.registry.mark_changed();
+                Ok(format!("weights replaced: now version {version}"))
+            }
+        }
+    }
+
+    fn close(&mut self, id: WorkerId, code: ErrorCode, why: &str) -> Result<(), String> {
+        if !self.registry.contains(id) {
+            return Err(format!("no worker {} is connected", id.0));
+        }
+        self.registry
+            .send(id, Outbound::Close(Refusal::new(code, why)));
+        self.registry.drop_worker(id);
+        Ok(())
+    }
+}
