@@ -62,3 +62,7 @@ mod disk_faults;
 /// The admin API: pause, resume, learning rate, checkpoint, weights, kick, ban, stop.
 #[path = "integration/admin.rs"]
 mod admin;
+
+/// The operator's dashboard in headless Chromium.
+#[path = "integration/dashboard.rs"]
+mod dashboard;

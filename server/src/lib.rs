@@ -29,6 +29,7 @@ pub mod config;
 pub mod coordinator;
 pub mod dataset;
 pub mod deadline;
+pub mod events;
 pub mod exposition;
 pub mod rate;
 pub mod refusal;

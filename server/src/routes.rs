@@ -47,6 +47,11 @@ pub fn app(state: AppState, web: &WebSource) -> Router {
         .route("/api/status", get(status))
         .merge(crate::admin::routes(state.published.mlp.param_count()))
         .route("/metrics", get(metrics))
+        .route("/api/events", get(crate::events::events))
+        .route(
+            "/dashboard",
+            get(|| async { axum::response::Redirect::permanent("/dashboard.html") }),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .with_state(state);
     web.serve(router)

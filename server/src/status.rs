@@ -23,6 +23,13 @@ pub enum State {
 pub struct WorkerStatus {
     pub id: u32,
     pub kind: &'static str,
+    /// How its weights and gradients travel: `none`, `f16` or `int8`.
+    pub compression: &'static str,
+    /// When this connection joined, and its last gradient, in Unix milliseconds.
+    pub connected_at_ms: u64,
+    pub last_seen_ms: Option<u64>,
+    /// Samples its gradients covered, a second, since it joined.
+    pub samples_per_sec: Option<f64>,
     /// Gradients accepted from this worker.
     pub gradients: u64,
     /// Its gradients scaled down by the norm bound.
@@ -125,6 +132,11 @@ pub struct Status {
     pub param_count: usize,
     pub optimizer: String,
     pub batch_size: u32,
+    /// What is being trained on.
+    pub dataset: String,
+    /// Bytes of gradient frames received, and of frames sent to workers.
+    pub bytes_in: u64,
+    pub bytes_out: u64,
     /// `--checkpoint-dir`: what the checkpoint writer has done (absent without one).
     pub checkpoints: Option<crate::checkpoint::Report>,
     /// Rebuilt when membership or a round changes (not per gradient) and shared, so the

@@ -55,6 +55,7 @@ impl Browser {
                 "--disable-dev-shm-usage",
                 "--disable-background-timer-throttling",
                 "--disable-renderer-backgrounding",
+                "--window-size=1280,1100",
             ])
             .arg(format!("--user-data-dir={}", profile.path().display()))
             .args(devtools.map(|p| format!("--remote-debugging-port={p}")))
@@ -81,6 +82,42 @@ impl Browser {
         let params = serde_json::json!({"expression": expression, "returnByValue": true});
         let reply = self.cdp("Runtime.evaluate", params).await;
         reply["result"]["result"]["value"].clone()
+    }
+
+    /// A PNG of what the page shows.
+    pub async fn screenshot(&self) -> Vec<u8> {
+        use base64::Engine;
+        let reply = self
+            .cdp(
+                "Page.captureScreenshot",
+                serde_json::json!({"format": "png"}),
+            )
+            .await;
+        let data = reply["result"]["data"].as_str().expect("image data");
+        base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .expect("base64")
+    }
+
+    /// Waits until `expression` evaluates to `true` in the page, checking every 100 ms (and
+    /// first, until Chromium's DevTools endpoint is up).
+    pub async fn until(&self, what: &str, expression: &str) {
+        let port = self.devtools.expect("opened with devtools");
+        guard("DevTools to listen", async {
+            while tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_err()
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+        guard(what, async {
+            while self.evaluate(expression).await != serde_json::Value::Bool(true) {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        })
+        .await;
     }
 
     /// Sends one DevTools command to the page and returns its reply.

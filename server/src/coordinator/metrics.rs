@@ -21,6 +21,7 @@ pub struct RunInfo {
     pub param_count: usize,
     pub optimizer: String,
     pub batch_size: u32,
+    pub dataset: String,
 }
 
 /// Refusals counted since the last update, for its report and log line.
@@ -65,6 +66,8 @@ pub struct Counters {
     pub deadline_extensions: u64,
     pub resumed: u64,
     pub sessions_rejected: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
 }
 
 #[derive(Debug)]
@@ -95,6 +98,12 @@ impl Metrics {
     /// The optimizer as the status describes it (after a learning-rate change).
     pub fn set_optimizer(&mut self, optimizer: String) {
         self.info.optimizer = optimizer;
+    }
+
+    /// A gradient frame of `bytes` arrived; frames of `sent` bytes were queued to workers.
+    pub fn traffic(&mut self, bytes: u64, sent: u64) {
+        self.counters.bytes_in += bytes;
+        self.counters.bytes_out += sent;
     }
 
     /// The histograms `/metrics` renders.
@@ -235,6 +244,9 @@ impl Metrics {
             param_count: self.info.param_count,
             optimizer: self.info.optimizer.clone(),
             batch_size: self.info.batch_size,
+            dataset: self.info.dataset.clone(),
+            bytes_in: self.counters.bytes_in,
+            bytes_out: self.counters.bytes_out,
             checkpoints: live.checkpoints,
             worker_list: live.worker_list,
         }
@@ -268,6 +280,7 @@ mod tests {
             param_count: 10,
             optimizer: "sgd".into(),
             batch_size: 8,
+            dataset: "test".into(),
         })
     }
 

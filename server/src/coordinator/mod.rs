@@ -112,6 +112,12 @@ impl Coordinator {
         data: Split,
         shutdown: CancellationToken,
     ) -> Result<Self, model::ModelError> {
+        let dataset = format!(
+            "embedded MNIST: {} train / {} test samples, {} classes",
+            data.train.len(),
+            data.test.len(),
+            data.train.classes()
+        );
         let (trainer, weights_rx) =
             Trainer::new(&config.layers, config.seed, config.optimizer, data.test)?;
         let params = trainer.params().len();
@@ -131,6 +137,7 @@ impl Coordinator {
             param_count: params,
             optimizer: format!("{:?}", config.optimizer),
             batch_size: config.batch_size,
+            dataset,
         });
         let registry = Registry::new(
             config.join_token.clone(),
@@ -244,6 +251,10 @@ impl Coordinator {
                         self.metrics
                             .gradient_latency(now.saturating_duration_since(sent));
                     }
+                    let compression = self.registry.compression(worker).unwrap_or_default();
+                    let bytes = gradient_frame_len(gradient.grads.len(), compression);
+                    self.metrics.traffic(bytes, 0);
+                    self.registry.seen(worker, gradient.samples, now);
                     self.gradient(worker, &gradient, norm, now);
                 }
             }
@@ -352,6 +363,18 @@ impl Coordinator {
             self.execute(actions);
         }
     }
+}
+
+/// The size of a gradient frame of `n` values in `compression`, as it came over the wire.
+fn gradient_frame_len(n: usize, compression: protocol::Compression) -> u64 {
+    let empty = protocol::Gradient {
+        round: protocol::Round(0),
+        samples: 0,
+        loss: 0.0,
+        grads: Vec::new(),
+    };
+    let header = protocol::encode_gradient(&empty, compression).len();
+    (header + compression.payload_len(n).unwrap_or(0)) as u64
 }
 
 fn now() -> Instant {

@@ -9,6 +9,8 @@ use crate::status::State;
 
 impl Coordinator {
     pub(super) fn publish(&mut self) {
+        let sent = self.registry.take_bytes_out();
+        self.metrics.traffic(0, sent);
         let standing = self.schedule.standing();
         let state = match (&self.outcome, standing.training) {
             (Some(_), _) => State::Done,
@@ -18,7 +20,7 @@ impl Coordinator {
         };
         if self.registry.take_changed() {
             let schedule = &self.schedule;
-            self.worker_list = Arc::new(self.registry.list(|id| schedule.is_skipped(id)));
+            self.worker_list = Arc::new(self.registry.list(|id| schedule.is_skipped(id), self.now));
         }
         if self.registry.bans().len() != self.bans.len() {
             self.bans = Arc::new(

@@ -27,7 +27,6 @@ use super::identities::Identities;
 use super::replicas::GroupKey;
 use super::tally::{Note, Tally};
 use crate::refusal::Refusal;
-use crate::status::WorkerStatus;
 
 #[derive(Debug)]
 struct Worker {
@@ -49,6 +48,10 @@ struct Worker {
     peer: IpAddr,
     /// When it was last sent weights (for `/metrics`' gradient latency).
     weights_sent_at: Option<Instant>,
+    /// For the worker table: when it connected, its last gradient, samples it computed.
+    connected_at: Instant,
+    last_seen: Option<Instant>,
+    samples: u64,
 }
 
 /// A worker let in by [`Registry::admit`].
@@ -79,6 +82,8 @@ pub struct Registry {
     bans: Bans,
     /// `--replicate`: workers per shard.
     replicate: usize,
+    /// Bytes of frames queued to workers since last taken.
+    bytes_out: u64,
     /// Workers whose outbox failed while sending, or who left; removed when settling.
     dropped: Vec<WorkerId>,
     /// The published worker list is out of date (membership, skips or counts changed at a
@@ -98,6 +103,7 @@ impl Registry {
             join_token,
             max_workers,
             replicate: 1,
+            bytes_out: 0,
             dropped: Vec::new(),
             changed: true,
         }
@@ -193,6 +199,9 @@ impl Registry {
                 replicas: 1,
                 peer,
                 weights_sent_at: None,
+                connected_at: now,
+                last_seen: None,
+                samples: 0,
             },
         );
         self.changed = true;
@@ -284,8 +293,12 @@ impl Registry {
         let Some(worker) = self.workers.get(&id) else {
             return;
         };
+        let bytes = match &msg {
+            Outbound::Frame(frame) => frame.len() as u64,
+            Outbound::Close(_) => 0,
+        };
         match worker.outbox.try_send(msg) {
-            Ok(()) => {}
+            Ok(()) => self.bytes_out += bytes,
             Err(mpsc::error::TrySendError::Full(_)) => {
                 warn!(worker = %id, "worker is not reading its frames; dropping it");
                 self.dropped.push(id);
@@ -347,28 +360,10 @@ impl Registry {
     pub fn take_changed(&mut self) -> bool {
         std::mem::take(&mut self.changed)
     }
-
-    pub fn list(&self, skipped: impl Fn(WorkerId) -> bool) -> Vec<WorkerStatus> {
-        self.workers
-            .iter()
-            .map(|(&id, w)| WorkerStatus {
-                id: id.0,
-                kind: match w.kind {
-                    WorkerKind::Browser => "browser",
-                    WorkerKind::Native => "native",
-                },
-                gradients: w.tally.accepted,
-                clipped: w.tally.clipped,
-                verified: w.tally.verified,
-                rejected: w.tally.rejected.clone(),
-                strikes: self.bans.strikes(id),
-                shard_len: w.shard.as_ref().map_or(0, Range::len),
-                skipped: skipped(id),
-            })
-            .collect()
-    }
 }
 
+#[path = "registry_list.rs"]
+mod list;
 #[path = "registry_saved.rs"]
 mod saved;
 #[path = "registry_shards.rs"]

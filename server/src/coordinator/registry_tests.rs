@@ -87,7 +87,7 @@ fn a_resume_replaces_the_live_session_and_keeps_the_gradient_count() {
         .admit(&hello(None, Some(&a.token)), outbox(4).0, LOCAL, t())
         .expect("in");
     assert_eq!((c.id, c.replaced), (a.id, false));
-    assert_eq!(r.list(|_| false)[0].gradients, 2);
+    assert_eq!(r.list(|_| false, Instant::now())[0].gradients, 2);
     // Unknown tokens are new identities; tokens are distinct.
     let d = r
         .admit(&hello(None, Some("not-a-token")), outbox(4).0, LOCAL, t())
@@ -135,7 +135,7 @@ fn rebalance_sends_each_worker_its_shard_only_when_it_changes() {
     r.rebalance(&train);
     assert_eq!(shard(&mut rx_a).map(|s| (s.0, s.1)), Some((0, 5)));
     assert_eq!(shard(&mut rx_b).map(|s| (s.0, s.1)), Some((5, 5)));
-    let list = r.list(|id| id == b.id);
+    let list = r.list(|id| id == b.id, Instant::now());
     assert_eq!(
         list.iter()
             .map(|w| (w.id, w.shard_len, w.skipped))

@@ -1,0 +1,59 @@
+//! The worker table as the status shows it, and what it needs to know: when each worker
+//! connected, when it was last heard from, how many samples it computed, and the bytes sent.
+
+use std::ops::Range;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use protocol::{WorkerId, WorkerKind};
+
+use super::Registry;
+use crate::status::WorkerStatus;
+
+impl Registry {
+    /// A gradient of `samples` arrived from `id` at `now`.
+    pub fn seen(&mut self, id: WorkerId, samples: u32, now: Instant) {
+        if let Some(w) = self.workers.get_mut(&id) {
+            w.last_seen = Some(now);
+            w.samples += u64::from(samples);
+        }
+    }
+
+    /// Bytes of frames queued to workers since the last call.
+    pub fn take_bytes_out(&mut self) -> u64 {
+        std::mem::take(&mut self.bytes_out)
+    }
+
+    /// The table, as of `now`: times as Unix milliseconds, samples a second since joining.
+    pub fn list(&self, skipped: impl Fn(WorkerId) -> bool, now: Instant) -> Vec<WorkerStatus> {
+        let wall_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let unix_ms = |at: Instant| {
+            wall_ms.saturating_sub(now.saturating_duration_since(at).as_millis() as u64)
+        };
+        self.workers
+            .iter()
+            .map(|(&id, w)| WorkerStatus {
+                id: id.0,
+                kind: match w.kind {
+                    WorkerKind::Browser => "browser",
+                    WorkerKind::Native => "native",
+                },
+                compression: w.compression.name(),
+                connected_at_ms: unix_ms(w.connected_at),
+                last_seen_ms: w.last_seen.map(unix_ms),
+                samples_per_sec: w.last_seen.and_then(|last| {
+                    let secs = last.saturating_duration_since(w.connected_at).as_secs_f64();
+                    (secs > 0.0).then(|| w.samples as f64 / secs)
+                }),
+                gradients: w.tally.accepted,
+                clipped: w.tally.clipped,
+                verified: w.tally.verified,
+                rejected: w.tally.rejected.clone(),
+                strikes: self.bans.strikes(id),
+                shard_len: w.shard.as_ref().map_or(0, Range::len),
+                skipped: skipped(id),
+            })
+            .collect()
+    }
+}

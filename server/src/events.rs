@@ -1,0 +1,43 @@
+//! `/api/events`: the status pushed to the dashboard as Server-Sent Events (`event: status`,
+//! the same JSON as `/api/status`), when it changes and at most four times a second, with
+//! keep-alives. The stream ends when the coordinator stops.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures_util::stream::{self, Stream};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::routes::AppState;
+use crate::status::Status;
+
+/// At most one event per this long: a status is published per gradient.
+const THROTTLE: Duration = Duration::from_millis(250);
+
+pub async fn events(
+    State(state): State<AppState>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let status = state.published.status.clone();
+    let stream = stream::unfold(
+        (status, state.shutdown.clone(), true),
+        |(mut status, shutdown, first): (watch::Receiver<Status>, CancellationToken, bool)| async move {
+            if !first {
+                tokio::select! {
+                    changed = status.changed() => changed.ok()?,
+                    () = shutdown.cancelled() => return None,
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(THROTTLE) => {}
+                    () = shutdown.cancelled() => return None,
+                }
+            }
+            let json = serde_json::to_string(&*status.borrow_and_update()).ok()?;
+            let event = Event::default().event("status").data(json);
+            Some((Ok(event), (status, shutdown, false)))
+        },
+    );
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}

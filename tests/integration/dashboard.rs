@@ -1,0 +1,105 @@
+//! The operator's dashboard in real headless Chromium during a training run: its charts fill
+//! from the pushed status, its table lists the connected workers, and it steers the run with
+//! the admin token. A screenshot is saved as a test artifact.
+
+use std::path::PathBuf;
+
+use crate::browser::Browser;
+use crate::util::*;
+
+const TOKEN: &str = "dashboard-test-token-42";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_the_run_live_and_steers_it() {
+    let _heavy = HEAVY.lock().await;
+    let server = start_server(&["--admin-token", TOKEN, "--eval-interval", "5"]).await;
+    let addr = server.addr;
+    let mut status = server.status.clone();
+    let workers: Vec<_> = (0..2).map(|_| spawn_worker(addr)).collect();
+    wait_status(&mut status, "two workers training", |s| {
+        s.workers == 2 && s.round >= 3
+    })
+    .await;
+
+    let tab = Browser::open_with_devtools(&format!("http://{addr}/dashboard"));
+    tab.until(
+        "the charts to hold points",
+        "['loss','accuracy','workers','duration','gradients','bytes'].every(\
+           n => Number(document.getElementById('chart-' + n)?.dataset.points) >= 2)",
+    )
+    .await;
+    let s = status.borrow().clone();
+    let ids: Vec<u32> = s.worker_list.iter().map(|w| w.id).collect();
+    tab.until(
+        "the table to list both workers",
+        &format!(
+            "JSON.stringify([...document.querySelectorAll('#workers tbody tr')]\
+               .map(r => Number(r.dataset.worker))) === '{}'",
+            serde_json::to_string(&ids).expect("json")
+        ),
+    )
+    .await;
+    let run = tab
+        .evaluate("document.getElementById('run').textContent")
+        .await;
+    let run = run.as_str().expect("text");
+    assert!(
+        run.contains("784-128-10") && run.contains("embedded MNIST") && run.contains("sync"),
+        "{run}"
+    );
+    let polylines = tab
+        .evaluate("document.querySelectorAll('svg polyline').length")
+        .await;
+    assert!(polylines.as_u64() >= Some(6), "{polylines}");
+
+    // Some history for the screenshot.
+    tab.until(
+        "a few dozen rounds drawn",
+        "Number(document.getElementById('chart-loss').dataset.points) >= 20",
+    )
+    .await;
+
+    // Read-only without the token: no controls; with it, Pause pauses the run.
+    let shown = "document.querySelector('[data-action=pause]').checkVisibility()";
+    assert_eq!(tab.evaluate(shown).await, serde_json::Value::Bool(false));
+    tab.evaluate(&format!(
+        "document.getElementById('token').value = '{TOKEN}'; \
+         document.getElementById('token-form').requestSubmit(); true"
+    ))
+    .await;
+    tab.until("the controls to show", shown).await;
+    tab.evaluate("document.querySelector('[data-action=pause]').click(); true")
+        .await;
+    wait_status(&mut status, "paused from the dashboard", |s| {
+        s.state == server::status::State::Paused
+    })
+    .await;
+    tab.until(
+        "the pause to be confirmed",
+        "document.getElementById('admin-result').textContent.startsWith('paused')",
+    )
+    .await;
+    tab.until(
+        "the badge to say so",
+        "document.getElementById('state').dataset.state === 'paused'",
+    )
+    .await;
+
+    let png = tab.screenshot().await;
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("artifacts");
+    std::fs::create_dir_all(&dir).expect("artifact dir");
+    let path = dir.join("dashboard.png");
+    std::fs::write(&path, &png).expect("write screenshot");
+    println!(
+        "dashboard screenshot: {} ({} bytes)",
+        path.display(),
+        png.len()
+    );
+
+    tab.close().await;
+    for (_, cancel) in workers {
+        cancel.cancel();
+    }
+    stop(server).await;
+}

@@ -1,0 +1,123 @@
+// The operator's dashboard: the coordinator pushes its status over Server-Sent Events
+// (/api/events); this page keeps one point per round and draws small SVG line charts.
+// Admin controls call the admin API with the token kept in sessionStorage.
+
+const $ = (id) => document.getElementById(id);
+const KEEP = 500; // rounds kept per chart
+const series = { loss: [], accuracy: [], workers: [], duration: [], gradients: [], bytes: [] };
+const durations = []; // recent round durations, for p50 / p95
+let last = null; // the previous status: per-round and per-second differences
+
+const pct = (sorted, q) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+const push = (list, point) => { list.push(point); if (list.length > KEEP) list.shift(); };
+
+function onStatus(s) {
+  $("state").textContent = s.state;
+  $("state").dataset.state = s.state;
+  const dataset = s.dataset ?? "embedded MNIST";
+  $("run").textContent = `model ${s.model.join("-")} (${s.param_count.toLocaleString()} parameters) · ` +
+    `${dataset} · ${s.mode} · aggregator ${s.aggregator} · ${s.optimizer}`;
+  const now = performance.now();
+  if (last && s.round > last.status.round) {
+    const r = s.round;
+    if (s.train_loss != null) push(series.loss, [r, [s.train_loss]]);
+    if (s.test_accuracy != null && s.evaluated_round != null) {
+      const a = series.accuracy;
+      if (!a.length || a[a.length - 1][0] !== s.evaluated_round) push(a, [s.evaluated_round, [s.test_accuracy * 100]]);
+    }
+    push(series.workers, [r, [s.workers, s.round_participants, s.skipped_workers]]);
+    if (s.last_round_ms != null) {
+      durations.push(s.last_round_ms);
+      if (durations.length > 20) durations.shift();
+      const sorted = [...durations].sort((x, y) => x - y);
+      push(series.duration, [r, [pct(sorted, 0.5), pct(sorted, 0.95)]]);
+    }
+    const rounds = r - last.status.round;
+    push(series.gradients, [r, [
+      (s.gradients_accepted - last.status.gradients_accepted) / rounds,
+      (s.gradients_rejected - last.status.gradients_rejected) / rounds,
+    ]]);
+    const secs = (now - last.at) / 1000;
+    if (secs > 0 && s.bytes_in >= last.status.bytes_in) push(series.bytes, [r, [
+      (s.bytes_in - last.status.bytes_in) / secs / 1e6,
+      (s.bytes_out - last.status.bytes_out) / secs / 1e6,
+    ]]);
+  }
+  if (!last || s.round !== last.status.round) last = { status: s, at: now };
+  for (const [name, points] of Object.entries(series)) draw($(`chart-${name}`), points);
+  table(s);
+}
+
+// A line chart of `points` ([x, [y0, y1, ...]]) in a 320 × 140 viewBox.
+function draw(svg, points) {
+  const W = 320, H = 140, L = 34, B = 14;
+  svg.dataset.points = points.length;
+  if (points.length < 2) { svg.innerHTML = `<text x="${L}" y="${H / 2}">waiting for rounds…</text>`; return; }
+  const xs = points.map((p) => p[0]);
+  const ys = points.flatMap((p) => p[1]);
+  const [x0, x1] = [Math.min(...xs), Math.max(...xs)];
+  const [y0, y1] = [Math.min(0, ...ys), Math.max(...ys) || 1];
+  const X = (x) => L + ((x - x0) / (x1 - x0 || 1)) * (W - L - 4);
+  const Y = (y) => H - B - ((y - y0) / (y1 - y0 || 1)) * (H - B - 6);
+  const lines = points[0][1].map((_, i) =>
+    `<polyline class="s${i}" points="${points.map((p) => `${X(p[0]).toFixed(1)},${Y(p[1][i]).toFixed(1)}`).join(" ")}"/>`);
+  const fmt = (v) => (Math.abs(v) >= 100 ? v.toFixed(0) : v.toPrecision(3));
+  svg.innerHTML = `<line class="axis" x1="${L}" y1="${H - B}" x2="${W}" y2="${H - B}"/>` +
+    `<line class="axis" x1="${L}" y1="4" x2="${L}" y2="${H - B}"/>` +
+    `<text x="0" y="10">${fmt(y1)}</text><text x="0" y="${H - B}">${fmt(y0)}</text>` +
+    `<text x="${L}" y="${H - 2}">round ${x0}</text><text x="${W - 60}" y="${H - 2}">round ${x1}</text>` +
+    lines.join("");
+}
+
+const ago = (ms) => (ms == null ? "–" : `${Math.max(0, Math.round((Date.now() - ms) / 1000))} s ago`);
+
+function table(s) {
+  $("worker-count").textContent = `${s.workers} connected`;
+  const rows = s.worker_list.map((w) => {
+    const rejected = Object.entries(w.rejected).map(([k, v]) => `${k} ${v}`).join(", ") || "–";
+    const since = w.connected_at_ms ? new Date(w.connected_at_ms).toLocaleTimeString() : "–";
+    return `<tr data-worker="${w.id}"><td>${w.id}</td><td>${w.kind}</td><td>${since}</td><td>${w.gradients}</td>` +
+      `<td>${w.samples_per_sec == null ? "–" : Math.round(w.samples_per_sec)}</td><td>${ago(w.last_seen_ms)}</td>` +
+      `<td>${w.compression ?? "–"}</td><td>${rejected}</td><td>${w.strikes}</td>` +
+      `<td class="admin"><button data-kick="${w.id}">kick</button><button class="danger" data-ban="${w.id}">ban</button></td></tr>`;
+  });
+  $("workers").tBodies[0].innerHTML = rows.join("");
+  $("bans").textContent = s.bans.length ? s.bans.join(", ") : "none";
+  $("rejected").textContent = `${s.gradients_rejected} (late ${s.late}, stale ${s.stale_rejected}, duplicate ${s.duplicate_rejected})`;
+}
+
+// Admin: the token stays in this tab only.
+const TOKEN_KEY = "crowdtrain.adminToken";
+const token = () => sessionStorage.getItem(TOKEN_KEY);
+const steering = () => document.body.classList.toggle("steering", !!token());
+async function admin(action, body) {
+  const res = await fetch(`/api/admin/${action}`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${token()}`, "Content-Type": "application/json" },
+    body: body ? JSON.stringify(body) : "",
+  });
+  const answer = await res.json().catch(() => ({ error: res.statusText }));
+  $("admin-result").textContent = answer.done ?? `refused (${res.status}): ${answer.error}`;
+  if (res.status === 401) { sessionStorage.removeItem(TOKEN_KEY); steering(); }
+}
+$("token-form").onsubmit = (e) => {
+  e.preventDefault();
+  sessionStorage.setItem(TOKEN_KEY, $("token").value);
+  $("token").value = "";
+  steering();
+};
+$("lr-form").onsubmit = (e) => { e.preventDefault(); admin("lr", { lr: Number($("lr").value) }); };
+document.body.addEventListener("click", (e) => {
+  const b = e.target.closest("button");
+  if (!b) return;
+  if (b.dataset.action === "stop" && !confirm("Stop the run? The coordinator exits after a final checkpoint.")) return;
+  if (b.dataset.action) admin(b.dataset.action);
+  if (b.dataset.kick) admin("kick", { worker: Number(b.dataset.kick) });
+  if (b.dataset.ban && confirm(`Ban worker ${b.dataset.ban} for the rest of the run?`)) admin("ban", { worker: Number(b.dataset.ban) });
+});
+$("forget").onclick = () => { sessionStorage.removeItem(TOKEN_KEY); steering(); };
+steering();
+
+const events = new EventSource("/api/events");
+events.addEventListener("status", (e) => onStatus(JSON.parse(e.data)));
+events.onerror = () => { $("state").textContent = "unreachable, retrying"; $("state").dataset.state = "unreachable"; };
