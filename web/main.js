@@ -26,6 +26,15 @@ const LABELS = {
 
 // The worker's identity survives a reload of this tab (not a new tab: sessionStorage).
 const TOKEN_KEY = "crowdtrain.resumeToken";
+// The CPU share this volunteer lends, remembered across visits (localStorage).
+const CPU_KEY = "crowdtrain.cpu";
+const cpu = ["25", "50", "100"].includes(localStorage.getItem(CPU_KEY)) ? localStorage.getItem(CPU_KEY) : "100";
+$("cpu").value = cpu;
+$("cpu").onchange = () => {
+  localStorage.setItem(CPU_KEY, $("cpu").value);
+  worker.postMessage({ cmd: "cpu", percent: Number($("cpu").value) });
+};
+let workerId = null;
 let running = false;
 const worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
 
@@ -42,7 +51,7 @@ worker.onmessage = ({ data: e }) => {
   if (e.gradients != null) $("gradients").textContent = e.gradients;
   if (e.loss != null) $("loss").textContent = e.loss.toFixed(4);
   if (e.samplesPerSec) $("rate").textContent = Math.round(e.samplesPerSec).toLocaleString();
-  if (e.workerId != null) $("worker-id").textContent = e.workerId;
+  if (e.workerId != null) { $("worker-id").textContent = e.workerId; workerId = e.workerId; }
   if (e.state === "disconnected") {
     $("message").textContent = `${e.message ?? "disconnected"}; retrying in ${(e.retryInMs / 1000).toFixed(1)} s`;
   } else if (e.message) {
@@ -65,7 +74,37 @@ worker.postMessage({
   compression,
   resumeToken: sessionStorage.getItem(TOKEN_KEY),
   joinToken,
+  cpu: Number(cpu),
 });
+
+// A hidden tab keeps training in its Web Worker, but browsers may slow it down: say so.
+let hiddenAt = null;
+document.addEventListener("visibilitychange", () => {
+  if (document.hidden) {
+    hiddenAt = { at: Date.now(), gradients: Number($("gradients").textContent) };
+  } else if (hiddenAt) {
+    const secs = Math.round((Date.now() - hiddenAt.at) / 1000);
+    const done = Number($("gradients").textContent) - hiddenAt.gradients;
+    $("message").textContent = done > 0
+      ? `while this tab was in the background (${secs} s) it kept training: ${done} gradients`
+      : `this tab was in the background for ${secs} s and the browser throttled it: no gradients`;
+    hiddenAt = null;
+  }
+});
+
+// The swarm's accuracy, one point per evaluation.
+const curve = [];
+function drawCurve() {
+  const svg = $("curve");
+  svg.dataset.points = curve.length;
+  if (curve.length < 2) return;
+  const [x0, x1] = [curve[0][0], curve[curve.length - 1][0]];
+  const X = (x) => 4 + ((x - x0) / (x1 - x0 || 1)) * 292;
+  const Y = (y) => 70 - y * 64;
+  svg.innerHTML = `<polyline points="${curve.map(([x, y]) => `${X(x).toFixed(1)},${Y(y).toFixed(1)}`).join(" ")}"/>` +
+    `<text x="4" y="78">round ${x0}</text><text x="236" y="78">round ${x1}</text>` +
+    `<text x="4" y="10">${(curve[curve.length - 1][1] * 100).toFixed(1)} %</text>`;
+}
 
 async function pollSwarm() {
   try {
@@ -74,6 +113,16 @@ async function pollSwarm() {
     $("accuracy").textContent = s.test_accuracy == null ? "not evaluated yet" : `${(s.test_accuracy * 100).toFixed(1)} %`;
     $("workers").textContent = s.workers;
     $("swarm-round").textContent = s.round;
+    if (s.test_accuracy != null && s.evaluated_round != null &&
+        (!curve.length || curve[curve.length - 1][0] !== s.evaluated_round)) {
+      curve.push([s.evaluated_round, s.test_accuracy]);
+      if (curve.length > 200) curve.shift();
+      drawCurve();
+    }
+    const mine = s.worker_list.find((w) => w.id === workerId);
+    if (mine && s.gradients_accepted > 0) {
+      $("share").textContent = `${((mine.gradients / s.gradients_accepted) * 100).toFixed(1)} % of the gradients`;
+    }
   } catch {
     $("accuracy").textContent = "coordinator unreachable";
   }

@@ -1,6 +1,6 @@
 // Web Worker: loads the wasm package and runs the training loop off the page's thread.
-// Messages in: {cmd: "init", url, autostart, resumeToken, compression, joinToken} | {cmd: "start"} |
-// {cmd: "stop"}.
+// Messages in: {cmd: "init", url, autostart, resumeToken, compression, joinToken, cpu} |
+// {cmd: "start"} | {cmd: "stop"} | {cmd: "cpu", percent}.
 // Messages out: the BrowserWorker's events ({state, round, gradients, loss, ...}).
 
 import init, { BrowserWorker } from "./pkg/worker_wasm.js";
@@ -23,6 +23,7 @@ onmessage = async ({ data: msg }) => {
         msg.compression ?? undefined,
         msg.joinToken ?? undefined,
       );
+      if (msg.cpu) worker.set_cpu(msg.cpu);
       if (msg.autostart) worker.start();
       else postMessage({ state: "paused" });
       break;
@@ -31,6 +32,9 @@ onmessage = async ({ data: msg }) => {
       break;
     case "stop":
       worker?.stop();
+      break;
+    case "cpu":
+      worker?.set_cpu(msg.percent);
       break;
   }
 };

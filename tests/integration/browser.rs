@@ -360,3 +360,52 @@ async fn honest_tabs_are_never_flagged_at_verify_fraction_1() {
     assert_never_flagged("tabs", &s, summary.rounds, 2, 200);
     assert_eq!(browsers(&s), 2);
 }
+
+/// The volunteer page: its CPU setting lowers the tab's samples/s (by the page's own figure)
+/// and is remembered across a reload; it shows this tab's share of the work and the swarm's
+/// accuracy curve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cpu_setting_lowers_the_tabs_rate_and_is_remembered() {
+    let _heavy = HEAVY.lock().await;
+    let server = start_server(&["--eval-interval", "5"]).await;
+    let tab = Browser::open_with_devtools(&page(server.addr));
+    let rate = "Number(document.getElementById('rate').textContent.replace(/,/g, ''))";
+    let gradients = "Number(document.getElementById('gradients').textContent)";
+    tab.until(
+        "30 gradients at 100 %",
+        &format!("{gradients} >= 30 && {rate} > 0"),
+    )
+    .await;
+    let full = tab.evaluate(rate).await.as_f64().expect("a rate");
+    tab.evaluate(
+        "const c = document.getElementById('cpu'); c.value = '25'; \
+         c.dispatchEvent(new Event('change')); true",
+    )
+    .await;
+    tab.until(
+        "the rate to fall under half",
+        &format!("{rate} > 0 && {rate} < {}", full * 0.5),
+    )
+    .await;
+    let quarter = tab.evaluate(rate).await.as_f64().expect("a rate");
+    println!("samples/s: {full:.0} at 100 %, {quarter:.0} at 25 %");
+    tab.until(
+        "this tab's share",
+        "document.getElementById('share').textContent === '100.0 % of the gradients'",
+    )
+    .await;
+    tab.until(
+        "the accuracy curve",
+        "Number(document.getElementById('curve').dataset.points) >= 2",
+    )
+    .await;
+    tab.reload().await;
+    tab.until(
+        "the setting after a reload",
+        "document.getElementById('cpu')?.value === '25' && \
+         localStorage.getItem('crowdtrain.cpu') === '25'",
+    )
+    .await;
+    tab.close().await;
+    stop(server).await;
+}

@@ -63,6 +63,13 @@ impl BrowserWorker {
         worker::start(&self.inner);
     }
 
+    /// Trains `percent` % of the time (clamped to 10-100): after each gradient it idles for
+    /// the rest, so the tab uses about that share of one core. `samplesPerSec` counts the
+    /// idle time too.
+    pub fn set_cpu(&self, percent: u32) {
+        self.inner.set_cpu(percent);
+    }
+
     /// Stops training and leaves the swarm. `start` resumes.
     pub fn stop(&self) {
         worker::stop(&self.inner);

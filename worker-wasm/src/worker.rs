@@ -38,6 +38,9 @@ pub struct Inner {
     resume_token: RefCell<Option<String>>,
     /// The run's join token, from the invitation link.
     join_token: Option<String>,
+    /// The share of the CPU time to train (0.1-1): after each gradient the worker idles for
+    /// as long as computing it took × (1 / share − 1).
+    cpu: Cell<f64>,
     compression: protocol::Compression,
 }
 
@@ -66,7 +69,13 @@ impl Inner {
             resume_token: RefCell::new(resume_token),
             join_token,
             compression,
+            cpu: Cell::new(1.0),
         }
+    }
+
+    /// Trains `percent` % of the time (10-100).
+    pub fn set_cpu(&self, percent: u32) {
+        self.cpu.set(f64::from(percent.clamp(10, 100)) / 100.0);
     }
 
     fn is_current(&self, generation: u32) -> bool {
@@ -194,7 +203,12 @@ async fn session(
                 if let Err(e) = socket.send(&reply) {
                     return Ended::Retry(e);
                 }
-                rate.update(core.stats().samples_computed, elapsed_ms);
+                // The CPU setting: idle after sending, so the gradient is not delayed.
+                let idle_ms = elapsed_ms * (1.0 / inner.cpu.get() - 1.0);
+                if idle_ms >= 1.0 {
+                    sleep(idle_ms as u32).await;
+                }
+                rate.update(core.stats().samples_computed, elapsed_ms + idle_ms);
                 fields.push(("samplesPerSec", rate.per_sec.into()));
                 "training"
             }
