@@ -33,9 +33,10 @@ function onStatus(s) {
       push(series.duration, [r, [pct(sorted, 0.5), pct(sorted, 0.95)]]);
     }
     const rounds = r - last.status.round;
+    const per = (key) => (s[key] - last.status[key]) / rounds;
+    const refusedOther = per("gradients_rejected") - per("late") - per("stale_rejected") - per("duplicate_rejected");
     push(series.gradients, [r, [
-      (s.gradients_accepted - last.status.gradients_accepted) / rounds,
-      (s.gradients_rejected - last.status.gradients_rejected) / rounds,
+      per("gradients_accepted"), per("late"), per("stale_rejected") + per("duplicate_rejected"), refusedOther,
     ]]);
     const secs = (now - last.at) / 1000;
     if (secs > 0 && s.bytes_in >= last.status.bytes_in) push(series.bytes, [r, [
