@@ -77,34 +77,40 @@ async fn a_copied_binary_serves_its_page_and_trains() {
     assert!(stats.gradients_sent >= 29, "{stats:?}");
 }
 
+/// Runs the binary with `flags` and `env` and one worker until it exits by itself (0), and
+/// returns its log lines, each parsed as JSON.
+async fn json_log_of(flags: &[&str], env: &[(&str, &str)]) -> Vec<serde_json::Value> {
+    let binary = env!("CARGO_BIN_EXE_coordinator").as_ref();
+    let (mut child, addr, mut lines) = spawn_coordinator_with(binary, None, 0, flags, env).await;
+    let (task, _) = spawn_worker(addr);
+    let exit = guard("the run to end", child.wait()).await.expect("wait");
+    assert!(exit.success(), "{exit}");
+    let _ = guard("worker", task).await;
+    let mut parsed = Vec::new();
+    while let Some(line) = lines.recv().await {
+        parsed
+            .push(serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")));
+    }
+    parsed
+}
+
+fn rounds(log: &[serde_json::Value]) -> Vec<u64> {
+    log.iter()
+        .filter(|v| v["fields"]["message"] == "round")
+        .map(|v| v["fields"]["round"].as_u64().expect("a number"))
+        .collect()
+}
+
 /// `--log-format json`: every line the binary logs is one JSON object with a level, a target
 /// and fields, round lines with the round as a number.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_logs_are_one_object_a_line() {
-    let (mut child, addr, mut lines) = spawn_coordinator_at(
-        env!("CARGO_BIN_EXE_coordinator").as_ref(),
-        None,
-        0,
-        &["--log-format", "json", "--max-rounds", "3"],
-    )
-    .await;
-    let (task, _) = spawn_worker(addr);
-    let exit = guard("exit after 3 rounds", child.wait())
-        .await
-        .expect("wait");
-    assert!(exit.success(), "{exit}");
-    let _ = guard("worker", task).await;
-    let mut rounds = Vec::new();
-    while let Some(line) = lines.recv().await {
-        let v: serde_json::Value =
-            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
-        assert!(v["level"].is_string() && v["target"].is_string(), "{line}");
-        assert!(v["fields"]["message"].is_string(), "{line}");
-        if v["fields"]["message"] == "round" {
-            rounds.push(v["fields"]["round"].as_u64().expect("a number"));
-        }
+    let log = json_log_of(&["--log-format", "json", "--max-rounds", "3"], &[]).await;
+    for v in &log {
+        assert!(v["level"].is_string() && v["target"].is_string(), "{v}");
+        assert!(v["fields"]["message"].is_string(), "{v}");
     }
-    assert_eq!(rounds, [1, 2, 3]);
+    assert_eq!(rounds(&log), [1, 2, 3]);
 }
 
 /// The real binary with a config file and the environment: the file's `max-rounds` and the
@@ -115,29 +121,10 @@ async fn a_config_file_and_the_environment_configure_the_binary() {
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("crowdtrain.toml");
     std::fs::write(&file, "max-rounds = 2\nlog-format = \"human\"\nseed = 5\n").expect("write");
-    let (mut child, addr, mut lines) = spawn_coordinator_with(
-        env!("CARGO_BIN_EXE_coordinator").as_ref(),
-        None,
-        0,
-        &["--config", file.to_str().expect("utf-8"), "--seed", "6"],
-        &[("CROWDTRAIN_LOG_FORMAT", "json")],
-    )
-    .await;
-    let (task, _) = spawn_worker(addr);
-    let exit = guard("exit after 2 rounds", child.wait())
-        .await
-        .expect("wait");
-    assert!(exit.success(), "{exit}");
-    let _ = guard("worker", task).await;
-    let mut rounds = Vec::new();
-    while let Some(line) = lines.recv().await {
-        let v: serde_json::Value = serde_json::from_str(&line)
-            .unwrap_or_else(|e| panic!("the environment's json format ({e}): {line}"));
-        if v["fields"]["message"] == "round" {
-            rounds.push(v["fields"]["round"].as_u64().expect("round"));
-        }
-    }
-    assert_eq!(rounds, [1, 2], "the file's max-rounds");
+    let flags = ["--config", file.to_str().expect("utf-8"), "--seed", "6"];
+    // JSON lines at all: the environment's format won over the file's.
+    let log = json_log_of(&flags, &[("CROWDTRAIN_LOG_FORMAT", "json")]).await;
+    assert_eq!(rounds(&log), [1, 2], "the file's max-rounds");
 
     std::fs::write(&file, "max-rounds = 2\nbatch-sise = 8\n").expect("write");
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_coordinator"))
