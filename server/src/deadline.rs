@@ -42,7 +42,7 @@ impl DeadlinePolicy {
         self.recent.iter().copied().collect()
     }
 
-    /// Continues from a checkpoint's latencies (the newest [`HISTORY`]).
+    /// Continues from a checkpoint's latencies (the newest `HISTORY`).
     pub fn restore(&mut self, latencies: &[Duration]) {
         let start = latencies.len().saturating_sub(HISTORY);
         self.recent = latencies[start..].iter().copied().collect();

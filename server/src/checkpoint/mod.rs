@@ -7,10 +7,10 @@
 //! last evaluation, and the [`Fingerprint`] of what it was trained with) and `MANIFEST`,
 //! which gives every file's size and CRC-32 and ends with a CRC-32 of itself.
 //!
-//! Files: [`format`] (a [`Checkpoint`] to files and back, checking every byte),
+//! Files: [`format`](mod@format) (a [`Checkpoint`] to files and back, checking every byte),
 //! [`store`] (the directory: atomic writes, the newest intact one, keeping the last K),
 //! [`writer`] (a thread that writes, so a round never waits on the disk), [`fingerprint`]
-//! (what must match for a checkpoint to be resumed), [`export`] (`coordinator export`).
+//! (what must match for a checkpoint to be resumed), [`export`](mod@export) (`coordinator export`).
 
 pub mod export;
 pub mod fingerprint;

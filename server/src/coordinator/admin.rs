@@ -50,9 +50,23 @@ impl Coordinator {
         result
     }
 
+    fn is_sync(&self) -> bool {
+        matches!(self.config.mode, Mode::Sync { .. })
+    }
+
+    /// After a sync round's update: weights uploaded while it was open replace the model now.
+    pub(super) fn replace_pending(&mut self) {
+        if let Some(params) = self.pending_params.take() {
+            match self.trainer.replace(params) {
+                Ok(version) => info!(version, "uploaded weights replaced the model"),
+                Err(error) => warn!(%error, "uploaded weights could not replace the model"),
+            }
+        }
+    }
+
     /// In async modes while paused: `id` waits for weights until training resumes.
     pub(super) fn holding(&mut self, id: WorkerId) -> bool {
-        let async_mode = !matches!(self.config.mode, Mode::Sync { .. });
+        let async_mode = !self.is_sync();
         match &mut self.paused {
             Some(waiting) if async_mode => {
                 waiting.insert(id);
@@ -109,6 +123,20 @@ impl Coordinator {
             Command::Stop => {
                 self.shutdown.cancel();
                 Ok(format!("stopping at round {version}"))
+            }
+            // A sync round open now was computed on the old weights: its update must not land
+            // on the new ones, so they replace the model when it closes instead.
+            Command::ReplaceParams(params)
+                if self.is_sync() && self.schedule.standing().training =>
+            {
+                if params.len() != self.trainer.params().len() {
+                    return Err("the parameters do not fit the model".into());
+                }
+                self.pending_params = Some(params);
+                Ok(format!(
+                    "the weights replace the model when round {} closes",
+                    version + 1
+                ))
             }
             Command::ReplaceParams(params) => {
                 let version = self.trainer.replace(params)?;

@@ -17,7 +17,9 @@
 //! actions) with [`sync`] and [`asynchronous`] (the two schedules); `checks` (what a gradient
 //! must pass before a schedule sees it: [`audit`] and [`verify`] for recomputation,
 //! [`replicas`] for `--replicate`, [`clip`] for the norm bound); [`trainer`] and `update`
-//! (the model, and what applying an update means); [`metrics`] (counters → status).
+//! (the model, and what applying an update means); [`metrics`] (counters → status) and
+//! `publish`; `checkpoints` (the consistent copy a checkpoint takes, and restoring one);
+//! `admin` (the operator's commands, which arrive as events like everything else).
 
 mod admin;
 pub mod asynchronous;
@@ -84,6 +86,9 @@ pub struct Coordinator {
     worker_list: Arc<Vec<WorkerStatus>>,
     /// The operator paused training; in async modes, the workers waiting for weights.
     paused: Option<std::collections::BTreeSet<protocol::WorkerId>>,
+    /// `PUT /api/params` during an open sync round: the weights that replace the model when
+    /// it closes.
+    pending_params: Option<Vec<f32>>,
     /// The time of the event (or tick) being handled, for what its actions record.
     now: Instant,
     /// `--checkpoint-dir`: the writer, and when the next checkpoint is due.
@@ -164,6 +169,7 @@ impl Coordinator {
             checkpoints: None,
             now: now(),
             paused: None,
+            pending_params: None,
             bans: Arc::default(),
             status_tx,
             weights_rx,

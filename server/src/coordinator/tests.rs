@@ -633,3 +633,53 @@ fn a_snapshot_restored_into_a_new_coordinator_continues_the_run() {
     let newcomer = fresh.join(None, 3);
     assert!(newcomer.id.0 > b.id.0, "a fresh id: {:?}", newcomer.id);
 }
+
+/// Weights uploaded while a sync round is open replace the model when it closes, so the
+/// round's update (computed on the old weights) does not land on them.
+#[test]
+fn weights_uploaded_during_a_round_replace_the_model_when_it_closes() {
+    let mut h = harness(&["--min-workers", "2"]);
+    let (a, b) = (h.join(None, 0), h.join(None, 0));
+    let uploaded: Vec<f32> = (0..h.params).map(|i| (i % 7) as f32 * 0.01).collect();
+    let (reply, mut answer) = oneshot::channel();
+    let command = Command::ReplaceParams(uploaded.clone());
+    let from = "127.0.0.1:1".to_string();
+    h.c.handle(
+        Event::Admin {
+            command,
+            from,
+            reply,
+        },
+        h.at(1),
+    );
+    let said = answer.try_recv().expect("answered").expect("accepted");
+    assert!(said.contains("when round 1 closes"), "{said}");
+    assert_ne!(h.c.trainer.params(), uploaded.as_slice(), "not yet");
+    h.gradient(&a, 0, 2);
+    h.gradient(&b, 0, 3);
+    assert_eq!(
+        h.c.trainer.params(),
+        uploaded.as_slice(),
+        "replaced as the round closed"
+    );
+    assert_eq!(
+        h.c.trainer.version(),
+        2,
+        "the round's update, then the upload"
+    );
+    // With no round open (nobody connected), an upload replaces the model at once.
+    let mut idle = harness(&[]);
+    let (reply, mut answer) = oneshot::channel();
+    let command = Command::ReplaceParams(uploaded.clone());
+    idle.c.handle(
+        Event::Admin {
+            command,
+            from: "x".into(),
+            reply,
+        },
+        idle.at(0),
+    );
+    let said = answer.try_recv().expect("answered").expect("accepted");
+    assert!(said.contains("now version 1"), "{said}");
+    assert_eq!(idle.c.trainer.params(), uploaded.as_slice());
+}

@@ -20,6 +20,7 @@ impl Coordinator {
                 "update not applied: it would have made a parameter non-finite"
             );
             self.metrics.update_refused();
+            self.replace_pending();
             return;
         }
         let version = self.trainer.version();
@@ -71,5 +72,6 @@ impl Coordinator {
             });
             self.shutdown.cancel();
         }
+        self.replace_pending();
     }
 }
