@@ -1,51 +1,69 @@
-// The operator's dashboard: the coordinator pushes its status over Server-Sent Events
-// (/api/events); this page keeps one point per round and draws small SVG line charts.
+// The operator's dashboard: the coordinator pushes the run's history, then its status, over
+// Server-Sent Events (/api/events); this page keeps one point per update it hears of and
+// draws small SVG line charts.
 // Admin controls call the admin API with the token kept in sessionStorage.
 
 const $ = (id) => document.getElementById(id);
 const KEEP = 500; // rounds kept per chart
 const series = { loss: [], accuracy: [], workers: [], duration: [], gradients: [], bytes: [] };
 const durations = []; // recent round durations, for p50 / p95
-let last = null; // the previous status: per-round and per-second differences
+let prev = null; // the previous point: per-round and per-second differences
 
 const pct = (sorted, q) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
 const push = (list, point) => { list.push(point); if (list.length > KEEP) list.shift(); };
 
+// One point of the run (from /api/events' history, or made from a live status): the charts
+// take what changed since the previous one.
+function addPoint(p) {
+  if (prev && p.round <= prev.round) return;
+  const r = p.round;
+  push(series.loss, [r, [p.train_loss]]);
+  if (p.test_accuracy != null && p.evaluated_round != null) {
+    const a = series.accuracy;
+    if (!a.length || a[a.length - 1][0] !== p.evaluated_round) push(a, [p.evaluated_round, [p.test_accuracy * 100]]);
+  }
+  push(series.workers, [r, [p.workers, p.participants, p.skipped]]);
+  durations.push(p.round_ms);
+  if (durations.length > 20) durations.shift();
+  const sorted = [...durations].sort((x, y) => x - y);
+  push(series.duration, [r, [pct(sorted, 0.5), pct(sorted, 0.95)]]);
+  if (prev) {
+    const rounds = r - prev.round;
+    const per = (key) => (p[key] - prev[key]) / rounds;
+    const other = per("gradients_rejected") - per("late") - per("stale_rejected") - per("duplicate_rejected");
+    push(series.gradients, [r, [per("gradients_accepted"), per("late"), per("stale_rejected") + per("duplicate_rejected"), other]]);
+    const secs = (p.unix_ms - prev.unix_ms) / 1000;
+    if (secs > 0 && p.bytes_in >= prev.bytes_in) {
+      push(series.bytes, [r, [(p.bytes_in - prev.bytes_in) / secs / 1e6, (p.bytes_out - prev.bytes_out) / secs / 1e6]]);
+    }
+  }
+  prev = p;
+}
+
+function redraw() {
+  for (const [name, points] of Object.entries(series)) draw($(`chart-${name}`), points);
+}
+
+function onHistory(points) {
+  for (const p of points) addPoint({ ...p, evaluated_round: p.test_accuracy == null ? null : p.round });
+  redraw();
+}
+
 function onStatus(s) {
   $("state").textContent = s.state;
   $("state").dataset.state = s.state;
-  const dataset = s.dataset ?? "embedded MNIST";
   $("run").textContent = `model ${s.model.join("-")} (${s.param_count.toLocaleString()} parameters) · ` +
-    `${dataset} · ${s.mode} · aggregator ${s.aggregator} · ${s.optimizer}`;
-  const now = performance.now();
-  if (last && s.round > last.status.round) {
-    const r = s.round;
-    if (s.train_loss != null) push(series.loss, [r, [s.train_loss]]);
-    if (s.test_accuracy != null && s.evaluated_round != null) {
-      const a = series.accuracy;
-      if (!a.length || a[a.length - 1][0] !== s.evaluated_round) push(a, [s.evaluated_round, [s.test_accuracy * 100]]);
-    }
-    push(series.workers, [r, [s.workers, s.round_participants, s.skipped_workers]]);
-    if (s.last_round_ms != null) {
-      durations.push(s.last_round_ms);
-      if (durations.length > 20) durations.shift();
-      const sorted = [...durations].sort((x, y) => x - y);
-      push(series.duration, [r, [pct(sorted, 0.5), pct(sorted, 0.95)]]);
-    }
-    const rounds = r - last.status.round;
-    const per = (key) => (s[key] - last.status[key]) / rounds;
-    const refusedOther = per("gradients_rejected") - per("late") - per("stale_rejected") - per("duplicate_rejected");
-    push(series.gradients, [r, [
-      per("gradients_accepted"), per("late"), per("stale_rejected") + per("duplicate_rejected"), refusedOther,
-    ]]);
-    const secs = (now - last.at) / 1000;
-    if (secs > 0 && s.bytes_in >= last.status.bytes_in) push(series.bytes, [r, [
-      (s.bytes_in - last.status.bytes_in) / secs / 1e6,
-      (s.bytes_out - last.status.bytes_out) / secs / 1e6,
-    ]]);
+    `${s.dataset} · ${s.mode} · aggregator ${s.aggregator} · ${s.optimizer}`;
+  if (s.train_loss != null && s.last_round_ms != null) {
+    addPoint({
+      round: s.round, unix_ms: Date.now(), train_loss: s.train_loss, test_accuracy: s.test_accuracy,
+      evaluated_round: s.evaluated_round, workers: s.workers, participants: s.last_round?.answered + s.last_round?.missed,
+      skipped: s.skipped_workers, round_ms: s.last_round_ms, gradients_accepted: s.gradients_accepted,
+      gradients_rejected: s.gradients_rejected, late: s.late, stale_rejected: s.stale_rejected,
+      duplicate_rejected: s.duplicate_rejected, bytes_in: s.bytes_in, bytes_out: s.bytes_out,
+    });
   }
-  if (!last || s.round !== last.status.round) last = { status: s, at: now };
-  for (const [name, points] of Object.entries(series)) draw($(`chart-${name}`), points);
+  redraw();
   table(s);
 }
 
@@ -53,6 +71,7 @@ function onStatus(s) {
 function draw(svg, points) {
   const W = 320, H = 140, L = 34, B = 14;
   svg.dataset.points = points.length;
+  svg.dataset.first = points.length ? points[0][0] : "";
   if (points.length < 2) { svg.innerHTML = `<text x="${L}" y="${H / 2}">waiting for rounds…</text>`; return; }
   const xs = points.map((p) => p[0]);
   const ys = points.flatMap((p) => p[1]);
@@ -120,5 +139,6 @@ $("forget").onclick = () => { sessionStorage.removeItem(TOKEN_KEY); steering(); 
 steering();
 
 const events = new EventSource("/api/events");
+events.addEventListener("history", (e) => onHistory(JSON.parse(e.data)));
 events.addEventListener("status", (e) => onStatus(JSON.parse(e.data)));
 events.onerror = () => { $("state").textContent = "unreachable, retrying"; $("state").dataset.state = "unreachable"; };

@@ -1,13 +1,14 @@
-//! `/api/events`: the status pushed to the dashboard as Server-Sent Events (`event: status`,
-//! the same JSON as `/api/status`), when it changes and at most four times a second, with
-//! keep-alives. The stream ends when the coordinator stops.
+//! `/api/events`: the status pushed to the dashboard as Server-Sent Events. First
+//! `event: history` (the run so far, as `/api/history`), then `event: status` (the same JSON
+//! as `/api/status`) when it changes, at most four times a second, with keep-alives. The
+//! stream ends when the coordinator stops.
 
 use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
-use futures_util::stream::{self, Stream};
+use futures_util::stream::{self, Stream, StreamExt};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -20,6 +21,9 @@ const THROTTLE: Duration = Duration::from_millis(250);
 pub async fn events(
     State(state): State<AppState>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let history = state.coordinator.history().await.unwrap_or_default();
+    let history = serde_json::to_string(&history).unwrap_or_else(|_| "[]".into());
+    let history = stream::once(async move { Ok(Event::default().event("history").data(history)) });
     let status = state.published.status.clone();
     let stream = stream::unfold(
         (status, state.shutdown.clone(), true),
@@ -39,5 +43,5 @@ pub async fn events(
             Some((Ok(event), (status, shutdown, false)))
         },
     );
-    Sse::new(stream).keep_alive(KeepAlive::default())
+    Sse::new(history.chain(stream)).keep_alive(KeepAlive::default())
 }

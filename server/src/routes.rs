@@ -48,6 +48,7 @@ pub fn app(state: AppState, web: &WebSource) -> Router {
         .merge(crate::admin::routes(state.published.mlp.param_count()))
         .route("/metrics", get(metrics))
         .route("/api/events", get(crate::events::events))
+        .route("/api/history", get(history))
         .route(
             "/dashboard",
             get(|| async { axum::response::Redirect::permanent("/dashboard.html") }),
@@ -98,6 +99,17 @@ async fn ws(
 async fn status(State(state): State<AppState>) -> impl IntoResponse {
     let status = state.published.status.borrow().clone();
     Json(status)
+}
+
+async fn history(State(state): State<AppState>) -> Response {
+    match state.coordinator.history().await {
+        Some(points) => Json(points).into_response(),
+        None => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the coordinator is stopping",
+        )
+            .into_response(),
+    }
 }
 
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {

@@ -17,7 +17,7 @@ async fn the_dashboard_shows_the_run_live_and_steers_it() {
     let mut status = server.status.clone();
     let workers: Vec<_> = (0..2).map(|_| spawn_worker(addr)).collect();
     wait_status(&mut status, "two workers training", |s| {
-        s.workers == 2 && s.round >= 3
+        s.workers == 2 && s.round >= 30
     })
     .await;
 
@@ -28,6 +28,11 @@ async fn the_dashboard_shows_the_run_live_and_steers_it() {
            n => Number(document.getElementById('chart-' + n)?.dataset.points) >= 2)",
     )
     .await;
+    // Opened at round 30 or later, it still draws the run from its start (the history).
+    let first = tab
+        .evaluate("Number(document.getElementById('chart-loss').dataset.first)")
+        .await;
+    assert_eq!(first.as_u64(), Some(1), "the loss chart starts at round 1");
     let s = status.borrow().clone();
     let ids: Vec<u32> = s.worker_list.iter().map(|w| w.id).collect();
     tab.until(

@@ -145,5 +145,20 @@ async fn metrics_parse_and_match_the_status() {
         text.contains("crowdtrain_run_info{mode=\"sync\",aggregator=\"mean-around-median\"} 1"),
         "{text}"
     );
+    let (code, _, body) = http_get(server.addr, "/api/history").await;
+    assert_eq!(code, 200);
+    let history: serde_json::Value = serde_json::from_slice(&body).expect("json");
+    let points = history.as_array().expect("points");
+    assert_eq!(points.len() as f64, n("round"), "one point per update");
+    let last = points.last().expect("a point");
+    assert_eq!(last["round"].as_f64(), Some(n("round")));
+    assert_eq!(
+        last["gradients_accepted"].as_f64(),
+        Some(n("gradients_accepted"))
+    );
+    assert!(
+        points.iter().any(|p| p["test_accuracy"].is_number()),
+        "evaluated rounds marked"
+    );
     stop(server).await;
 }

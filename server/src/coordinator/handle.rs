@@ -52,6 +52,10 @@ pub enum Event {
     /// A session was closed for bad input (undecodable frame, wrong shape, NaN, ...), before
     /// or after joining. Counted; the worker itself leaves with its own `Leave`.
     Rejected { refusal: Refusal, peer: IpAddr },
+    /// The history of the run so far (a dashboard connecting).
+    History {
+        reply: oneshot::Sender<Vec<super::history::Point>>,
+    },
     /// An operator's command (admin API), from `from`; answered with what was done.
     Admin {
         command: super::Command,
@@ -85,6 +89,13 @@ pub struct CoordinatorHandle {
 pub struct Stopped;
 
 impl CoordinatorHandle {
+    /// The run's history so far; `None` if the coordinator has stopped.
+    pub async fn history(&self) -> Option<Vec<super::history::Point>> {
+        let (reply, answer) = oneshot::channel();
+        self.tx.send(Event::History { reply }).await.ok()?;
+        answer.await.ok()
+    }
+
     /// Sends an operator's command and waits for what came of it; `None` if the
     /// coordinator has stopped.
     pub async fn admin(

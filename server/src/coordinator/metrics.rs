@@ -118,6 +118,10 @@ impl Metrics {
             .observe(latency.as_secs_f64());
     }
 
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
     /// The counters and the last evaluation, for a checkpoint.
     pub fn saved(&self) -> (Counters, Option<(u64, Evaluation)>) {
         (self.counters.clone(), self.evaluation)

@@ -29,6 +29,7 @@ mod checkpoints;
 mod checks;
 pub mod clip;
 pub mod handle;
+pub mod history;
 pub mod identities;
 mod join;
 pub mod metrics;
@@ -86,6 +87,8 @@ pub struct Coordinator {
     worker_list: Arc<Vec<WorkerStatus>>,
     /// The operator paused training; in async modes, the workers waiting for weights.
     paused: Option<std::collections::BTreeSet<protocol::WorkerId>>,
+    /// One point per update, for dashboards opened mid-run.
+    history: history::History,
     /// `PUT /api/params` during an open sync round: the weights that replace the model when
     /// it closes.
     pending_params: Option<Vec<f32>>,
@@ -170,6 +173,7 @@ impl Coordinator {
             now: now(),
             paused: None,
             pending_params: None,
+            history: history::History::default(),
             bans: Arc::default(),
             status_tx,
             weights_rx,
@@ -276,6 +280,9 @@ impl Coordinator {
                 reply,
             } => {
                 let _ = reply.send(self.admin(command, &from));
+            }
+            Event::History { reply } => {
+                let _ = reply.send(self.history.points());
             }
         }
         self.settle(now);

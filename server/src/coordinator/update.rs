@@ -5,6 +5,7 @@
 use tracing::{info, warn};
 
 use super::handle::Outcome;
+use super::history::Point;
 use super::metrics::LogValue;
 use super::schedule::Update;
 use super::Coordinator;
@@ -36,6 +37,7 @@ impl Coordinator {
             self.metrics.evaluated(version, e);
             self.last_eval = Some(e);
         }
+        self.record(update, version, evaluation.map(|e| e.accuracy));
         self.checkpoint_if_due();
         info!(
             round = version,
@@ -73,5 +75,30 @@ impl Coordinator {
             self.shutdown.cancel();
         }
         self.replace_pending();
+    }
+
+    /// A point of the run's history for this update.
+    fn record(&mut self, update: &Update, version: u64, test_accuracy: Option<f64>) {
+        let c = self.metrics.counters();
+        let point = Point {
+            round: version,
+            unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            train_loss: update.mean_loss,
+            test_accuracy,
+            workers: self.registry.len(),
+            participants: update.answered + update.missed,
+            skipped: self.schedule.standing().skipped,
+            round_ms: update.duration.as_secs_f64() * 1e3,
+            gradients_accepted: c.gradients_accepted,
+            gradients_rejected: c.gradients_rejected,
+            late: c.late,
+            stale_rejected: c.stale_rejected,
+            duplicate_rejected: c.duplicate_rejected,
+            bytes_in: c.bytes_in,
+            bytes_out: c.bytes_out,
+        };
+        self.history.record(point);
     }
 }
