@@ -19,7 +19,8 @@
 //! [`replicas`] for `--replicate`, [`clip`] for the norm bound); [`trainer`] and `update`
 //! (the model, and what applying an update means); [`metrics`] (counters → status) and
 //! `publish`; `checkpoints` (the consistent copy a checkpoint takes, and restoring one);
-//! `admin` (the operator's commands, which arrive as events like everything else).
+//! `admin` (the operator's commands, which arrive as events like everything else);
+//! `traffic` (latency, bytes and activity of each arriving gradient); [`history`].
 
 mod admin;
 pub mod asynchronous;
@@ -39,6 +40,7 @@ pub mod replicas;
 pub mod schedule;
 pub mod sync;
 pub mod tally;
+mod traffic;
 pub mod trainer;
 mod update;
 pub mod verify;
@@ -257,14 +259,7 @@ impl Coordinator {
             } => {
                 // A replaced session's gradients are ignored: the worker lives on elsewhere.
                 if self.registry.is_current(worker, session) {
-                    if let Some(sent) = self.registry.weights_sent_at(worker) {
-                        self.metrics
-                            .gradient_latency(now.saturating_duration_since(sent));
-                    }
-                    let compression = self.registry.compression(worker).unwrap_or_default();
-                    let bytes = gradient_frame_len(gradient.grads.len(), compression);
-                    self.metrics.traffic(bytes, 0);
-                    self.registry.seen(worker, gradient.samples, now);
+                    self.arrived(worker, &gradient, now);
                     self.gradient(worker, &gradient, norm, now);
                 }
             }
@@ -376,18 +371,6 @@ impl Coordinator {
             self.execute(actions);
         }
     }
-}
-
-/// The size of a gradient frame of `n` values in `compression`, as it came over the wire.
-fn gradient_frame_len(n: usize, compression: protocol::Compression) -> u64 {
-    let empty = protocol::Gradient {
-        round: protocol::Round(0),
-        samples: 0,
-        loss: 0.0,
-        grads: Vec::new(),
-    };
-    let header = protocol::encode_gradient(&empty, compression).len();
-    (header + compression.payload_len(n).unwrap_or(0)) as u64
 }
 
 fn now() -> Instant {
