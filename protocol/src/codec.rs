@@ -150,6 +150,13 @@ pub fn encode_gradient(g: &Gradient, c: Compression) -> Vec<u8> {
     w.buf
 }
 
+/// The size of the frame [`encode_gradient`] makes for `count` values in `c`, without
+/// encoding it (`None` if `count` does not fit the format).
+pub fn gradient_frame_len(count: usize, c: Compression) -> Option<usize> {
+    // Header, round (8), samples (4), loss (4), tensor: compression (1), count (4), payload.
+    Some(HEADER_LEN + 8 + 4 + 4 + 1 + 4 + c.payload_len(count)?)
+}
+
 /// Encodes a message sent by the coordinator.
 pub fn encode_from_coordinator(msg: &CoordinatorToWorker) -> Vec<u8> {
     match msg {

@@ -130,15 +130,15 @@ pub struct Status {
     pub last_round_ms: Option<f64>,
     pub model: Vec<usize>,
     pub param_count: usize,
-    pub optimizer: String,
+    pub optimizer: Arc<str>,
     pub batch_size: u32,
     /// What is being trained on.
-    pub dataset: String,
+    pub dataset: Arc<str>,
     /// Bytes of gradient frames received, and of frames sent to workers.
     pub bytes_in: u64,
     pub bytes_out: u64,
     /// `--checkpoint-dir`: what the checkpoint writer has done (absent without one).
-    pub checkpoints: Option<crate::checkpoint::Report>,
+    pub checkpoints: Option<Arc<crate::checkpoint::Report>>,
     /// Rebuilt when membership or a round changes (not per gradient) and shared, so the
     /// status can be republished after every event in O(1).
     pub worker_list: Arc<Vec<WorkerStatus>>,

@@ -76,35 +76,36 @@ pub fn le_bytes(values: &[f32]) -> Vec<u8> {
 /// metadata. A missing, extra, non-f32 or misshapen tensor is refused by name.
 pub fn decode(bytes: &[u8], expected: &[Expected<'_>]) -> Result<Decoded, TensorsFileError> {
     let format = |e: safetensors::SafeTensorError| TensorsFileError::Format(format!("{e:?}"));
-    let file = SafeTensors::deserialize(bytes).map_err(format)?;
-    let (_, header) = SafeTensors::read_metadata(bytes).map_err(format)?;
-    if let Some(extra) = file
-        .names()
-        .into_iter()
+    // Parses and checks the header once (offsets within the file, covering its data).
+    let (header_len, header) = SafeTensors::read_metadata(bytes).map_err(format)?;
+    let data = &bytes[8 + header_len..];
+    let tensors = header.tensors();
+    if let Some(extra) = tensors
+        .keys()
         .find(|n| !expected.iter().any(|(e, _)| e == n))
     {
-        return Err(TensorsFileError::Unexpected(extra.to_string()));
+        return Err(TensorsFileError::Unexpected(extra.clone()));
     }
     let mut out = Vec::with_capacity(expected.len());
     for &(name, shape) in expected {
-        let view = file
-            .tensor(name)
-            .map_err(|_| TensorsFileError::Missing(name.to_string()))?;
-        if view.dtype() != Dtype::F32 {
+        let info = tensors
+            .get(name)
+            .ok_or_else(|| TensorsFileError::Missing(name.to_string()))?;
+        if info.dtype != Dtype::F32 {
             return Err(TensorsFileError::Dtype {
                 name: name.to_string(),
-                dtype: view.dtype().to_string(),
+                dtype: info.dtype.to_string(),
             });
         }
-        if view.shape() != shape {
+        if info.shape != shape {
             return Err(TensorsFileError::Shape {
                 name: name.to_string(),
-                got: view.shape().to_vec(),
+                got: info.shape.clone(),
                 expected: shape.to_vec(),
             });
         }
-        let values = view
-            .data()
+        let (start, end) = info.data_offsets;
+        let values = data[start..end]
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
@@ -190,5 +191,14 @@ mod tests {
             Err(TensorsFileError::Format(_))
         ));
         assert!(decode_params(b"not a file", mlp.layout()).is_err());
+        // A header whose offsets lie about the data is refused, never sliced.
+        let header = br#"{"l0.weight":{"dtype":"F32","shape":[3,2],"data_offsets":[0,400]}}"#;
+        let mut lying = (header.len() as u64).to_le_bytes().to_vec();
+        lying.extend_from_slice(header);
+        lying.extend_from_slice(&[0u8; 24]);
+        assert!(matches!(
+            decode_params(&lying, mlp.layout()),
+            Err(TensorsFileError::Format(_))
+        ));
     }
 }

@@ -147,7 +147,7 @@ async fn mid_run_disk_faults_cost_checkpoints_not_training() {
         report(s).failed >= 1
     })
     .await;
-    let error = report(&full).last_error.expect("why");
+    let error = report(&full).last_error.clone().expect("why");
     println!("disk full: {error}");
     assert!(error.contains("No space left on device"), "{error}");
     let round = full.round;
@@ -190,7 +190,7 @@ async fn mid_run_disk_faults_cost_checkpoints_not_training() {
         report(s).last_error.is_some()
     })
     .await;
-    let error = report(&ro).last_error.expect("why");
+    let error = report(&ro).last_error.clone().expect("why");
     println!("read-only: {error}");
     assert!(error.contains("Read-only file system"), "{error}");
     fs.remount("rw");

@@ -388,3 +388,22 @@ proptest! {
         prop_assert_eq!(encode_from_worker(&back), bytes);
     }
 }
+
+#[test]
+fn a_gradient_frames_length_is_known_without_encoding_it() {
+    for c in [Compression::None, Compression::F16, Compression::Int8] {
+        for count in [0usize, 1, 255, 256, 257, 1000] {
+            let g = Gradient {
+                round: Round(3),
+                samples: 32,
+                loss: 1.5,
+                grads: vec![0.25; count],
+            };
+            assert_eq!(
+                gradient_frame_len(count, c),
+                Some(encode_gradient(&g, c).len()),
+                "{c:?} × {count}"
+            );
+        }
+    }
+}

@@ -34,16 +34,18 @@ pub struct Report {
 pub struct Writer {
     tx: Option<SyncSender<Checkpoint>>,
     thread: Option<JoinHandle<()>>,
-    report: Arc<Mutex<Report>>,
+    /// Replaced (not edited in place) on each change, so the status takes it with a refcount
+    /// instead of a copy on every event.
+    report: Arc<Mutex<Arc<Report>>>,
 }
 
 impl Writer {
     pub fn spawn(store: Store) -> Self {
         let (tx, rx) = mpsc::sync_channel::<Checkpoint>(1);
-        let report = Arc::new(Mutex::new(Report {
+        let report = Arc::new(Mutex::new(Arc::new(Report {
             dir: store.dir().display().to_string(),
             ..Report::default()
-        }));
+        })));
         let thread = std::thread::Builder::new()
             .name("checkpoint-writer".into())
             .spawn({
@@ -68,39 +70,40 @@ impl Writer {
         match tx.try_send(checkpoint) {
             Ok(()) => true,
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                lock(&self.report).skipped_busy += 1;
+                update(&self.report, |r| r.skipped_busy += 1);
                 false
             }
         }
     }
 
-    pub fn report(&self) -> Report {
-        lock(&self.report).clone()
+    pub fn report(&self) -> Arc<Report> {
+        Arc::clone(&lock(&self.report))
     }
 
     /// Writes `last` (after anything still queued), waits for the thread, and returns the
     /// final report. Blocks: call it off the async runtime.
-    pub fn finish(mut self, last: Option<Checkpoint>) -> Report {
+    pub fn finish(mut self, last: Option<Checkpoint>) -> Arc<Report> {
         if let (Some(tx), Some(last)) = (self.tx.take(), last) {
             // Blocks while one is queued; fails only if the thread died, reported below.
             let _ = tx.send(last);
         }
         if let Some(thread) = self.thread.take() {
             if thread.join().is_err() {
-                lock(&self.report).last_error = Some("the checkpoint writer panicked".into());
+                update(&self.report, |r| {
+                    r.last_error = Some("the checkpoint writer panicked".into());
+                });
             }
         }
         self.report()
     }
 }
 
-fn write(store: &Store, checkpoint: &Checkpoint, report: &Mutex<Report>) {
+fn write(store: &Store, checkpoint: &Checkpoint, report: &Mutex<Arc<Report>>) {
     let version = checkpoint.run.version;
     let started = Instant::now();
     let result = store.write(checkpoint);
     let ms = started.elapsed().as_secs_f64() * 1e3;
-    let mut report = lock(report);
-    match result {
+    update(report, |report| match result {
         Ok(written) => {
             info!(
                 version,
@@ -120,9 +123,17 @@ fn write(store: &Store, checkpoint: &Checkpoint, report: &Mutex<Report>) {
             report.failed += 1;
             report.last_error = Some(err.to_string());
         }
-    }
+    });
 }
 
-fn lock(report: &Mutex<Report>) -> std::sync::MutexGuard<'_, Report> {
+/// Changes the report by replacing it.
+fn update(report: &Mutex<Arc<Report>>, change: impl FnOnce(&mut Report)) {
+    let mut guard = lock(report);
+    let mut next = Report::clone(&guard);
+    change(&mut next);
+    *guard = Arc::new(next);
+}
+
+fn lock(report: &Mutex<Arc<Report>>) -> std::sync::MutexGuard<'_, Arc<Report>> {
     report.lock().unwrap_or_else(PoisonError::into_inner)
 }

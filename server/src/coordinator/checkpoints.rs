@@ -29,7 +29,7 @@ impl Checkpoints {
         }
     }
 
-    pub fn report(&self) -> Report {
+    pub fn report(&self) -> std::sync::Arc<Report> {
         self.writer.report()
     }
 }
@@ -182,9 +182,11 @@ impl Coordinator {
         let writer = c.writer;
         let report = tokio::task::spawn_blocking(move || writer.finish(last))
             .await
-            .unwrap_or_else(|e| Report {
-                last_error: Some(format!("the checkpoint writer failed: {e}")),
-                ..Report::default()
+            .unwrap_or_else(|e| {
+                std::sync::Arc::new(Report {
+                    last_error: Some(format!("the checkpoint writer failed: {e}")),
+                    ..Report::default()
+                })
             });
         if report.last_error.is_none() && (!due || report.last_version == Some(version)) {
             info!(version, "checkpoints done");
@@ -192,6 +194,7 @@ impl Coordinator {
         }
         let error = report
             .last_error
+            .clone()
             .unwrap_or_else(|| "it was not written".to_string());
         Some(format!(
             "the checkpoint of version {version} on stopping failed: {error}"

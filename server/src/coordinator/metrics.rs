@@ -19,9 +19,10 @@ pub struct RunInfo {
     pub aggregator: &'static str,
     pub model: Vec<usize>,
     pub param_count: usize,
-    pub optimizer: String,
+    /// Shared with every published status (a refcount per event, not a copy).
+    pub optimizer: Arc<str>,
     pub batch_size: u32,
-    pub dataset: String,
+    pub dataset: Arc<str>,
 }
 
 /// Refusals counted since the last update, for its report and log line.
@@ -44,7 +45,7 @@ pub struct Live {
     pub bans: Arc<Vec<String>>,
     /// `--replicate`: (agreed, disputed).
     pub replicas: (u64, u64),
-    pub checkpoints: Option<crate::checkpoint::Report>,
+    pub checkpoints: Option<std::sync::Arc<crate::checkpoint::Report>>,
 }
 
 /// The run's counters: what a checkpoint keeps, so that totals survive a restart.
@@ -97,7 +98,7 @@ impl Metrics {
 
     /// The optimizer as the status describes it (after a learning-rate change).
     pub fn set_optimizer(&mut self, optimizer: String) {
-        self.info.optimizer = optimizer;
+        self.info.optimizer = optimizer.into();
     }
 
     /// A gradient frame of `bytes` arrived; frames of `sent` bytes were queued to workers.

@@ -145,9 +145,9 @@ impl Coordinator {
             aggregator: config.aggregator.rule.name(),
             model: config.layers.clone(),
             param_count: params,
-            optimizer: format!("{:?}", config.optimizer),
+            optimizer: format!("{:?}", config.optimizer).into(),
             batch_size: config.batch_size,
-            dataset,
+            dataset: dataset.into(),
         });
         let registry = Registry::new(
             config.join_token.clone(),

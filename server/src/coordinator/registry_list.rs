@@ -4,18 +4,24 @@
 use std::ops::Range;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use protocol::{WorkerId, WorkerKind};
+use protocol::{Compression, WorkerId, WorkerKind};
 
 use super::Registry;
 use crate::status::WorkerStatus;
 
 impl Registry {
-    /// A gradient of `samples` arrived from `id` at `now`.
-    pub fn seen(&mut self, id: WorkerId, samples: u32, now: Instant) {
-        if let Some(w) = self.workers.get_mut(&id) {
-            w.last_seen = Some(now);
-            w.samples += u64::from(samples);
-        }
+    /// A gradient of `samples` arrived from `id` at `now`: returns when it was last sent
+    /// weights, and its compression (for the latency and the bytes on the wire).
+    pub fn seen(
+        &mut self,
+        id: WorkerId,
+        samples: u32,
+        now: Instant,
+    ) -> Option<(Option<Instant>, Compression)> {
+        let w = self.workers.get_mut(&id)?;
+        w.last_seen = Some(now);
+        w.samples += u64::from(samples);
+        Some((w.weights_sent_at, w.compression))
     }
 
     /// Bytes of frames queued to workers since the last call.

@@ -27,11 +27,6 @@ impl Registry {
         }
     }
 
-    /// When `id` was last sent weights.
-    pub fn weights_sent_at(&self, id: WorkerId) -> Option<std::time::Instant> {
-        self.workers.get(&id)?.weights_sent_at
-    }
-
     /// The shard `id`'s answer to its latest weights was computed on.
     pub fn computing_on(&self, id: WorkerId) -> Option<Range<usize>> {
         self.workers.get(&id)?.computing_on.clone()

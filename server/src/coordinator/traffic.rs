@@ -3,31 +3,20 @@
 
 use std::time::Instant;
 
-use protocol::{Gradient, WorkerId};
+use protocol::{gradient_frame_len, Gradient, WorkerId};
 
 use super::Coordinator;
 
 impl Coordinator {
     pub(super) fn arrived(&mut self, worker: WorkerId, gradient: &Gradient, now: Instant) {
-        if let Some(sent) = self.registry.weights_sent_at(worker) {
+        let Some((sent, compression)) = self.registry.seen(worker, gradient.samples, now) else {
+            return;
+        };
+        if let Some(sent) = sent {
             self.metrics
                 .gradient_latency(now.saturating_duration_since(sent));
         }
-        let compression = self.registry.compression(worker).unwrap_or_default();
-        let bytes = gradient_frame_len(gradient.grads.len(), compression);
-        self.metrics.traffic(bytes, 0);
-        self.registry.seen(worker, gradient.samples, now);
+        let bytes = gradient_frame_len(gradient.grads.len(), compression).unwrap_or(0);
+        self.metrics.traffic(bytes as u64, 0);
     }
-}
-
-/// The size of a gradient frame of `n` values in `compression`, as it came over the wire.
-fn gradient_frame_len(n: usize, compression: protocol::Compression) -> u64 {
-    let empty = protocol::Gradient {
-        round: protocol::Round(0),
-        samples: 0,
-        loss: 0.0,
-        grads: Vec::new(),
-    };
-    let header = protocol::encode_gradient(&empty, compression).len();
-    (header + compression.payload_len(n).unwrap_or(0)) as u64
 }
