@@ -52,7 +52,7 @@ function onHistory(points) {
 function onStatus(s) {
   $("state").textContent = s.state;
   $("state").dataset.state = s.state;
-  $("run").textContent = `model ${s.model.join("-")} (${s.param_count.toLocaleString()} parameters) · ` +
+  $("run").textContent = `model ${s.model_name}: ${s.model} (${s.param_count.toLocaleString()} parameters) · ` +
     `${s.dataset} · ${s.mode} · aggregator ${s.aggregator} · ${s.optimizer}`;
   if (s.train_loss != null && s.last_round_ms != null) {
     addPoint({

@@ -112,6 +112,9 @@ async function pollSwarm() {
     const s = await res.json();
     $("accuracy").textContent = s.test_accuracy == null ? "not evaluated yet" : `${(s.test_accuracy * 100).toFixed(1)} %`;
     $("workers").textContent = s.workers;
+    $("model").textContent = `${s.model_name}, ${s.param_count.toLocaleString()} parameters`;
+    $("model").title = s.model;
+    $("dataset").textContent = s.dataset;
     $("swarm-round").textContent = s.round;
     if (s.test_accuracy != null && s.evaluated_round != null &&
         (!curve.length || curve[curve.length - 1][0] !== s.evaluated_round)) {

@@ -16,12 +16,14 @@ fn main() {
         println!("cargo:rustc-env=CROWDTRAIN_REFERENCE_WITHOUT_FMA=1");
     }
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let (loss, grads) = fixture::gradient();
-    std::fs::write(
-        out.join("native_gradient.bin"),
-        fixture::gradient_bytes(loss, &grads),
-    )
-    .expect("write native_gradient.bin");
+    for preset in fixture::PRESETS {
+        let (loss, grads) = fixture::gradient(preset);
+        std::fs::write(
+            out.join(format!("native_gradient_{preset}.bin")),
+            fixture::gradient_bytes(loss, &grads),
+        )
+        .expect("write the native gradient");
+    }
     let worker: Vec<Vec<u8>> = fixture::worker_messages()
         .iter()
         .map(protocol::encode_from_worker)

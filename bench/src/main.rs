@@ -296,7 +296,7 @@ fn matches_reference(
         protocol::tensor::encode_payload(&mut raw, values, compression);
         protocol::tensor::decode_payload(&raw, values.len(), compression)
     };
-    let mlp = model::Mlp::new(&[784, hidden, 10]).expect("valid");
+    let mlp = model::Network::mlp(&[784, hidden, 10]).expect("valid");
     let mut w: Vec<f32> = mlp.init(42);
     let weight = BATCH as f32;
     let mut max_step = 0.0f32;

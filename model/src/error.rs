@@ -22,6 +22,10 @@ pub enum ModelError {
     },
     #[error("batch is empty")]
     EmptyBatch,
+    #[error(transparent)]
+    Spec(#[from] crate::spec::SpecError),
+    #[error("normalisation: every mean must be finite and every std finite and positive")]
+    BadNormalization,
     #[error("invalid IDX data: {0}")]
     Idx(String),
 }

@@ -2,7 +2,7 @@
 
 use crate::data::Dataset;
 use crate::error::ModelError;
-use crate::mlp::Mlp;
+use crate::network::Network;
 
 /// Evaluation is done in chunks so memory stays bounded for any test-set size.
 const EVAL_CHUNK: usize = 500;
@@ -15,14 +15,14 @@ pub struct Evaluation {
     pub loss: f64,
 }
 
-pub fn evaluate(mlp: &Mlp, params: &[f32], data: &Dataset) -> Result<Evaluation, ModelError> {
+pub fn evaluate(net: &Network, params: &[f32], data: &Dataset) -> Result<Evaluation, ModelError> {
     if data.is_empty() {
         return Err(ModelError::EmptyBatch);
     }
     let (mut loss, mut correct) = (0.0f64, 0usize);
     for start in (0..data.len()).step_by(EVAL_CHUNK) {
         let (x, labels) = data.batch(start..(start + EVAL_CHUNK).min(data.len()));
-        let (l, c) = mlp.loss_sum_and_correct(params, x.view(), &labels)?;
+        let (l, c) = net.loss_sum_and_correct(params, x.view(), &labels)?;
         loss += f64::from(l);
         correct += c;
     }

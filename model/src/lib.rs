@@ -5,11 +5,12 @@
 //!
 //! # Layout
 //! - [`params`]: [`ParamLayout`], the named tensors behind a flat `f32` vector (the wire form).
-//! - [`mlp`]: [`Mlp`], forward and backward of a ReLU multi-layer perceptron.
+//! - [`spec`]: [`NetSpec`], a model as an input shape and a list of layers, with its text form.
+//! - [`network`]: [`Network`], forward and backward of any spec; one file per layer type in `layers/`.
 //! - [`loss`]: softmax cross-entropy.
 //! - [`grad`]: [`GradientSum`], the streaming sample-weighted mean the coordinator aggregates with.
 //! - [`optim`]: the [`Optimizer`] trait with SGD, momentum and Adam.
-//! - [`data`]: [`Dataset`] (IDX parsing, seeded split), shard assignment and batch selection.
+//! - [`data`]: [`Dataset`] (u8 or f32 values, normalisation, IDX parsing, seeded split), shard assignment and batch selection.
 //! - [`eval`]: test accuracy and loss.
 //! - [`rng`]: a small seeded generator, so initial weights depend only on the seed.
 
@@ -17,20 +18,24 @@ pub mod data;
 pub mod error;
 pub mod eval;
 pub mod grad;
+mod layers;
 pub mod loss;
-pub mod mlp;
+pub mod network;
 pub mod optim;
 pub mod params;
 pub mod rng;
 pub mod robust;
 mod scalar;
+pub mod spec;
+mod spec_parse;
 
-pub use data::{assign_shards, batch_positions, Dataset};
+pub use data::{assign_shards, batch_positions, Dataset, Normalization, Values};
 pub use error::ModelError;
 pub use eval::{evaluate, Evaluation};
 pub use grad::GradientSum;
-pub use mlp::Mlp;
+pub use network::{batch_seed, Network};
 pub use optim::{Adam, Momentum, Optimizer, OptimizerKind, OptimizerState, Sgd, StateError};
 pub use params::{ParamLayout, TensorSpec};
 pub use rng::SplitMix64;
 pub use scalar::Scalar;
+pub use spec::{Layer, LayerSpec, NetSpec, Shape, SpecError};

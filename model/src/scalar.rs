@@ -20,6 +20,10 @@ pub trait Scalar:
     fn exp_portable(self) -> Self;
     /// Natural logarithm from `libm`, for the same reason.
     fn ln_portable(self) -> Self;
+    /// Hyperbolic tangent from `libm`.
+    fn tanh_portable(self) -> Self;
+    /// The error function from `libm` (for GELU).
+    fn erf_portable(self) -> Self;
 }
 
 impl Scalar for f32 {
@@ -29,6 +33,12 @@ impl Scalar for f32 {
     fn ln_portable(self) -> Self {
         libm::logf(self)
     }
+    fn tanh_portable(self) -> Self {
+        libm::tanhf(self)
+    }
+    fn erf_portable(self) -> Self {
+        libm::erff(self)
+    }
 }
 
 impl Scalar for f64 {
@@ -37,5 +47,11 @@ impl Scalar for f64 {
     }
     fn ln_portable(self) -> Self {
         libm::log(self)
+    }
+    fn tanh_portable(self) -> Self {
+        libm::tanh(self)
+    }
+    fn erf_portable(self) -> Self {
+        libm::erf(self)
     }
 }

@@ -12,8 +12,8 @@ use thiserror::Error;
 
 use crate::ids::{Round, WorkerId};
 use crate::message::{
-    CoordinatorToWorker, ErrorCode, Gradient, Hello, ModelSpec, Shard, Weights, Welcome,
-    WorkerKind, WorkerToCoordinator,
+    CoordinatorToWorker, ErrorCode, Gradient, Hello, ModelSpec, Shard, ShardValues, Weights,
+    Welcome, WorkerKind, WorkerToCoordinator,
 };
 use crate::tensor::{decode_payload, encode_payload, Compression};
 use crate::PROTOCOL_VERSION;
@@ -161,23 +161,41 @@ pub fn gradient_frame_len(count: usize, c: Compression) -> Option<usize> {
 pub fn encode_from_coordinator(msg: &CoordinatorToWorker) -> Vec<u8> {
     match msg {
         CoordinatorToWorker::Welcome(m) => {
-            let mut w = Writer::new(TAG_WELCOME, 32 + m.resume_token.len());
+            let hint = 32 + m.resume_token.len() + m.model.text.len();
+            let mut w = Writer::new(TAG_WELCOME, hint);
             w.u32(m.worker_id.0);
             w.str(&m.resume_token);
-            w.u32(len_u32(m.model.layers.len()));
-            for &width in &m.model.layers {
-                w.u32(width);
-            }
+            w.str(&m.model.text);
+            w.u64(m.model.fingerprint);
             w.u32(m.batch_size);
             w.u8(m.compression.to_u8());
             w.buf
         }
         CoordinatorToWorker::Shard(s) => {
-            let mut w = Writer::new(TAG_SHARD, 16 + s.labels.len() + s.pixels.len());
+            let values = s.values.len()
+                * if matches!(s.values, ShardValues::U8(_)) {
+                    1
+                } else {
+                    4
+                };
+            let mut w = Writer::new(TAG_SHARD, 40 + s.labels.len() + values);
             w.u32(s.first_index);
-            w.u32(s.features);
+            for d in s.shape {
+                w.u32(d);
+            }
             w.bytes(&s.labels);
-            w.bytes(&s.pixels);
+            match &s.values {
+                ShardValues::U8(v) => {
+                    w.u8(0);
+                    w.bytes(v);
+                }
+                ShardValues::F32(v) => {
+                    w.u8(1);
+                    w.tensor(v, Compression::None);
+                }
+            }
+            w.tensor(&s.mean, Compression::None);
+            w.tensor(&s.std, Compression::None);
             w.buf
         }
         CoordinatorToWorker::Weights(m) => encode_weights(m.round, &m.params, Compression::None),
@@ -364,36 +382,53 @@ pub fn decode_from_coordinator(frame: &[u8]) -> Result<CoordinatorToWorker, Deco
         TAG_WELCOME => {
             let worker_id = WorkerId(r.u32()?);
             let resume_token = r.str("resume_token")?;
-            let (count, raw) = r.counted(4)?;
-            let layers = raw
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect::<Vec<_>>();
-            debug_assert_eq!(layers.len(), count);
+            let model = ModelSpec {
+                text: r.str("model")?,
+                fingerprint: r.u64()?,
+            };
             CoordinatorToWorker::Welcome(Welcome {
                 worker_id,
                 resume_token,
-                model: ModelSpec { layers },
+                model,
                 batch_size: r.u32()?,
                 compression: r.compression("compression")?,
             })
         }
         TAG_SHARD => {
             let first_index = r.u32()?;
-            let features = r.u32()?;
+            let shape = [r.u32()?, r.u32()?, r.u32()?];
             let labels = r.bytes()?;
-            let pixels = r.bytes()?;
-            if labels.len() as u64 * u64::from(features) != pixels.len() as u64 {
+            let values = match r.u8()? {
+                0 => ShardValues::U8(r.bytes()?),
+                1 => ShardValues::F32(r.tensor()?),
+                v => {
+                    return Err(DecodeError::InvalidValue {
+                        field: "values.type",
+                        value: v.into(),
+                    })
+                }
+            };
+            let features = shape.iter().map(|&d| u128::from(d)).product::<u128>();
+            if labels.len() as u128 * features != values.len() as u128 {
                 return Err(DecodeError::InvalidValue {
-                    field: "pixels.len",
-                    value: pixels.len() as u64,
+                    field: "values.len",
+                    value: values.len() as u64,
+                });
+            }
+            let (mean, std) = (r.tensor()?, r.tensor()?);
+            if mean.len() != std.len() {
+                return Err(DecodeError::InvalidValue {
+                    field: "std.len",
+                    value: std.len() as u64,
                 });
             }
             CoordinatorToWorker::Shard(Shard {
                 first_index,
-                features,
+                shape,
                 labels,
-                pixels,
+                values,
+                mean,
+                std,
             })
         }
         TAG_WEIGHTS => CoordinatorToWorker::Weights(Weights {

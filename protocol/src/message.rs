@@ -38,10 +38,13 @@ pub struct Hello {
     pub compression: Compression,
 }
 
-/// The model a worker must build: an MLP with these layer widths, input first.
+/// The model a worker must build, in the canonical text form of `model::NetSpec` (e.g.
+/// `input 1x28x28; conv2d 16 k5 s1 p0; relu; ...; dense 10`), and that text's FNV-1a
+/// fingerprint, which the worker recomputes from its own rendering of the parsed spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelSpec {
-    pub layers: Vec<u32>,
+    pub text: String,
+    pub fingerprint: u64,
 }
 
 /// Answer to `Hello`: who the worker is and what it needs to compute gradients.
@@ -63,12 +66,38 @@ pub struct Welcome {
 pub struct Shard {
     /// Position of the first sample in the coordinator's (shuffled) train split.
     pub first_index: u32,
-    /// Input features per sample (784 for MNIST).
-    pub features: u32,
+    /// Channels, height and width of one sample (`[n, 1, 1]` for `n` plain features).
+    pub shape: [u32; 3],
     /// One class label per sample.
     pub labels: Vec<u8>,
-    /// `labels.len() * features` pixel intensities, 0..=255, sample-major.
-    pub pixels: Vec<u8>,
+    /// `labels.len() × c × h × w` values, sample-major, in the dataset's element type.
+    pub values: ShardValues,
+    /// The model's input is `(value - mean) / std`, with one entry for all features or one
+    /// per feature.
+    pub mean: Vec<f32>,
+    pub std: Vec<f32>,
+}
+
+/// A shard's values in the dataset's own element type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ShardValues {
+    /// Pixel intensities (image datasets).
+    U8(Vec<u8>),
+    /// Numeric features (CSV datasets).
+    F32(Vec<f32>),
+}
+
+impl ShardValues {
+    pub fn len(&self) -> usize {
+        match self {
+            Self::U8(v) => v.len(),
+            Self::F32(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// Weights version `round`; the recipient answers with a `Gradient` for that round if it is

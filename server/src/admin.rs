@@ -133,7 +133,7 @@ async fn replace_params(
     if let Err(refused) = authorize(&state, &headers) {
         return refused.into_response();
     }
-    let layout = state.published.mlp.layout();
+    let layout = state.published.net.layout();
     let params = match crate::tensors_file::decode_params(&bytes, layout) {
         Ok((params, _)) => params,
         Err(e) => {

@@ -45,7 +45,7 @@ pub fn app(state: AppState, web: &WebSource) -> Router {
     let router = Router::new()
         .route("/ws", get(ws))
         .route("/api/status", get(status))
-        .merge(crate::admin::routes(state.published.mlp.param_count()))
+        .merge(crate::admin::routes(state.published.net.param_count()))
         .route("/metrics", get(metrics))
         .route("/api/events", get(crate::events::events))
         .route("/api/history", get(history))
@@ -74,7 +74,7 @@ async fn ws(
             return (refused.status, refused.message).into_response();
         }
     };
-    let limit = max_message_size(state.published.mlp.param_count());
+    let limit = max_message_size(state.published.net.param_count());
     upgrade
         .max_message_size(limit)
         .max_frame_size(limit)
@@ -122,7 +122,7 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 pub(crate) async fn params(State(state): State<AppState>) -> impl IntoResponse {
     let snapshot = state.published.weights.borrow().clone();
     let body = crate::tensors_file::encode_params(
-        state.published.mlp.layout(),
+        state.published.net.layout(),
         &snapshot.frame[WEIGHTS_DATA_OFFSET..],
         ("round", snapshot.round.to_string()),
     );

@@ -28,8 +28,8 @@ const SESSION_DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("loading the embedded dataset: {0}")]
-    Dataset(#[source] model::ModelError),
+    #[error("--data {0}")]
+    Dataset(#[source] crate::dataset::DataError),
     #[error("building the model: {0}")]
     Model(#[source] model::ModelError),
     #[error("reading the listener address: {0}")]
@@ -97,7 +97,8 @@ pub async fn start(
         Some(files) => Some(crate::tls::load(&files.cert, &files.key)?),
         None => None,
     };
-    let data = crate::dataset::load_default(config.seed).map_err(ServerError::Dataset)?;
+    let data = crate::dataset::load(config.data.as_deref(), config.seed, config.test_fraction)
+        .map_err(ServerError::Dataset)?;
     let shutdown = CancellationToken::new();
     let web = WebSource::new(config.web_dir.clone());
     web.announce();
@@ -108,15 +109,16 @@ pub async fn start(
         config.max_per_ip,
     ));
     let checkpoints = config.checkpoints.clone();
-    let mlp = model::Mlp::new(&config.layers).map_err(ServerError::Model)?;
-    let fingerprint = Fingerprint::of(&config, &data, mlp.layout().total());
+    let net = data.network(&config.model).map_err(ServerError::Model)?;
+    info!(model = %net.spec(), parameters = net.param_count(), data = %data.describe(), "training");
+    let fingerprint = Fingerprint::of(&config, &data, &net);
     let names: Vec<String> = (config.optimizer.build(0).state().tensors.into_iter())
         .map(|(name, _)| name)
         .collect();
     let mut coordinator =
         Coordinator::new(config, data, shutdown.clone()).map_err(ServerError::Model)?;
     if let Some(c) = checkpoints {
-        let store = Store::new(c.dir, c.keep, mlp.layout().clone());
+        let store = Store::new(c.dir, c.keep, net.layout().clone());
         store.probe()?;
         let resume = if c.resume {
             Some(store.load_newest(&fingerprint, &names)?)

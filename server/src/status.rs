@@ -128,12 +128,17 @@ pub struct Status {
     /// Sessions closed for bad input (undecodable frame, wrong shape, NaN/Inf, ...).
     pub sessions_rejected: u64,
     pub last_round_ms: Option<f64>,
-    pub model: Vec<usize>,
+    /// The model's spec in its text form (`input 1x28x28; conv2d 16 k5 s1 p0; ...`).
+    pub model: Arc<str>,
+    /// `mlp`, `cnn` or the spec file it was read from.
+    pub model_name: Arc<str>,
     pub param_count: usize,
     pub optimizer: Arc<str>,
     pub batch_size: u32,
     /// What is being trained on.
     pub dataset: Arc<str>,
+    /// Class names, by label.
+    pub classes: Arc<Vec<String>>,
     /// Bytes of gradient frames received, and of frames sent to workers.
     pub bytes_in: u64,
     pub bytes_out: u64,

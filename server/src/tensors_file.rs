@@ -134,8 +134,8 @@ mod tests {
 
     use super::*;
 
-    fn layout() -> model::Mlp {
-        model::Mlp::new(&[3, 2]).expect("valid")
+    fn layout() -> model::Network {
+        model::Network::mlp(&[3, 2]).expect("valid")
     }
 
     #[test]
@@ -162,7 +162,7 @@ mod tests {
     #[test]
     fn a_file_that_does_not_fit_is_refused_by_tensor_name() {
         let mlp = layout();
-        let other = model::Mlp::new(&[2, 3]).expect("valid");
+        let other = model::Network::mlp(&[2, 3]).expect("valid");
         let file = encode_params(other.layout(), &le_bytes(&[0.0; 9]), ("round", "0".into()));
         let err = decode_params(&file, mlp.layout()).expect_err("other shapes");
         assert_eq!(

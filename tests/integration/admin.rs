@@ -129,8 +129,8 @@ async fn the_operator_steers_a_run_through_the_admin_api() {
     );
 
     // Replace the weights while paused: checked first, then exactly what was sent.
-    let mlp = model::Mlp::new(&[784, 128, 10]).expect("valid");
-    let other = model::Mlp::new(&[784, 64, 10]).expect("valid");
+    let mlp = model::Network::mlp(&[784, 128, 10]).expect("valid");
+    let other = model::Network::mlp(&[784, 64, 10]).expect("valid");
     let wrong_shape = server::tensors_file::encode_params(
         other.layout(),
         &server::tensors_file::le_bytes(&vec![0.0; other.param_count()]),

@@ -157,7 +157,7 @@ async fn mid_run_disk_faults_cost_checkpoints_not_training() {
         s.round >= round + 6 && report(s).failed >= 2
     })
     .await;
-    let mlp = model::Mlp::new(&[784, 128, 10]).expect("valid");
+    let mlp = model::Network::mlp(&[784, 128, 10]).expect("valid");
     let store = Store::new(dir.clone(), 2, mlp.layout().clone());
     let (newest, intact, skipped) = store.newest_intact().expect("the earlier ones are intact");
     assert!(

@@ -107,7 +107,7 @@ async fn a_resumed_run_reaches_bit_identical_weights() {
     let ids: BTreeSet<u32> = before.worker_list.iter().map(|w| w.id).collect();
     let saved = state_json(&dir.path().join("ckpt-000000000010"));
     assert!(dir.path().join("ckpt-000000000008").is_dir(), "every 4");
-    let mlp = model::Mlp::new(&[784, 128, 10]).expect("valid");
+    let mlp = model::Network::mlp(&[784, 128, 10]).expect("valid");
     let at_10 = std::fs::read(dir.path().join("ckpt-000000000010/params.safetensors"));
     let (at_10, _) = server::tensors_file::decode_params(&at_10.expect("read"), mlp.layout())
         .expect("the checkpoint's parameters");

@@ -1,4 +1,4 @@
-use model::{assign_shards, batch_positions, Mlp};
+use model::{assign_shards, batch_positions, Network};
 
 use crate::util::*;
 
@@ -34,7 +34,7 @@ async fn four_workers_equal_single_process_sgd_on_the_union_of_their_batches() {
 
     // The reference: one process, one model, the union of the four workers' batches.
     let data = server::dataset::load_default(7).expect("dataset");
-    let mlp = Mlp::new(&[784, 128, 10]).expect("valid");
+    let mlp = Network::mlp(&[784, 128, 10]).expect("valid");
     let mut params: Vec<f32> = mlp.init(7);
     let shards = assign_shards(4, data.train.len());
     for round in 0..ROUNDS {
@@ -44,7 +44,9 @@ async fn four_workers_equal_single_process_sgd_on_the_union_of_their_batches() {
             .collect();
         assert_eq!(union.len(), 4 * BATCH);
         let (x, labels) = data.train.batch(union);
-        let (_, grads) = mlp.loss_and_grad(&params, x.view(), &labels).expect("ok");
+        let (_, grads) = mlp
+            .loss_and_grad(&params, x.view(), &labels, 0)
+            .expect("ok");
         for (p, g) in params.iter_mut().zip(&grads) {
             *p -= LR * g;
         }

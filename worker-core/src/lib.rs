@@ -8,11 +8,14 @@
 //! in the native `worker`, web-sys in the browser) only moves bytes. Both therefore run the
 //! very same training code.
 
-use model::{batch_positions, Dataset, Mlp, ModelError};
+use model::{
+    batch_positions, batch_seed, Dataset, ModelError, NetSpec, Network, Normalization, Shape,
+    Values,
+};
 use protocol::{
     decode_from_coordinator, encode_from_worker, encode_gradient, Compression, CoordinatorToWorker,
-    DecodeError, ErrorCode, Gradient, Hello, Round, Shard, Weights, Welcome, WorkerId, WorkerKind,
-    WorkerToCoordinator,
+    DecodeError, ErrorCode, Gradient, Hello, Round, Shard, ShardValues, Weights, Welcome, WorkerId,
+    WorkerKind, WorkerToCoordinator,
 };
 use thiserror::Error;
 
@@ -27,6 +30,14 @@ pub enum WorkerError {
     Protocol(&'static str),
     #[error("model error: {0}")]
     Model(#[from] ModelError),
+    #[error("the coordinator's model does not build here: {0}")]
+    Spec(#[from] model::SpecError),
+    #[error("the model \"{text}\" reads back with fingerprint {ours:#018x}, the coordinator's is {theirs:#018x} (coordinator and worker versions differ)")]
+    Fingerprint {
+        text: String,
+        ours: u64,
+        theirs: u64,
+    },
 }
 
 /// What the worker has done so far, for logs and the volunteer's page.
@@ -46,9 +57,11 @@ pub struct Stats {
 
 #[derive(Debug)]
 struct Joined {
-    mlp: Mlp,
+    net: Network,
     batch_size: usize,
     shard: Option<Dataset>,
+    /// Where the shard starts in the coordinator's train split (for the dropout seed).
+    first_index: usize,
     /// What the coordinator confirmed in `Welcome`.
     compression: Compression,
 }
@@ -138,15 +151,24 @@ impl WorkerCore {
     }
 
     fn on_welcome(&mut self, welcome: Welcome) -> Result<(), WorkerError> {
-        let sizes: Vec<usize> = welcome.model.layers.iter().map(|&w| w as usize).collect();
-        let mlp = Mlp::new(&sizes)?;
+        let spec: NetSpec = welcome.model.text.parse()?;
+        if spec.fingerprint() != welcome.model.fingerprint {
+            return Err(WorkerError::Fingerprint {
+                text: welcome.model.text,
+                ours: spec.fingerprint(),
+                theirs: welcome.model.fingerprint,
+            });
+        }
+        let classes = spec.outputs()?;
+        let net = Network::new(spec, classes)?;
         if welcome.batch_size == 0 {
             return Err(WorkerError::Protocol("Welcome with a batch size of 0"));
         }
         self.joined = Some(Joined {
-            mlp,
+            net,
             batch_size: welcome.batch_size as usize,
             shard: None,
+            first_index: 0,
             compression: welcome.compression,
         });
         self.resume_token = Some(welcome.resume_token);
@@ -160,17 +182,22 @@ impl WorkerCore {
             .joined
             .as_mut()
             .ok_or(WorkerError::Protocol("Shard before Welcome"))?;
-        if shard.features as usize != joined.mlp.inputs() {
-            return Err(ModelError::ShapeMismatch {
-                what: "shard features",
-                expected: joined.mlp.inputs(),
-                got: shard.features as usize,
-            }
-            .into());
+        let [c, h, w] = shard.shape.map(|d| d as usize);
+        let shape = Shape::new(c, h, w);
+        if shape != joined.net.spec().input {
+            return Err(WorkerError::Protocol(
+                "Shard's sample shape is not the model's input",
+            ));
         }
-        let data = Dataset::new(shard.features as usize, shard.pixels, shard.labels)?;
+        let values = match shard.values {
+            ShardValues::U8(v) => Values::U8(v),
+            ShardValues::F32(v) => Values::F32(v),
+        };
+        let norm = Normalization::new(shard.mean, shard.std);
+        let data = Dataset::from_parts(shape, values, shard.labels, norm)?;
         self.stats.shard_len = data.len();
         joined.shard = Some(data);
+        joined.first_index = shard.first_index as usize;
         Ok(())
     }
 
@@ -190,9 +217,10 @@ impl WorkerCore {
         };
         self.last_batch = Some(batch);
         let (x, labels) = shard.batch(batch_positions(shard.len(), batch, joined.batch_size));
+        let seed = batch_seed(batch, joined.first_index);
         let (loss, grads) = joined
-            .mlp
-            .loss_and_grad(&weights.params, x.view(), &labels)?;
+            .net
+            .loss_and_grad(&weights.params, x.view(), &labels, seed)?;
         self.stats.gradients_sent += 1;
         self.stats.samples_computed += labels.len() as u64;
         self.stats.last_loss = Some(loss);
@@ -216,16 +244,24 @@ mod tests {
         core.handle(CoordinatorToWorker::Welcome(Welcome {
             worker_id: WorkerId(3),
             resume_token: "tok".into(),
-            model: ModelSpec { layers: vec![2, 2] },
+            model: {
+                let spec: NetSpec = "input 2; dense 2".parse().expect("valid");
+                ModelSpec {
+                    text: spec.to_string(),
+                    fingerprint: spec.fingerprint(),
+                }
+            },
             batch_size: 1,
             compression: Compression::None,
         }))
         .expect("welcome");
         core.handle(CoordinatorToWorker::Shard(Shard {
             first_index: 0,
-            features: 2,
+            shape: [2, 1, 1],
             labels: vec![0, 1, 0],
-            pixels: vec![10, 20, 30, 40, 50, 60],
+            values: ShardValues::U8(vec![10, 20, 30, 40, 50, 60]),
+            mean: vec![0.0],
+            std: vec![255.0],
         }))
         .expect("shard");
         core

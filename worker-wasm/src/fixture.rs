@@ -4,36 +4,58 @@
 
 #![allow(dead_code)]
 
-use model::{Dataset, Mlp, SplitMix64};
+use model::{batch_seed, Dataset, NetSpec, Network, Normalization, Shape, SplitMix64, Values};
 use protocol::{
-    Compression, CoordinatorToWorker, ErrorCode, Gradient, Hello, ModelSpec, Round, Shard, Weights,
-    Welcome, WorkerId, WorkerKind, WorkerToCoordinator,
+    Compression, CoordinatorToWorker, ErrorCode, Gradient, Hello, ModelSpec, Round, Shard,
+    ShardValues, Weights, Welcome, WorkerId, WorkerKind, WorkerToCoordinator,
 };
 
-/// The default model.
-pub const LAYERS: [usize; 3] = [784, 128, 10];
 pub const SEED: u64 = 2026;
 pub const BATCH: usize = 32;
+/// The presets, by name, as `--model` takes them.
+pub const PRESETS: [&str; 2] = ["mlp", "cnn"];
 
-/// The default model's initial weights and a batch of MNIST-shaped samples.
-pub fn inputs() -> (Mlp, Vec<f32>, Dataset) {
-    let mlp = Mlp::new(&LAYERS).expect("valid layers");
-    let params: Vec<f32> = mlp.init(SEED);
-    let mut rng = SplitMix64::new(SEED);
-    let pixels = (0..BATCH * LAYERS[0])
-        .map(|_| rng.below(256) as u8)
-        .collect();
-    let labels = (0..BATCH).map(|_| rng.below(10) as u8).collect();
-    let data = Dataset::new(LAYERS[0], pixels, labels).expect("consistent");
-    (mlp, params, data)
+/// A preset's spec for MNIST-shaped data.
+pub fn spec(preset: &str) -> NetSpec {
+    let input = Shape::new(1, 28, 28);
+    match preset {
+        "cnn" => NetSpec::cnn(input, 10),
+        _ => NetSpec::mlp(input, &[128], 10),
+    }
 }
 
-/// Mean loss and gradient of the batch, as this build computes it.
-pub fn gradient() -> (f32, Vec<f32>) {
-    let (mlp, params, data) = inputs();
+/// A preset's initial weights and a batch of MNIST-shaped samples.
+pub fn inputs(preset: &str) -> (Network, Vec<f32>, Dataset) {
+    let net = Network::new(spec(preset), 10).expect("valid spec");
+    let params: Vec<f32> = net.init(SEED);
+    let mut rng = SplitMix64::new(SEED);
+    let pixels = (0..BATCH * 784).map(|_| rng.below(256) as u8).collect();
+    let labels = (0..BATCH).map(|_| rng.below(10) as u8).collect();
+    let data = Dataset::from_parts(
+        Shape::new(1, 28, 28),
+        Values::U8(pixels),
+        labels,
+        Normalization::unit_bytes(),
+    )
+    .expect("consistent");
+    (net, params, data)
+}
+
+/// Mean loss and gradient of the batch, as this build computes it (the batch of round 0
+/// of a shard starting at sample 0, as a worker computes it).
+pub fn gradient(preset: &str) -> (f32, Vec<f32>) {
+    let (net, params, data) = inputs(preset);
     let (x, labels) = data.batch(0..BATCH);
-    mlp.loss_and_grad(&params, x.view(), &labels)
+    net.loss_and_grad(&params, x.view(), &labels, batch_seed(0, 0))
         .expect("valid shapes")
+}
+
+/// `Welcome.model` for a spec.
+pub fn model_spec(spec: &NetSpec) -> ModelSpec {
+    ModelSpec {
+        text: spec.to_string(),
+        fingerprint: spec.fingerprint(),
+    }
 }
 
 /// `loss` then every gradient value, little-endian.
@@ -66,17 +88,25 @@ pub fn coordinator_messages() -> Vec<CoordinatorToWorker> {
         CoordinatorToWorker::Welcome(Welcome {
             worker_id: WorkerId(12),
             resume_token: "0123abcd".into(),
-            model: ModelSpec {
-                layers: vec![784, 128, 10],
-            },
+            model: model_spec(&spec("mlp")),
             batch_size: 32,
             compression: Compression::Int8,
         }),
         CoordinatorToWorker::Shard(Shard {
             first_index: 2000,
-            features: 2,
+            shape: [2, 1, 1],
             labels: vec![3, 7],
-            pixels: vec![0, 255, 17, 42],
+            values: ShardValues::U8(vec![0, 255, 17, 42]),
+            mean: vec![0.0],
+            std: vec![255.0],
+        }),
+        CoordinatorToWorker::Shard(Shard {
+            first_index: 3,
+            shape: [1, 1, 3],
+            labels: vec![1],
+            values: ShardValues::F32(vec![0.25, -7.5, 1e20]),
+            mean: vec![0.5, 0.0, 1.0],
+            std: vec![2.0, 1.0, 3.0],
         }),
         CoordinatorToWorker::Weights(Weights {
             round: Round(u64::MAX),

@@ -8,8 +8,15 @@ mod fixture;
 
 #[test]
 fn build_script_reference_is_this_native_builds_gradient() {
-    let reference = include_bytes!(concat!(env!("OUT_DIR"), "/native_gradient.bin"));
-    let (loss, grads) = fixture::gradient();
+    let mlp = include_bytes!(concat!(env!("OUT_DIR"), "/native_gradient_mlp.bin"));
+    let (loss, grads) = fixture::gradient("mlp");
     assert_eq!(grads.len(), 101_770);
-    assert!(fixture::gradient_bytes(loss, &grads) == reference.as_slice());
+    assert!(fixture::gradient_bytes(loss, &grads) == mlp.as_slice());
+    let cnn = include_bytes!(concat!(env!("OUT_DIR"), "/native_gradient_cnn.bin"));
+    let (loss, grads) = fixture::gradient("cnn");
+    assert_eq!(
+        grads.len(),
+        16 * 25 + 16 + 32 * 16 * 25 + 32 + 512 * 128 + 128 + 1290
+    );
+    assert!(fixture::gradient_bytes(loss, &grads) == cnn.as_slice());
 }

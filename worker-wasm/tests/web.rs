@@ -8,14 +8,15 @@ mod fixture;
 
 use protocol::{
     decode_from_coordinator, decode_from_worker, encode_from_coordinator, encode_from_worker,
-    CoordinatorToWorker, Shard, Weights, WorkerKind,
+    CoordinatorToWorker, Shard, ShardValues, Weights, WorkerKind,
 };
 use wasm_bindgen_test::*;
 use worker_core::WorkerCore;
 
 wasm_bindgen_test_configure!(run_in_browser);
 
-static NATIVE_GRADIENT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/native_gradient.bin"));
+static NATIVE_MLP: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/native_gradient_mlp.bin"));
+static NATIVE_CNN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/native_gradient_cnn.bin"));
 static NATIVE_WORKER_FRAMES: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/native_worker_frames.bin"));
 static NATIVE_COORDINATOR_FRAMES: &[u8] =
@@ -29,13 +30,22 @@ fn floats(bytes: &[u8]) -> Vec<f32> {
 }
 
 #[wasm_bindgen_test]
-fn wasm_gradient_equals_the_native_gradient() {
-    let (loss, grads) = fixture::gradient();
+fn wasm_gradient_equals_the_native_gradient_mlp() {
+    compare_with_native("mlp", NATIVE_MLP);
+}
+
+#[wasm_bindgen_test]
+fn wasm_gradient_equals_the_native_gradient_cnn() {
+    compare_with_native("cnn", NATIVE_CNN);
+}
+
+fn compare_with_native(preset: &str, native: &[u8]) {
+    let (loss, grads) = fixture::gradient(preset);
     let wasm = fixture::gradient_bytes(loss, &grads);
-    assert_eq!(wasm.len(), NATIVE_GRADIENT.len(), "same parameter count");
-    if wasm == NATIVE_GRADIENT {
+    assert_eq!(wasm.len(), native.len(), "same parameter count");
+    if wasm == native {
         console_log!(
-            "wasm gradient == native gradient: BITWISE identical ({} values)",
+            "{preset}: wasm gradient == native gradient: BITWISE identical ({} values)",
             grads.len() + 1
         );
         return;
@@ -47,7 +57,7 @@ fn wasm_gradient_equals_the_native_gradient() {
         option_env!("CROWDTRAIN_REFERENCE_WITHOUT_FMA").is_none(),
         "the native reference was computed without FMA, so it must be bitwise identical"
     );
-    let native = floats(NATIVE_GRADIENT);
+    let native = floats(native);
     let wasm = floats(&wasm);
     let (mut max_diff, mut differing) = (0.0f32, 0);
     for (a, b) in wasm.iter().zip(&native) {
@@ -57,7 +67,7 @@ fn wasm_gradient_equals_the_native_gradient() {
         }
     }
     console_log!(
-        "wasm gradient vs native: NOT bitwise; {differing} of {} values differ, max abs diff {max_diff:e}",
+        "{preset}: wasm gradient vs native: NOT bitwise; {differing} of {} values differ, max abs diff {max_diff:e}",
         native.len()
     );
     assert!(max_diff < 1e-6, "max abs diff {max_diff}");
@@ -88,15 +98,20 @@ fn wasm_decodes_what_native_encodes_and_encodes_the_same_bytes() {
 
 #[wasm_bindgen_test]
 fn the_worker_core_answers_weights_with_a_gradient_in_the_browser() {
-    let (_, params, data) = fixture::inputs();
+    let (_, params, data) = fixture::inputs("mlp");
     let mut core = WorkerCore::new(WorkerKind::Browser, None);
     let welcome = &fixture::coordinator_messages()[0];
     core.handle(welcome.clone()).expect("welcome");
     core.handle(CoordinatorToWorker::Shard(Shard {
         first_index: 0,
-        features: data.features() as u32,
+        shape: [1, 28, 28],
         labels: data.labels().to_vec(),
-        pixels: data.pixels().to_vec(),
+        values: match data.values() {
+            model::Values::U8(v) => ShardValues::U8(v.clone()),
+            model::Values::F32(v) => ShardValues::F32(v.clone()),
+        },
+        mean: vec![0.0],
+        std: vec![255.0],
     }))
     .expect("shard");
     let gradient = core
@@ -107,7 +122,7 @@ fn the_worker_core_answers_weights_with_a_gradient_in_the_browser() {
         .expect("weights")
         .expect("a participant answers");
     // Round 0 of a 32-sample shard with batch 32 is exactly the fixture batch.
-    let (loss, grads) = fixture::gradient();
+    let (loss, grads) = fixture::gradient("mlp");
     assert_eq!(gradient.samples, 32);
     assert_eq!(gradient.loss.to_bits(), loss.to_bits());
     assert_eq!(gradient.grads, grads);

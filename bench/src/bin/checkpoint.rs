@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Parser;
-use model::{Mlp, OptimizerKind};
+use model::{Network, OptimizerKind};
 use server::checkpoint::{Checkpoint, Fingerprint, RunState, Store};
 
 #[derive(Debug, Parser)]
@@ -33,7 +33,7 @@ fn main() -> anyhow::Result<()> {
         ("default 784-128-10", vec![784, 128, 10]),
         ("1M 784-1262-10", vec![784, 1262, 10]),
     ] {
-        let mlp = Mlp::new(&layers)?;
+        let mlp = Network::mlp(&layers)?;
         let params = mlp.init(1);
         let p = params.len();
         let mut adam = OptimizerKind::Adam {

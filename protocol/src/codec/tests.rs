@@ -38,16 +38,27 @@ fn all_coordinator_messages() -> Vec<CoordinatorToWorker> {
             worker_id: WorkerId(7),
             resume_token: "abc123".into(),
             model: ModelSpec {
-                layers: vec![784, 128, 10],
+                text: "input 1x28x28; dense 128; relu; dense 10".into(),
+                fingerprint: 0x0123_4567_89ab_cdef,
             },
             batch_size: 32,
             compression: Compression::Int8,
         }),
         CoordinatorToWorker::Shard(Shard {
             first_index: 4000,
-            features: 3,
+            shape: [3, 1, 1],
             labels: vec![1, 9],
-            pixels: vec![0, 128, 255, 1, 2, 3],
+            values: ShardValues::U8(vec![0, 128, 255, 1, 2, 3]),
+            mean: vec![0.0],
+            std: vec![255.0],
+        }),
+        CoordinatorToWorker::Shard(Shard {
+            first_index: 2,
+            shape: [1, 1, 2],
+            labels: vec![0, 1, 1],
+            values: ShardValues::F32(vec![0.5, -1.0, 3.25, 1e9, 0.0, -0.0]),
+            mean: vec![1.0, 2.0],
+            std: vec![0.5, 4.0],
         }),
         CoordinatorToWorker::Weights(Weights {
             round: Round(12),
@@ -203,7 +214,8 @@ fn hand_written_bad_frames_are_rejected_with_the_right_error() {
         Err(DecodeError::InvalidValue { field: "kind", .. })
     ));
 
-    let bad_utf8 = [b'C', b'T', 2, 0, TAG_HELLO, 0, 1, 2, 0, 0xff, 0xfe, 0, 0];
+    let [v0, v1] = PROTOCOL_VERSION.to_le_bytes();
+    let bad_utf8 = [b'C', b'T', v0, v1, TAG_HELLO, 0, 1, 2, 0, 0xff, 0xfe, 0, 0];
     assert_eq!(
         decode_from_worker(&bad_utf8),
         Err(DecodeError::InvalidUtf8("join_token"))
@@ -229,17 +241,37 @@ fn a_lying_length_field_is_truncated_not_allocated() {
         })
     );
 
-    // A shard whose pixel count disagrees with labels * features.
-    let mut shard = encode_from_coordinator(&CoordinatorToWorker::Shard(Shard {
+    // A shard whose value count disagrees with labels × c × h × w.
+    let shard = Shard {
         first_index: 0,
-        features: 2,
+        shape: [2, 1, 1],
         labels: vec![1],
-        pixels: vec![1, 2],
-    }));
-    shard[9] = 3; // features = 3
+        values: ShardValues::U8(vec![1, 2]),
+        mean: vec![0.0],
+        std: vec![1.0],
+    };
+    let mut frame = encode_from_coordinator(&CoordinatorToWorker::Shard(shard.clone()));
+    frame[9] = 3; // c = 3
     assert!(matches!(
-        decode_from_coordinator(&shard),
-        Err(DecodeError::InvalidValue { .. })
+        decode_from_coordinator(&frame),
+        Err(DecodeError::InvalidValue {
+            field: "values.len",
+            ..
+        })
+    ));
+    // A shape whose product overflows 64 bits is refused, not wrapped.
+    let mut frame = encode_from_coordinator(&CoordinatorToWorker::Shard(shard.clone()));
+    frame[9..21].fill(0xff);
+    assert!(decode_from_coordinator(&frame).is_err());
+    // An unknown element type.
+    let mut frame = encode_from_coordinator(&CoordinatorToWorker::Shard(shard));
+    frame[26] = 7;
+    assert!(matches!(
+        decode_from_coordinator(&frame),
+        Err(DecodeError::InvalidValue {
+            field: "values.type",
+            ..
+        })
     ));
 }
 

@@ -21,18 +21,19 @@ pub struct Fingerprint {
 }
 
 impl Fingerprint {
-    pub fn of(config: &Config, data: &Split, param_count: usize) -> Self {
+    pub fn of(config: &Config, data: &Split, net: &model::Network) -> Self {
         let mut crc = crc32fast::Hasher::new();
         for part in [&data.train, &data.test] {
-            crc.update(part.pixels());
+            match part.values() {
+                model::Values::U8(v) => crc.update(v),
+                model::Values::F32(v) => v.iter().for_each(|x| crc.update(&x.to_le_bytes())),
+            }
             crc.update(part.labels());
+            let norm = part.normalization();
+            for x in norm.mean().iter().chain(norm.std()) {
+                crc.update(&x.to_le_bytes());
+            }
         }
-        let model = config
-            .layers
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("-");
         let optimizer = match config.optimizer {
             model::OptimizerKind::Sgd { .. } => "sgd".to_string(),
             model::OptimizerKind::Momentum { momentum, .. } => format!("momentum {momentum}"),
@@ -41,13 +42,13 @@ impl Fingerprint {
             } => format!("adam beta1 {beta1} beta2 {beta2} eps {eps}"),
         };
         Self {
-            model: format!("mlp {model}"),
-            param_count,
+            model: net.spec().to_string(),
+            param_count: net.param_count(),
             dataset: format!(
-                "{} train + {} test samples of {} features, crc32 {:08x}",
+                "{} train + {} test samples of {}, crc32 {:08x}",
                 data.train.len(),
                 data.test.len(),
-                data.train.features(),
+                data.train.shape(),
                 crc.finalize()
             ),
             optimizer,

@@ -1,6 +1,6 @@
 use std::path::{Path, PathBuf};
 
-use model::{Mlp, OptimizerState};
+use model::{Network, OptimizerState};
 
 use super::format::{MANIFEST, OPTIMIZER, PARAMS, STATE};
 use super::*;
@@ -53,7 +53,7 @@ fn checkpoint(version: u64) -> Checkpoint {
 }
 
 fn store(dir: &Path, keep: usize) -> Store {
-    let mlp = Mlp::new(&[4, 3, 2]).expect("valid");
+    let mlp = Network::mlp(&[4, 3, 2]).expect("valid");
     Store::new(dir.to_path_buf(), keep, mlp.layout().clone())
 }
 
@@ -249,7 +249,7 @@ fn export_copies_the_newest_valid_parameters() {
     let out = dir.path().join("model.safetensors");
     let exported = export(dir.path(), &out).expect("exports");
     assert_eq!(exported.version, 10, "the newest intact one");
-    let mlp = Mlp::new(&[4, 3, 2]).expect("valid");
+    let mlp = Network::mlp(&[4, 3, 2]).expect("valid");
     let (params, metadata) =
         crate::tensors_file::decode_params(&std::fs::read(&out).expect("read"), mlp.layout())
             .expect("a safetensors file");

@@ -29,9 +29,24 @@ pub struct Cli {
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
 
-    /// Hidden layer widths, comma-separated (input 784 and output 10 are fixed by the data).
-    #[arg(long, value_delimiter = ',', default_value = "128")]
-    pub hidden: Vec<usize>,
+    /// The model: `mlp`, `cnn`, or a TOML / JSON file of layers. Input shape and classes
+    /// come from the data.
+    #[arg(long, default_value = "mlp", value_name = "PRESET|FILE")]
+    pub model: String,
+
+    /// Hidden layer widths of `--model mlp`, comma-separated [default: 128].
+    #[arg(long, value_delimiter = ',')]
+    pub hidden: Option<Vec<usize>>,
+
+    /// Training data: a .csv file (header, an integer `label` column, numeric features), a
+    /// directory with an IDX pair (MNIST layout, optionally .gz), or a directory of class
+    /// folders of PNG/JPEG images. Default: the 10,000 MNIST digits built in.
+    #[arg(long, value_name = "PATH")]
+    pub data: Option<PathBuf>,
+
+    /// Share of the samples kept on the coordinator as the (seeded) test split.
+    #[arg(long, default_value_t = 0.2)]
+    pub test_fraction: f64,
 
     /// Optimizer the coordinator applies to the averaged gradient.
     #[arg(long, value_enum, default_value_t = OptimizerChoice::Adam)]

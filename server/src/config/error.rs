@@ -11,13 +11,19 @@ pub enum ConfigError {
     HiddenWidth { got: usize, max: usize },
     #[error("--hidden: at most {max} hidden layers, got {got}")]
     TooManyLayers { got: usize, max: usize },
+    #[error("--hidden only applies to --model mlp")]
+    HiddenWithoutMlp,
+    #[error("--model {path}: {reason}")]
+    ModelFile { path: PathBuf, reason: String },
+    #[error("--test-fraction must be in (0, 1), got {0}")]
+    TestFraction(f64),
     #[error("--lr must be a finite number in (0, 10], got {0}")]
     LearningRate(f32),
     #[error("--momentum only applies to --optimizer momentum (got --optimizer {0})")]
     MomentumWithoutMomentumOptimizer(&'static str),
     #[error("--momentum must be in [0, 1), got {0}")]
     Momentum(f32),
-    #[error("--batch-size must be between 1 and {max} (the train split), got {got}")]
+    #[error("--batch-size must be between 1 and {max}, got {got}")]
     BatchSize { got: u32, max: usize },
     #[error("--eval-interval must be at least 1")]
     EvalInterval,

@@ -8,6 +8,7 @@ mod cli;
 mod duration;
 mod error;
 pub mod layers;
+pub mod model_choice;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -20,12 +21,13 @@ pub use self::cli::{
 };
 pub use self::duration::parse_duration;
 pub use self::error::ConfigError;
+pub use self::model_choice::ModelChoice;
 use crate::admission::Origins;
 use crate::aggregate::AggregatorKind;
 use crate::deadline::RoundTimeout;
 
-/// Samples in the default dataset's train split; the rest (2,000) is the test split.
-pub const TRAIN_SAMPLES: usize = 8000;
+/// Largest `--batch-size` accepted here; the train split's size is checked once loaded.
+pub const MAX_BATCH: usize = 1 << 16;
 
 /// How gradients become updates.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -63,8 +65,12 @@ pub struct Liveness {
 pub struct Config {
     pub host: String,
     pub port: u16,
-    /// Every layer width, input first (e.g. `[784, 128, 10]`).
-    pub layers: Vec<usize>,
+    /// `--model`: a preset or layers from a file, shaped to the data at start.
+    pub model: ModelChoice,
+    /// `--data`: a CSV file, an IDX directory or an image folder; `None`: embedded MNIST.
+    pub data: Option<PathBuf>,
+    /// `--test-fraction`: the share of samples kept on the coordinator for evaluation.
+    pub test_fraction: f64,
     pub optimizer: OptimizerKind,
     pub batch_size: u32,
     pub eval_interval: u64,
@@ -114,9 +120,6 @@ pub struct TlsFiles {
     pub key: PathBuf,
 }
 
-/// Widest hidden layer accepted: keeps one model's weights far below the frame limit.
-const MAX_HIDDEN_WIDTH: usize = 4096;
-const MAX_HIDDEN_LAYERS: usize = 8;
 /// Longest round timeout or ping timeout accepted.
 const MAX_DURATION: Duration = Duration::from_secs(3600);
 
@@ -124,17 +127,10 @@ impl TryFrom<Cli> for Config {
     type Error = ConfigError;
 
     fn try_from(cli: Cli) -> Result<Self, ConfigError> {
-        if cli.hidden.len() > MAX_HIDDEN_LAYERS {
-            return Err(ConfigError::TooManyLayers {
-                got: cli.hidden.len(),
-                max: MAX_HIDDEN_LAYERS,
-            });
-        }
-        if let Some(&bad) = cli.hidden.iter().find(|&&w| w == 0 || w > MAX_HIDDEN_WIDTH) {
-            return Err(ConfigError::HiddenWidth {
-                got: bad,
-                max: MAX_HIDDEN_WIDTH,
-            });
+        let hidden = cli.hidden.clone().unwrap_or_else(|| vec![128]);
+        let model = ModelChoice::from_flags(&cli.model, &hidden, cli.hidden.is_some())?;
+        if !(cli.test_fraction > 0.0 && cli.test_fraction < 1.0) {
+            return Err(ConfigError::TestFraction(cli.test_fraction));
         }
         let (default_lr, name) = match cli.optimizer {
             OptimizerChoice::Sgd => (0.1, "sgd"),
@@ -164,10 +160,10 @@ impl TryFrom<Cli> for Config {
                 eps: 1e-8,
             },
         };
-        if cli.batch_size == 0 || cli.batch_size as usize > TRAIN_SAMPLES {
+        if cli.batch_size == 0 || cli.batch_size as usize > MAX_BATCH {
             return Err(ConfigError::BatchSize {
                 got: cli.batch_size,
-                max: TRAIN_SAMPLES,
+                max: MAX_BATCH,
             });
         }
         if cli.eval_interval == 0 {
@@ -239,13 +235,12 @@ impl TryFrom<Cli> for Config {
             (None, None) => None,
             _ => return Err(ConfigError::TlsPair),
         };
-        let mut layers = vec![crate::dataset::FEATURES];
-        layers.extend(&cli.hidden);
-        layers.push(crate::dataset::CLASSES);
         Ok(Self {
             host: cli.host,
             port: cli.port,
-            layers,
+            model,
+            data: cli.data.clone(),
+            test_fraction: cli.test_fraction,
             optimizer,
             batch_size: cli.batch_size,
             eval_interval: cli.eval_interval,

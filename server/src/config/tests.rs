@@ -13,7 +13,7 @@ fn parse(args: &[&str]) -> Result<Config, String> {
 fn defaults_are_the_documented_ones() {
     let c = parse(&[]).expect("defaults are valid");
     assert_eq!((c.host.as_str(), c.port), ("127.0.0.1", 8080));
-    assert_eq!(c.layers, [784, 128, 10]);
+    assert_eq!(c.model, ModelChoice::Mlp { hidden: vec![128] });
     assert!(matches!(c.optimizer, OptimizerKind::Adam { lr, .. } if lr == 0.001));
     assert_eq!((c.batch_size, c.eval_interval, c.min_workers), (32, 10, 1));
     assert_eq!(
@@ -116,7 +116,12 @@ fn flags_are_applied() {
         "0",
     ])
     .expect("valid");
-    assert_eq!(c.layers, [784, 64, 32, 10]);
+    assert_eq!(
+        c.model,
+        ModelChoice::Mlp {
+            hidden: vec![64, 32]
+        }
+    );
     assert_eq!(
         c.optimizer,
         OptimizerKind::Momentum {
@@ -179,7 +184,20 @@ fn bad_combinations_are_refused_with_a_clear_message() {
         ),
         (&["--optimizer", "momentum", "--momentum", "1.0"], "[0, 1)"),
         (&["--batch-size", "0"], "--batch-size"),
-        (&["--batch-size", "9000"], "--batch-size"),
+        (&["--batch-size", "70000"], "--batch-size"),
+        (
+            &["--model", "cnn", "--hidden", "64"],
+            "--hidden only applies to --model mlp",
+        ),
+        (
+            &["--model", "resnet"],
+            "--model resnet: no such file (and not a preset: use mlp or cnn)",
+        ),
+        (
+            &["--test-fraction", "1"],
+            "--test-fraction must be in (0, 1), got 1",
+        ),
+        (&["--test-fraction", "0"], "--test-fraction"),
         (&["--eval-interval", "0"], "--eval-interval"),
         (&["--max-rounds", "0"], "--max-rounds"),
         (&["--target-accuracy", "1.5"], "--target-accuracy"),
@@ -284,7 +302,13 @@ fn flags_override_the_environment_which_overrides_the_file() {
     assert_eq!(c.min_workers, 3, "flag over environment over file");
     assert_eq!(c.batch_size, 16, "environment over default");
     assert_eq!(c.max_workers, 50, "file over default");
-    assert_eq!(c.layers, [784, 64, 32, 10], "an array");
+    assert_eq!(
+        c.model,
+        ModelChoice::Mlp {
+            hidden: vec![64, 32]
+        },
+        "an array"
+    );
     let expected = vec!["https://a.example".to_string(), "https://b.example".into()];
     assert_eq!(c.allowed_origins, crate::admission::Origins::Own(expected));
     assert!(c.checkpoints.expect("from the file").resume, "a switch");

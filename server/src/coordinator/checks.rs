@@ -166,7 +166,7 @@ impl Coordinator {
             compression,
             grads: &gradient.grads,
         };
-        let mlp = self.trainer.mlp();
+        let mlp = self.trainer.net();
         let mut outcome = verify(mlp, &self.train, &claim);
         if matches!(outcome, Ok(Err(_))) {
             // A worker sent the same round twice (an update that was not applied) computes

@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 
 use bytes::Bytes;
-use model::{Evaluation, Mlp};
+use model::{Evaluation, Network};
 use protocol::{Gradient, Hello, WorkerId};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -188,7 +188,7 @@ pub struct Outcome {
 pub struct Published {
     pub status: watch::Receiver<Status>,
     pub weights: watch::Receiver<WeightsSnapshot>,
-    pub mlp: Mlp,
+    pub net: Network,
     /// `/metrics`' histograms.
     pub histograms: crate::exposition::Histograms,
 }

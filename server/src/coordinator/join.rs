@@ -39,7 +39,8 @@ impl Coordinator {
             worker_id: id,
             resume_token: admission.token,
             model: ModelSpec {
-                layers: self.config.layers.iter().map(|&w| w as u32).collect(),
+                text: self.trainer.net().spec().to_string(),
+                fingerprint: self.trainer.net().spec().fingerprint(),
             },
             batch_size: self.config.batch_size,
             compression: hello.compression,

@@ -17,7 +17,10 @@ use crate::status::{RoundReport, State, Status, WorkerStatus};
 pub struct RunInfo {
     pub mode: &'static str,
     pub aggregator: &'static str,
-    pub model: Vec<usize>,
+    /// The model's spec in its text form.
+    pub model: Arc<str>,
+    pub model_name: Arc<str>,
+    pub classes: Arc<Vec<String>>,
     pub param_count: usize,
     /// Shared with every published status (a refcount per event, not a copy).
     pub optimizer: Arc<str>,
@@ -246,6 +249,8 @@ impl Metrics {
             last_round: self.last_round.clone(),
             sessions_rejected: self.counters.sessions_rejected,
             model: self.info.model.clone(),
+            model_name: self.info.model_name.clone(),
+            classes: self.info.classes.clone(),
             param_count: self.info.param_count,
             optimizer: self.info.optimizer.clone(),
             batch_size: self.info.batch_size,
@@ -281,7 +286,9 @@ mod tests {
         Metrics::new(RunInfo {
             mode: "sync",
             aggregator: "mean",
-            model: vec![4, 2],
+            model: "input 4; dense 2".into(),
+            model_name: "mlp".into(),
+            classes: Arc::new(vec!["a".into(), "b".into()]),
             param_count: 10,
             optimizer: "sgd".into(),
             batch_size: 8,

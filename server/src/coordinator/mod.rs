@@ -122,14 +122,10 @@ impl Coordinator {
         data: Split,
         shutdown: CancellationToken,
     ) -> Result<Self, model::ModelError> {
-        let dataset = format!(
-            "embedded MNIST: {} train / {} test samples, {} classes",
-            data.train.len(),
-            data.test.len(),
-            data.train.classes()
-        );
-        let (trainer, weights_rx) =
-            Trainer::new(&config.layers, config.seed, config.optimizer, data.test)?;
+        let dataset = data.describe();
+        let net = data.network(&config.model)?;
+        let model_text = net.spec().to_string();
+        let (trainer, weights_rx) = Trainer::new(net, config.seed, config.optimizer, data.test)?;
         let params = trainer.params().len();
         let reference = trainer.reference_norm(&data.train, config.batch_size as usize)?;
         let bound = NormBound::new(config.max_grad_norm, reference);
@@ -143,7 +139,9 @@ impl Coordinator {
         let metrics = Metrics::new(RunInfo {
             mode: config.mode.name(),
             aggregator: config.aggregator.rule.name(),
-            model: config.layers.clone(),
+            model: model_text.into(),
+            model_name: config.model.name().into(),
+            classes: Arc::new(data.classes.clone()),
             param_count: params,
             optimizer: format!("{:?}", config.optimizer).into(),
             batch_size: config.batch_size,
@@ -199,7 +197,7 @@ impl Coordinator {
         Published {
             status: self.status_tx.subscribe(),
             weights: self.weights_rx.clone(),
-            mlp: self.trainer.mlp().clone(),
+            net: self.trainer.net().clone(),
             histograms: self.metrics.histograms(),
         }
     }

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 
 use bytes::Bytes;
-use model::Dataset;
-use protocol::{encode_from_coordinator, CoordinatorToWorker, Shard, WorkerId};
+use model::{Dataset, Values};
+use protocol::{encode_from_coordinator, CoordinatorToWorker, Shard, ShardValues, WorkerId};
 
 use super::{GroupKey, Outbound, Registry};
 
@@ -61,12 +61,17 @@ impl Registry {
                     continue;
                 }
                 worker.shard = Some(range.clone());
-                let (features, pixels, labels) = train.slice(range.clone()).into_parts();
+                let (shape, values, labels, norm) = train.slice(range.clone()).into_parts();
                 let frame = encode_from_coordinator(&CoordinatorToWorker::Shard(Shard {
                     first_index: range.start as u32,
-                    features: features as u32,
+                    shape: [shape.c, shape.h, shape.w].map(|d| d as u32),
                     labels,
-                    pixels,
+                    values: match values {
+                        Values::U8(v) => ShardValues::U8(v),
+                        Values::F32(v) => ShardValues::F32(v),
+                    },
+                    mean: norm.mean().to_vec(),
+                    std: norm.std().to_vec(),
                 }));
                 self.send(id, Outbound::Frame(Bytes::from(frame)));
             }

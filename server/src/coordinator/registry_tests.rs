@@ -122,7 +122,10 @@ fn rebalance_sends_each_worker_its_shard_only_when_it_changes() {
     r.rebalance(&train);
     let shard = |rx: &mut mpsc::Receiver<Outbound>| match rx.try_recv() {
         Ok(Outbound::Frame(f)) => match decode_from_coordinator(&f).expect("frame") {
-            CoordinatorToWorker::Shard(s) => Some((s.first_index, s.labels.len(), s.pixels)),
+            CoordinatorToWorker::Shard(s) => match s.values {
+                protocol::ShardValues::U8(v) => Some((s.first_index, s.labels.len(), v)),
+                protocol::ShardValues::F32(_) => panic!("bytes stay bytes"),
+            },
             other => panic!("{other:?}"),
         },
         _ => None,

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use model::{
-    evaluate, Dataset, Evaluation, Mlp, ModelError, Optimizer, OptimizerKind, OptimizerState,
+    batch_seed, evaluate, Dataset, Evaluation, ModelError, Network, Optimizer, OptimizerKind,
+    OptimizerState,
 };
 use protocol::{encode_weights, Compression, Round};
 use tokio::sync::watch;
@@ -15,7 +16,9 @@ use super::handle::WeightsSnapshot;
 
 #[derive(Debug)]
 pub struct Trainer {
-    mlp: Mlp,
+    net: Network,
+    /// Ranges of frozen parameters: whatever gradient arrives for them is dropped.
+    frozen: Vec<std::ops::Range<usize>>,
     params: Vec<f32>,
     optimizer: Box<dyn Optimizer + Send>,
     /// Updates applied = version of `params`.
@@ -32,13 +35,13 @@ pub struct Trainer {
 
 impl Trainer {
     pub fn new(
-        layers: &[usize],
+        net: Network,
         seed: u64,
         optimizer: OptimizerKind,
         test: Dataset,
     ) -> Result<(Self, watch::Receiver<WeightsSnapshot>), ModelError> {
-        let mlp = Mlp::new(layers)?;
-        let params: Vec<f32> = mlp.init(seed);
+        let params: Vec<f32> = net.init(seed);
+        let frozen = frozen_ranges(&net);
         let optimizer = optimizer.build(params.len());
         let frame = encode(0, &params, Compression::None);
         let (weights_tx, weights_rx) = watch::channel(WeightsSnapshot {
@@ -46,7 +49,8 @@ impl Trainer {
             frame: frame.clone(),
         });
         let trainer = Self {
-            mlp,
+            net,
+            frozen,
             params,
             optimizer,
             version: 0,
@@ -58,8 +62,8 @@ impl Trainer {
         Ok((trainer, weights_rx))
     }
 
-    pub fn mlp(&self) -> &Mlp {
-        &self.mlp
+    pub fn net(&self) -> &Network {
+        &self.net
     }
 
     pub fn params(&self) -> &[f32] {
@@ -74,6 +78,18 @@ impl Trainer {
     /// that would make any parameter (or the optimizer's state) non-finite is not taken:
     /// nothing changes and it returns `false`.
     pub fn apply(&mut self, gradient: &[f32]) -> bool {
+        let mut masked;
+        let gradient = if self.frozen.is_empty() {
+            gradient
+        } else {
+            // A zero gradient leaves a parameter bit-identical under SGD, momentum and Adam
+            // (their state for it stays zero).
+            masked = gradient.to_vec();
+            for range in &self.frozen {
+                masked[range.clone()].fill(0.0);
+            }
+            &masked[..]
+        };
         if !self.optimizer.would_stay_finite(&self.params, gradient) {
             return false;
         }
@@ -143,7 +159,10 @@ impl Trainer {
     /// `train` at the current weights: a trustworthy scale for honest gradients.
     pub fn reference_norm(&self, train: &Dataset, batch: usize) -> Result<f64, ModelError> {
         let (x, labels) = train.batch(0..batch.min(train.len()));
-        let (_, grads) = self.mlp.loss_and_grad(&self.params, x.view(), &labels)?;
+        let seed = batch_seed(0, 0);
+        let (_, grads) = self
+            .net
+            .loss_and_grad(&self.params, x.view(), &labels, seed)?;
         Ok(super::clip::norm_and_finite(&grads).0)
     }
 
@@ -182,7 +201,7 @@ impl Trainer {
 
     /// Test-split loss and accuracy of the current weights.
     pub fn evaluate(&self) -> Option<Evaluation> {
-        evaluate(&self.mlp, &self.params, &self.test)
+        evaluate(&self.net, &self.params, &self.test)
             .inspect_err(|err| warn!(%err, "evaluation failed"))
             .ok()
     }
@@ -194,6 +213,22 @@ fn slot(compression: Compression) -> usize {
         Compression::F16 => 1,
         Compression::Int8 => 2,
     }
+}
+
+/// The parameter ranges not in `net.trainable()`.
+fn frozen_ranges(net: &Network) -> Vec<std::ops::Range<usize>> {
+    let mut frozen = Vec::new();
+    let mut at = 0;
+    for range in net.trainable() {
+        if range.start > at {
+            frozen.push(at..range.start);
+        }
+        at = range.end;
+    }
+    if at < net.param_count() {
+        frozen.push(at..net.param_count());
+    }
+    frozen
 }
 
 fn encode(version: u64, params: &[f32], compression: Compression) -> Bytes {
@@ -208,7 +243,8 @@ mod tests {
 
     fn trainer(optimizer: OptimizerKind) -> (Trainer, watch::Receiver<WeightsSnapshot>) {
         let test = Dataset::new(4, vec![0, 255, 0, 255, 255, 0, 255, 0], vec![0, 1]).expect("ok");
-        Trainer::new(&[4, 3, 2], 7, optimizer, test).expect("model")
+        let spec = model::NetSpec::mlp(model::Shape::flat(4), &[3], 2);
+        Trainer::new(Network::new(spec, 2).expect("model"), 7, optimizer, test).expect("model")
     }
 
     fn decoded(frame: &Bytes) -> (u64, Vec<f32>) {

@@ -14,7 +14,7 @@
 
 use std::ops::Range;
 
-use model::{batch_positions, Dataset, Mlp, ModelError};
+use model::{batch_positions, batch_seed, Dataset, ModelError, Network};
 use protocol::tensor::INT8_CHUNK;
 use protocol::Compression;
 
@@ -61,13 +61,14 @@ impl std::fmt::Display for Mismatch {
 
 /// Recomputes the claimed gradient and compares. `Ok(Err(_))`: it does not match.
 pub fn verify(
-    mlp: &Mlp,
+    net: &Network,
     train: &Dataset,
     claim: &Claim<'_>,
 ) -> Result<Result<(), Mismatch>, ModelError> {
     let positions = batch_positions(claim.shard.len(), claim.batch_index, claim.batch_size);
     let (x, labels) = train.batch(positions.map(|p| claim.shard.start + p));
-    let (_, expected) = mlp.loss_and_grad(claim.weights, x.view(), &labels)?;
+    let seed = batch_seed(claim.batch_index, claim.shard.start);
+    let (_, expected) = net.loss_and_grad(claim.weights, x.view(), &labels, seed)?;
     Ok(compare(claim.grads, &expected, claim.compression))
 }
 
@@ -137,18 +138,28 @@ mod tests {
         decode_payload(&raw, values.len(), c)
     }
 
-    fn setup() -> (Mlp, Dataset, Vec<f32>) {
+    fn setup() -> (Network, Dataset, Vec<f32>) {
         let split = crate::dataset::load_default(5).expect("data");
-        let mlp = Mlp::new(&[784, 16, 10]).expect("model");
+        let mlp =
+            Network::new(model::NetSpec::mlp(split.train.shape(), &[16], 10), 10).expect("model");
         let params: Vec<f32> = mlp.init(9);
         (mlp, split.train, params)
     }
 
     /// What an honest worker sends: its gradient on the decoded weights, through the wire.
-    fn honest(mlp: &Mlp, train: &Dataset, weights: &[f32], batch: u64, c: Compression) -> Vec<f32> {
+    fn honest(
+        mlp: &Network,
+        train: &Dataset,
+        weights: &[f32],
+        batch: u64,
+        c: Compression,
+    ) -> Vec<f32> {
         let shard = train.slice(100..400);
         let (x, labels) = shard.batch(batch_positions(shard.len(), batch, 32));
-        let (_, g) = mlp.loss_and_grad(weights, x.view(), &labels).expect("grad");
+        let seed = batch_seed(batch, 100);
+        let (_, g) = mlp
+            .loss_and_grad(weights, x.view(), &labels, seed)
+            .expect("grad");
         wire(&g, c)
     }
 

@@ -1,0 +1,268 @@
+//! A model built from a [`NetSpec`]: its parameter layout, initialisation, forward pass and
+//! gradient, the same code on the coordinator, the native worker and in the browser.
+//!
+//! Parameters are named by the position of their layer among the layers that have any:
+//! `l{k}.weight` and `l{k}.bias` (so the default MLP's names are those of earlier releases).
+//! Dense weights are `[in, out]`; convolution weights `[filters, channels, k, k]`.
+
+use ndarray::{Array2, ArrayView2, CowArray, Ix2};
+
+use crate::error::ModelError;
+use crate::layers::{self, Ctx};
+use crate::loss::{cross_entropy_sum_and_correct, softmax_cross_entropy};
+use crate::params::ParamLayout;
+use crate::rng::SplitMix64;
+use crate::scalar::Scalar;
+use crate::spec::{Layer, NetSpec, Shape};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Network {
+    spec: NetSpec,
+    /// Each layer's input shape, then the output of the last.
+    shapes: Vec<Shape>,
+    layout: ParamLayout,
+    /// For each layer with parameters, the index of its weight tensor in the layout.
+    weights: Vec<Option<usize>>,
+}
+
+/// The seed of the dropout masks for the batch starting at train sample `first_sample` in
+/// round `round`: the worker and a verifier derive the same one.
+pub fn batch_seed(round: u64, first_sample: usize) -> u64 {
+    SplitMix64::new(round.rotate_left(32) ^ first_sample as u64).next_u64()
+}
+
+impl Network {
+    /// Checks the spec against `classes` outputs and lays out its parameters.
+    pub fn new(spec: NetSpec, classes: usize) -> Result<Self, ModelError> {
+        let outputs = spec.shapes(classes)?;
+        let mut shapes = vec![spec.input];
+        shapes.extend(outputs);
+        let mut layout = ParamLayout::default();
+        let mut weights = Vec::with_capacity(spec.layers.len());
+        for (i, l) in spec.layers.iter().enumerate() {
+            let (inp, out) = (shapes[i], shapes[i + 1]);
+            let k = weights.iter().flatten().count();
+            let weight_shape = match l.layer {
+                Layer::Dense { units } => vec![inp.len(), units],
+                Layer::Conv2d {
+                    filters, kernel, ..
+                } => vec![filters, inp.c, kernel, kernel],
+                _ => {
+                    weights.push(None);
+                    continue;
+                }
+            };
+            weights.push(Some(layout.tensors().len()));
+            layout.push(format!("l{k}.weight"), weight_shape);
+            layout.push(format!("l{k}.bias"), vec![out.c]);
+        }
+        Ok(Self {
+            spec,
+            shapes,
+            layout,
+            weights,
+        })
+    }
+
+    /// A ReLU MLP on flat input with these widths, input first (`[784, 128, 10]`).
+    pub fn mlp(sizes: &[usize]) -> Result<Self, ModelError> {
+        match sizes {
+            [input, hidden @ .., classes] => Self::new(
+                NetSpec::mlp(Shape::flat(*input), hidden, *classes),
+                *classes,
+            ),
+            _ => Err(crate::spec::SpecError::Empty.into()),
+        }
+    }
+
+    pub fn spec(&self) -> &NetSpec {
+        &self.spec
+    }
+
+    pub fn layout(&self) -> &ParamLayout {
+        &self.layout
+    }
+
+    pub fn param_count(&self) -> usize {
+        self.layout.total()
+    }
+
+    /// Features per input sample.
+    pub fn inputs(&self) -> usize {
+        self.spec.input.len()
+    }
+
+    pub fn classes(&self) -> usize {
+        self.shapes[self.shapes.len() - 1].len()
+    }
+
+    /// Flat ranges of the parameters that are trained (those of layers not frozen).
+    pub fn trainable(&self) -> Vec<std::ops::Range<usize>> {
+        let tensors = self.layout.tensors();
+        self.spec
+            .layers
+            .iter()
+            .zip(&self.weights)
+            .filter_map(|(l, w)| w.filter(|_| !l.frozen))
+            .map(|w| tensors[w].offset..tensors[w + 1].range().end)
+            .collect()
+    }
+
+    /// He-uniform weights (`U(±sqrt(6 / fan_in))`, suited to ReLU) and zero biases. The same
+    /// seed gives the same weights on every platform.
+    pub fn init<T: Scalar>(&self, seed: u64) -> Vec<T> {
+        let mut rng = SplitMix64::new(seed);
+        let mut params = vec![T::zero(); self.param_count()];
+        for &w in self.weights.iter().flatten() {
+            let spec = &self.layout.tensors()[w];
+            let fan_in: usize = match spec.shape[..] {
+                [n_in, _] => n_in,
+                _ => spec.shape[1..].iter().product(),
+            };
+            let bound = (6.0 / fan_in as f64).sqrt();
+            for p in &mut params[spec.range()] {
+                *p = T::from_f64((rng.next_f64() * 2.0 - 1.0) * bound).unwrap_or_else(T::zero);
+            }
+        }
+        params
+    }
+
+    fn check<T: Scalar>(&self, params: &[T], x: &ArrayView2<'_, T>) -> Result<(), ModelError> {
+        if params.len() != self.param_count() {
+            return Err(ModelError::ShapeMismatch {
+                what: "parameters",
+                expected: self.param_count(),
+                got: params.len(),
+            });
+        }
+        if x.ncols() != self.inputs() {
+            return Err(ModelError::ShapeMismatch {
+                what: "input features",
+                expected: self.inputs(),
+                got: x.ncols(),
+            });
+        }
+        if x.nrows() == 0 {
+            return Err(ModelError::EmptyBatch);
+        }
+        Ok(())
+    }
+
+    fn ctx(&self, index: usize, seed: Option<u64>) -> Ctx {
+        Ctx {
+            input: self.shapes[index],
+            output: self.shapes[index + 1],
+            index,
+            seed,
+        }
+    }
+
+    /// The slice of `params` holding layer `index`'s weight and bias (empty if none).
+    fn layer_range(&self, index: usize) -> std::ops::Range<usize> {
+        match self.weights[index] {
+            Some(w) => {
+                let t = self.layout.tensors();
+                t[w].offset..t[w + 1].range().end
+            }
+            None => 0..0,
+        }
+    }
+
+    /// Every layer's output (the last is the logits).
+    fn forward_all<T: Scalar>(
+        &self,
+        params: &[T],
+        x: ArrayView2<'_, T>,
+        seed: Option<u64>,
+    ) -> Vec<Array2<T>> {
+        let mut outs: Vec<Array2<T>> = Vec::with_capacity(self.spec.layers.len());
+        for (i, l) in self.spec.layers.iter().enumerate() {
+            let p = &params[self.layer_range(i)];
+            let y = match outs.last() {
+                None => layers::forward(&l.layer, &self.ctx(i, seed), p, x.view()),
+                Some(prev) => layers::forward(&l.layer, &self.ctx(i, seed), p, prev.view()),
+            };
+            outs.push(y);
+        }
+        outs
+    }
+
+    /// Logits for a batch `x` of shape `[n, inputs]` (evaluation: dropout off).
+    pub fn forward<T: Scalar>(
+        &self,
+        params: &[T],
+        x: ArrayView2<'_, T>,
+    ) -> Result<Array2<T>, ModelError> {
+        self.check(params, &x)?;
+        let x = standard(x);
+        Ok(self
+            .forward_all(params, x.view(), None)
+            .pop()
+            .expect("at least one layer"))
+    }
+
+    /// Mean cross-entropy over the batch and its gradient with respect to every parameter,
+    /// flat, in the parameter layout (zero for frozen layers). `seed` draws the dropout
+    /// masks (see [`batch_seed`]).
+    pub fn loss_and_grad<T: Scalar>(
+        &self,
+        params: &[T],
+        x: ArrayView2<'_, T>,
+        labels: &[u8],
+        seed: u64,
+    ) -> Result<(T, Vec<T>), ModelError> {
+        self.check(params, &x)?;
+        let x = standard(x);
+        let outs = self.forward_all(params, x.view(), Some(seed));
+        let last = outs.len() - 1;
+        let (loss, mut dy) = softmax_cross_entropy(outs[last].view(), labels)?;
+        let mut grads = vec![T::zero(); self.param_count()];
+        // Layers before the first trained or dx-needing one need no backward at all.
+        let first_needed = (0..self.spec.layers.len())
+            .find(|&i| self.weights[i].is_some() && !self.spec.layers[i].frozen)
+            .unwrap_or(last + 1);
+        for i in (first_needed..=last).rev() {
+            let l = &self.spec.layers[i];
+            let range = self.layer_range(i);
+            let input = if i == 0 { x.view() } else { outs[i - 1].view() };
+            let trained = (!l.frozen && !range.is_empty()).then(|| &mut grads[range.clone()]);
+            match layers::backward(
+                &l.layer,
+                &self.ctx(i, Some(seed)),
+                &params[range.clone()],
+                input,
+                outs[i].view(),
+                dy,
+                trained,
+                i > first_needed,
+            ) {
+                Some(dx) => dy = dx,
+                None => break,
+            }
+        }
+        Ok((loss, grads))
+    }
+
+    /// Summed cross-entropy and number of correct predictions over a batch.
+    pub fn loss_sum_and_correct<T: Scalar>(
+        &self,
+        params: &[T],
+        x: ArrayView2<'_, T>,
+        labels: &[u8],
+    ) -> Result<(T, usize), ModelError> {
+        let logits = self.forward(params, x)?;
+        cross_entropy_sum_and_correct(logits.view(), labels)
+    }
+}
+
+/// `x` in row-major layout (the layers read samples as contiguous rows).
+fn standard<'a, T: Scalar>(x: ArrayView2<'a, T>) -> CowArray<'a, T, Ix2> {
+    if x.is_standard_layout() {
+        CowArray::from(x)
+    } else {
+        CowArray::from(x.as_standard_layout().into_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests;
