@@ -66,3 +66,7 @@ mod admin;
 /// The operator's dashboard in headless Chromium.
 #[path = "integration/dashboard.rs"]
 mod dashboard;
+
+/// Operators' own data (CSV, IDX, image folders) and model specs (TOML, JSON).
+#[path = "integration/datasets.rs"]
+mod datasets;

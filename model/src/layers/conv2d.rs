@@ -25,36 +25,41 @@ impl Geometry {
         }
     }
 
-    /// For output coordinate `o` and kernel offset `k`, the input coordinate, if inside.
+    /// The output coordinates `o` whose input coordinate `o·stride + k - padding` lies in
+    /// `0..size`, as a range (empty if none).
     #[inline]
-    fn source(&self, o: usize, k: usize, size: usize) -> Option<usize> {
-        (o * self.stride + k)
-            .checked_sub(self.padding)
-            .filter(|&i| i < size)
+    fn valid(&self, k: usize, size: usize, outputs: usize) -> std::ops::Range<usize> {
+        let (s, p) = (self.stride, self.padding);
+        // o·s + k >= p  and  o·s + k - p < size
+        let lo = p.saturating_sub(k).div_ceil(s);
+        let hi = (size + p).saturating_sub(k).div_ceil(s).min(outputs);
+        lo..hi.max(lo)
     }
 
-    /// Calls `f(cols_index, x_index)` for every in-bounds element of the im2col matrix
-    /// (`[C·k·k, n·positions]`, row-major) and where it comes from in `x` (`[n, C·H·W]`),
-    /// in the matrix's memory order.
-    fn walk(&self, ctx: &Ctx, n: usize, mut f: impl FnMut(usize, usize)) {
+    /// Calls `f(cols_run_start, x_start, len)` for every run of the im2col matrix
+    /// (`[C·k·k, n·positions]`, row-major) that copies from `x` (`[n, C·H·W]`): `len`
+    /// consecutive columns taking every `stride`-th input value of one input row.
+    fn runs(&self, ctx: &Ctx, n: usize, mut f: impl FnMut(usize, usize, usize)) {
         let (inp, out, k) = (ctx.input, ctx.output, self.kernel);
         let (positions, sample) = (out.h * out.w, inp.len());
         for c in 0..inp.c {
             for ky in 0..k {
+                let rows = self.valid(ky, inp.h, out.h);
                 for kx in 0..k {
+                    let cols = self.valid(kx, inp.w, out.w);
+                    if cols.is_empty() {
+                        continue;
+                    }
                     let row = ((c * k + ky) * k + kx) * n * positions;
                     for s in 0..n {
-                        let col = row + s * positions;
-                        for oy in 0..out.h {
-                            let Some(iy) = self.source(oy, ky, inp.h) else {
-                                continue;
-                            };
-                            let base = s * sample + (c * inp.h + iy) * inp.w;
-                            for ox in 0..out.w {
-                                if let Some(ix) = self.source(ox, kx, inp.w) {
-                                    f(col + oy * out.w + ox, base + ix);
-                                }
-                            }
+                        for oy in rows.clone() {
+                            let iy = oy * self.stride + ky - self.padding;
+                            let ix = cols.start * self.stride + kx - self.padding;
+                            f(
+                                row + s * positions + oy * out.w + cols.start,
+                                s * sample + (c * inp.h + iy) * inp.w + ix,
+                                cols.len(),
+                            );
                         }
                     }
                 }
@@ -69,7 +74,17 @@ impl Geometry {
     fn im2col<T: Scalar>(&self, ctx: &Ctx, x: &[T], n: usize) -> Array2<T> {
         let positions = ctx.output.h * ctx.output.w;
         let mut cols = vec![T::zero(); self.fan_in(ctx) * n * positions];
-        self.walk(ctx, n, |to, from| cols[to] = x[from]);
+        let stride = self.stride;
+        self.runs(ctx, n, |to, from, len| {
+            let dst = &mut cols[to..to + len];
+            if stride == 1 {
+                dst.copy_from_slice(&x[from..from + len]);
+            } else {
+                for (d, v) in dst.iter_mut().zip(x[from..].iter().step_by(stride)) {
+                    *d = *v;
+                }
+            }
+        });
         Array2::from_shape_vec((self.fan_in(ctx), n * positions), cols).expect("sized above")
     }
 
@@ -129,14 +144,17 @@ pub(crate) fn backward<T: Scalar>(
     let n = x.nrows();
     let (filters, positions) = (ctx.output.c, ctx.output.h * ctx.output.w);
     // dy as [filters, n·positions], the layout of the forward product.
-    let mut dz = Array2::zeros((filters, n * positions));
-    for (s, dy_row) in dy.rows().into_iter().enumerate() {
-        for f in 0..filters {
-            for p in 0..positions {
-                dz[(f, s * positions + p)] = dy_row[f * positions + p];
-            }
+    let dy = dy.as_standard_layout();
+    let dy = dy.as_slice().expect("standard layout");
+    let mut dz = vec![T::zero(); filters * n * positions];
+    for f in 0..filters {
+        for s in 0..n {
+            let from = s * filters * positions + f * positions;
+            let to = (f * n + s) * positions;
+            dz[to..to + positions].copy_from_slice(&dy[from..from + positions]);
         }
     }
+    let dz = Array2::from_shape_vec((filters, n * positions), dz).expect("sized above");
     let (w, _) = g.split(ctx, params);
     if let Some(grads) = grads {
         let cols = g.im2col(ctx, &contiguous(x), n);
@@ -154,6 +172,11 @@ pub(crate) fn backward<T: Scalar>(
     general_mat_mul(T::one(), &w.t(), &dz, T::zero(), &mut dcols);
     let dcols = dcols.as_slice().expect("row-major");
     let mut dx = vec![T::zero(); n * ctx.input.len()];
-    g.walk(ctx, n, |from, to| dx[to] += dcols[from]);
+    let stride = g.stride;
+    g.runs(ctx, n, |from, to, len| {
+        for (i, v) in dcols[from..from + len].iter().enumerate() {
+            dx[to + i * stride] += *v;
+        }
+    });
     Some(Array2::from_shape_vec((n, ctx.input.len()), dx).expect("sized above"))
 }
