@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +31,8 @@ const SESSION_DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
 pub enum ServerError {
     #[error("--data {0}")]
     Dataset(#[source] crate::dataset::DataError),
+    #[error("--init {path}: {reason}")]
+    Init { path: PathBuf, reason: String },
     #[error("building the model: {0}")]
     Model(#[source] model::ModelError),
     #[error("reading the listener address: {0}")]
@@ -112,11 +115,25 @@ pub async fn start(
     let net = data.network(&config.model).map_err(ServerError::Model)?;
     info!(model = %net.spec(), parameters = net.param_count(), data = %data.describe(), "training");
     let fingerprint = Fingerprint::of(&config, &data, &net);
+    let init = match &config.init {
+        Some(path) => Some(read_init(path, &net)?),
+        None => None,
+    };
     let names: Vec<String> = (config.optimizer.build(0).state().tensors.into_iter())
         .map(|(name, _)| name)
         .collect();
     let mut coordinator =
         Coordinator::new(config, data, shutdown.clone()).map_err(ServerError::Model)?;
+    if let Some((path, params)) = init {
+        let frozen = net.param_count() - net.trainable().iter().map(|r| r.len()).sum::<usize>();
+        coordinator
+            .start_from(params)
+            .map_err(|reason| ServerError::Init {
+                path: path.clone(),
+                reason,
+            })?;
+        info!(init = %path.display(), frozen_parameters = frozen, "starting from given weights");
+    }
     if let Some(c) = checkpoints {
         let store = Store::new(c.dir, c.keep, net.layout().clone());
         store.probe()?;
@@ -230,4 +247,19 @@ pub async fn run(
     signal: impl Future<Output = ()> + Send + 'static,
 ) -> Result<Summary, ServerError> {
     start(listener, config, signal).await?.wait().await
+}
+
+/// `--init`: the file's tensors, checked against the model's names, shapes and dtype.
+fn read_init(path: &Path, net: &model::Network) -> Result<(PathBuf, Vec<f32>), ServerError> {
+    let fail = |reason: String| ServerError::Init {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let bytes = std::fs::read(path).map_err(|e| fail(e.to_string()))?;
+    let (params, _) = crate::tensors_file::decode_params(&bytes, net.layout())
+        .map_err(|e| fail(e.to_string()))?;
+    if let Some(i) = params.iter().position(|p| !p.is_finite()) {
+        return Err(fail(format!("value {i} is not finite")));
+    }
+    Ok((path.to_path_buf(), params))
 }

@@ -213,6 +213,80 @@ async fn two_tabs_train_to_90_percent_and_survive_a_closed_tab() {
     stop(server).await;
 }
 
+/// The `cnn` preset in two tabs, alone, to 98 % on the embedded MNIST: the conv layers
+/// run as wasm in the browser, and the page says what is being trained.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tabs_train_the_cnn_to_98_percent() {
+    let _heavy = HEAVY.lock().await;
+    let flags = [
+        "--model",
+        "cnn",
+        "--eval-interval",
+        "20",
+        "--target-accuracy",
+        "0.98",
+        "--max-rounds",
+        "5000",
+        "--min-workers",
+        "2",
+    ];
+    let server = start_server(&flags).await;
+    let mut status = server.status.clone();
+    let first = Browser::open_with_devtools(&page(server.addr));
+    let second = Browser::open(&page(server.addr));
+    wait_status(&mut status, "both tabs to join", |s| browsers(s) == 2).await;
+    first
+        .until(
+            "the page to name the model",
+            "document.getElementById('model').textContent.startsWith('cnn, 80,202 parameters')",
+        )
+        .await;
+    let started = Instant::now();
+    // Progress in steps, each under the guard: a stalled run fails, a slow one does not.
+    loop {
+        let round = status.borrow().round;
+        let s = wait_status(&mut status, "100 more rounds or 98 %", |s| {
+            s.round >= round + 100 || s.test_accuracy.is_some_and(|a| a >= 0.98)
+        })
+        .await;
+        if s.test_accuracy.is_some_and(|a| a >= 0.98) {
+            break;
+        }
+        assert!(
+            s.round < 5000,
+            "no 98 % in 5000 rounds: {:?}",
+            s.test_accuracy
+        );
+    }
+    let summary = guard("the run to stop at its target", server.wait())
+        .await
+        .expect("ran");
+    let s = status.borrow().clone();
+    println!(
+        "two tabs, cnn: {:.2} % test accuracy at round {}, {:.1} s; tabs' samples/s: {:?}",
+        summary.test_accuracy.unwrap_or_default() * 100.0,
+        summary.rounds,
+        started.elapsed().as_secs_f64(),
+        s.worker_list
+            .iter()
+            .map(|w| w.samples_per_sec)
+            .collect::<Vec<_>>()
+    );
+    assert!(summary.reached_target, "{summary:?}");
+    assert_eq!(
+        browsers(&s),
+        s.workers,
+        "only browser workers: {:?}",
+        s.worker_list
+    );
+    assert!(
+        s.worker_list.iter().all(|w| w.gradients > 0),
+        "both tabs contributed"
+    );
+    first.close().await;
+    second.close().await;
+}
+
 /// The coordinator stops (its checkpoint taken on stopping) and a new one resumes on the same
 /// address: nobody touches the tabs, they come back by themselves, keep their worker ids,
 /// and training continues from the round it stopped at.

@@ -264,3 +264,66 @@ async fn bad_data_and_bad_specs_are_refused_at_start_with_the_entry_named() {
     let stderr = refused(&["--data", one_class.to_str().expect("utf-8")]).await;
     assert!(stderr.contains("only one class (cats)"), "{stderr}");
 }
+
+/// The named tensors of a safetensors file, as raw bytes by name.
+fn tensors(bytes: &[u8]) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let file = safetensors::SafeTensors::deserialize(bytes).expect("safetensors");
+    file.tensors()
+        .into_iter()
+        .map(|(name, view)| (name, view.data().to_vec()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fine_tuning_the_last_layer_from_a_file_keeps_the_frozen_layer_bit_identical() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A model trained a little, saved from /api/params.
+    let mut first = swarm(&["--min-workers", "2"], 2).await;
+    first.wait_for("30 rounds", |s| s.round >= 30).await;
+    let (code, _, pretrained) = http_get(first.addr(), "/api/params").await;
+    assert_eq!(code, 200);
+    first.stop().await;
+    let init = dir.path().join("pretrained.safetensors");
+    std::fs::write(&init, &pretrained).expect("write");
+    let spec = dir.path().join("finetune.toml");
+    let toml = "[[layers]]\ntype = \"dense\"\nunits = 128\nfreeze = true\n\
+                [[layers]]\ntype = \"relu\"\n[[layers]]\ntype = \"dense\"\n";
+    std::fs::write(&spec, toml).expect("write spec");
+
+    let flags = [
+        "--min-workers",
+        "2",
+        "--init",
+        init.to_str().expect("utf-8"),
+        "--model",
+        spec.to_str().expect("utf-8"),
+    ];
+    let mut tuned = swarm(&flags, 2).await;
+    let s = tuned
+        .wait_for("20 rounds of fine-tuning", |s| s.round >= 20)
+        .await;
+    assert_eq!(&*s.model, "input 1x28x28; dense 128 frozen; relu; dense 10");
+    let (_, _, after) = http_get(tuned.addr(), "/api/params").await;
+    tuned.stop().await;
+    let (before, after) = (tensors(&pretrained), tensors(&after));
+    assert_eq!(
+        before["l0.weight"], after["l0.weight"],
+        "frozen weight changed"
+    );
+    assert_eq!(before["l0.bias"], after["l0.bias"], "frozen bias changed");
+    assert_ne!(
+        before["l1.weight"], after["l1.weight"],
+        "the last layer trained"
+    );
+    assert_ne!(
+        before["l1.bias"], after["l1.bias"],
+        "the last layer trained"
+    );
+
+    // Weights of another shape are refused, naming the tensor.
+    let stderr = refused(&["--init", init.to_str().expect("utf-8"), "--hidden", "64"]).await;
+    assert!(
+        stderr.contains("pretrained.safetensors") && stderr.contains("l0.weight"),
+        "{stderr}"
+    );
+}

@@ -44,6 +44,12 @@ pub struct Cli {
     #[arg(long, value_name = "PATH")]
     pub data: Option<PathBuf>,
 
+    /// Start from these weights (a safetensors file with the model's tensor names and
+    /// shapes, e.g. from /api/params or `coordinator export`) instead of a random init.
+    /// A checkpoint given by --resume wins over it.
+    #[arg(long, value_name = "FILE")]
+    pub init: Option<PathBuf>,
+
     /// Share of the samples kept on the coordinator as the (seeded) test split.
     #[arg(long, default_value_t = 0.2)]
     pub test_fraction: f64,

@@ -69,6 +69,8 @@ pub struct Config {
     pub model: ModelChoice,
     /// `--data`: a CSV file, an IDX directory or an image folder; `None`: embedded MNIST.
     pub data: Option<PathBuf>,
+    /// `--init`: initial weights (safetensors).
+    pub init: Option<PathBuf>,
     /// `--test-fraction`: the share of samples kept on the coordinator for evaluation.
     pub test_fraction: f64,
     pub optimizer: OptimizerKind,
@@ -240,6 +242,7 @@ impl TryFrom<Cli> for Config {
             port: cli.port,
             model,
             data: cli.data.clone(),
+            init: cli.init.clone(),
             test_fraction: cli.test_fraction,
             optimizer,
             batch_size: cli.batch_size,

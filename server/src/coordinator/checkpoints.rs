@@ -46,6 +46,13 @@ impl Coordinator {
     /// of `now`, so their TTL starts again), the next worker id, the deadline and norm-bound
     /// history, the recomputation sampler, counters and the last evaluation. Refuses,
     /// changing nothing, a checkpoint whose tensors do not fit.
+    /// `--init`: these weights as version 0, before any worker joins (a checkpoint restored
+    /// after it replaces them).
+    pub fn start_from(&mut self, params: Vec<f32>) -> Result<(), String> {
+        let fresh = self.trainer.optimizer_state();
+        self.trainer.restore(params, fresh, 0)
+    }
+
     pub fn restore(&mut self, checkpoint: Checkpoint, now: Instant) -> Result<(), String> {
         let Checkpoint {
             params,

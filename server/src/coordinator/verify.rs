@@ -10,7 +10,15 @@
 //!   native, by up to 3e-8 on this model; 1e-6 absolute plus 1e-4 relative covers it with
 //!   room.
 //!
-//! A gradient scaled by 1.01 or computed on another batch is outside that on some values.
+//! - a few flipped decisions: where a ReLU input or two max-pool candidates are within that
+//!   rounding of each other, the worker and the coordinator may take different branches,
+//!   and the gradient of the values behind it differs by far more than rounding (after some
+//!   training, about one verification in six of the `cnn` preset between wasm and native).
+//!   So up to 0.5 % of the values (at least 8) may fall outside the tolerance, as long as
+//!   what lies outside adds up to at most 5 % of the gradient's L2 norm.
+//!
+//! A gradient scaled by 1.01 or computed on another batch is outside that on most values;
+//! one value changed by more than 5 % of the norm is refused too.
 
 use std::ops::Range;
 
@@ -21,6 +29,11 @@ use protocol::Compression;
 /// Floating-point order: FMA against none, wasm against native.
 const ABS: f32 = 1e-6;
 const REL: f32 = 1e-4;
+/// Values that may lie outside the tolerance (flipped ReLUs and max-pools): this share of
+/// them, at least `FLIPS_MIN`, together at most `FLIP_NORM` of the expected L2 norm.
+const FLIPS_SHARE: usize = 200;
+const FLIPS_MIN: usize = 8;
+const FLIP_NORM: f64 = 0.05;
 /// Half a quantization step, with 2 % room for the worker's chunk maximum differing from
 /// ours in the last bits.
 const HALF_STEP: f32 = 0.51;
@@ -40,21 +53,31 @@ pub struct Claim<'a> {
     pub grads: &'a [f32],
 }
 
-/// The first value outside the tolerance.
+/// The first value outside the tolerance, and how many and how much lie outside.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Mismatch {
     pub index: usize,
     pub got: f32,
     pub expected: f32,
     pub tolerance: f32,
+    /// Values outside the tolerance.
+    pub outside: usize,
+    /// Their excess over the tolerance, as a share of the expected gradient's L2 norm.
+    pub excess: f64,
 }
 
 impl std::fmt::Display for Mismatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "value {} is {}, the coordinator computed {} (tolerance {:e})",
-            self.index, self.got, self.expected, self.tolerance
+            "value {} is {}, the coordinator computed {} (tolerance {:e}); {} values outside, \
+             {:.2} % of the gradient's norm",
+            self.index,
+            self.got,
+            self.expected,
+            self.tolerance,
+            self.outside,
+            self.excess * 100.0
         )
     }
 }
@@ -89,14 +112,34 @@ fn within(
     compression: Compression,
     claims: f32,
 ) -> Result<(), Mismatch> {
+    match measure(got, expected, compression, claims) {
+        None => Ok(()),
+        Some(m) if m.outside <= FLIPS_MIN.max(got.len() / FLIPS_SHARE) && m.excess <= FLIP_NORM => {
+            Ok(())
+        }
+        Some(m) => Err(m),
+    }
+}
+
+/// The values outside the per-value tolerance, if any: the first, their count and excess.
+fn measure(
+    got: &[f32],
+    expected: &[f32],
+    compression: Compression,
+    claims: f32,
+) -> Option<Mismatch> {
     if got.len() != expected.len() {
-        return Err(Mismatch {
+        return Some(Mismatch {
             index: got.len().min(expected.len()),
             got: f32::NAN,
             expected: f32::NAN,
             tolerance: 0.0,
+            outside: got.len().max(expected.len()),
+            excess: f64::INFINITY,
         });
     }
+    let mut first: Option<Mismatch> = None;
+    let (mut outside, mut excess_sq, mut norm_sq) = (0usize, 0.0f64, 0.0f64);
     for (chunk_at, (g, e)) in got
         .chunks(INT8_CHUNK)
         .zip(expected.chunks(INT8_CHUNK))
@@ -113,17 +156,32 @@ fn within(
                 Compression::Int8 => HALF_STEP * step,
             };
             let tolerance = claims * wire * 1.01 + ABS + REL * expected.abs();
-            if (got - expected).abs() > tolerance {
-                return Err(Mismatch {
+            norm_sq += f64::from(expected) * f64::from(expected);
+            let off = (got - expected).abs();
+            if off.is_nan() || off > tolerance {
+                outside += 1;
+                excess_sq += f64::from(off - tolerance).powi(2);
+                first.get_or_insert(Mismatch {
                     index: chunk_at * INT8_CHUNK + i,
                     got,
                     expected,
                     tolerance,
+                    outside: 0,
+                    excess: 0.0,
                 });
             }
         }
     }
-    Ok(())
+    let excess = (excess_sq / norm_sq).sqrt();
+    first.map(|first| Mismatch {
+        outside,
+        excess: if excess.is_nan() {
+            f64::INFINITY
+        } else {
+            excess
+        },
+        ..first
+    })
 }
 
 #[cfg(test)]
@@ -198,6 +256,14 @@ mod tests {
     #[test]
     fn the_tolerance_is_the_wire_rounding_plus_float_order() {
         let expected = [1.0f32, -0.5, 0.0, 1e-9];
+        let compare = |got: &[f32], expected: &[f32], c| match measure(got, expected, c, 1.0) {
+            None => Ok(()),
+            Some(m) => Err(m),
+        };
+        let agree = |a: &[f32], b: &[f32], c| match measure(a, b, c, 2.0) {
+            None => Ok(()),
+            Some(m) => Err(m),
+        };
         // f32: only float order.
         assert!(compare(&[1.0 + 5e-5, -0.5, 0.0, 0.0], &expected, Compression::None).is_ok());
         assert!(compare(&[1.001, -0.5, 0.0, 0.0], &expected, Compression::None).is_err());
@@ -225,5 +291,31 @@ mod tests {
         assert!(agree(&a, &[1.0, down, 0.0, 0.0], Compression::Int8).is_ok());
         assert!(agree(&a, &[1.0, down - 1.0 / 127.0, 0.0, 0.0], Compression::Int8).is_err());
         assert!(agree(&a, &[1.0, up * 1.01, 0.0, 0.0], Compression::None).is_err());
+    }
+
+    #[test]
+    fn a_few_flipped_values_pass_and_more_or_larger_ones_do_not() {
+        let expected: Vec<f32> = (0..4000).map(|i| ((i % 17) as f32 - 8.0) * 1e-3).collect();
+        let norm = expected.iter().map(|v| v * v).sum::<f32>().sqrt();
+        // 20 values (of the 20 allowed) off by 0.2 % of the norm each: about 1 % in all.
+        let mut flipped = expected.clone();
+        for i in (0..4000).step_by(200) {
+            flipped[i] += norm * 0.002;
+        }
+        assert_eq!(compare(&flipped, &expected, Compression::None), Ok(()));
+        // One more value outside: too many.
+        flipped[4] += norm * 0.002;
+        let err = compare(&flipped, &expected, Compression::None).expect_err("21 values");
+        assert_eq!(err.outside, 21);
+        assert!(err.to_string().contains("21 values outside"), "{err}");
+        // A single value off by 6 % of the norm: too much.
+        let mut one = expected.clone();
+        one[7] += norm * 0.06;
+        let err = compare(&one, &expected, Compression::None).expect_err("6 %");
+        assert!((err.excess - 0.06).abs() < 1e-3, "{err}");
+        // NaN is never within anything.
+        let mut nan = expected.clone();
+        nan[0] = f32::NAN;
+        assert!(compare(&nan, &expected, Compression::None).is_err());
     }
 }
