@@ -49,7 +49,9 @@ async fn the_dashboard_shows_the_run_live_and_steers_it() {
         .await;
     let run = run.as_str().expect("text");
     assert!(
-        run.contains("784-128-10") && run.contains("embedded MNIST") && run.contains("sync"),
+        run.contains("model mlp: input 1x28x28; dense 128; relu; dense 10 (101,770 parameters)")
+            && run.contains("embedded MNIST")
+            && run.contains("sync"),
         "{run}"
     );
     let polylines = tab
