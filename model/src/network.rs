@@ -108,6 +108,34 @@ impl Network {
             .collect()
     }
 
+    /// How many parameters are trained: the length of a gradient on the wire.
+    pub fn trainable_count(&self) -> usize {
+        self.trainable().iter().map(|r| r.len()).sum()
+    }
+
+    /// The trained parts of a full-length gradient, in layout order (what a worker sends).
+    /// Without frozen layers, the vector itself.
+    pub fn compact<T: Copy>(&self, full: Vec<T>) -> Vec<T> {
+        if self.trainable_count() == full.len() {
+            return full;
+        }
+        self.trainable()
+            .into_iter()
+            .flat_map(|r| full[r].to_vec())
+            .collect()
+    }
+
+    /// A full-length gradient from its trained parts, zero for frozen layers.
+    pub fn expand(&self, compact: &[f32]) -> Vec<f32> {
+        let mut full = vec![0.0; self.param_count()];
+        let mut at = 0;
+        for r in self.trainable() {
+            full[r.clone()].copy_from_slice(&compact[at..at + r.len()]);
+            at += r.len();
+        }
+        full
+    }
+
     /// He-uniform weights (`U(±sqrt(6 / fan_in))`, suited to ReLU) and zero biases. The same
     /// seed gives the same weights on every platform.
     pub fn init<T: Scalar>(&self, seed: u64) -> Vec<T> {
@@ -202,7 +230,8 @@ impl Network {
     }
 
     /// Mean cross-entropy over the batch and its gradient with respect to every parameter,
-    /// flat, in the parameter layout (zero for frozen layers). `seed` draws the dropout
+    /// flat, in the parameter layout (zero for frozen layers; [`Network::compact`] keeps
+    /// the trained ones). `seed` draws the dropout
     /// masks (see [`batch_seed`]).
     pub fn loss_and_grad<T: Scalar>(
         &self,

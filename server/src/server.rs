@@ -125,7 +125,7 @@ pub async fn start(
     let mut coordinator =
         Coordinator::new(config, data, shutdown.clone()).map_err(ServerError::Model)?;
     if let Some((path, params)) = init {
-        let frozen = net.param_count() - net.trainable().iter().map(|r| r.len()).sum::<usize>();
+        let frozen = net.param_count() - net.trainable_count();
         coordinator
             .start_from(params)
             .map_err(|reason| ServerError::Init {

@@ -221,6 +221,8 @@ impl WorkerCore {
         let (loss, grads) = joined
             .net
             .loss_and_grad(&weights.params, x.view(), &labels, seed)?;
+        // Frozen layers' gradients are not sent: only the trained tensors, in layout order.
+        let grads = joined.net.compact(grads);
         self.stats.gradients_sent += 1;
         self.stats.samples_computed += labels.len() as u64;
         self.stats.last_loss = Some(loss);
@@ -321,5 +323,82 @@ mod tests {
             core.handle(fatal),
             Err(WorkerError::Rejected { .. })
         ));
+    }
+
+    fn welcome(text: &str, fingerprint: Option<u64>) -> CoordinatorToWorker {
+        let spec: NetSpec = text.parse().expect("valid");
+        CoordinatorToWorker::Welcome(Welcome {
+            worker_id: WorkerId(1),
+            resume_token: "t".into(),
+            model: ModelSpec {
+                text: text.into(),
+                fingerprint: fingerprint.unwrap_or_else(|| spec.fingerprint()),
+            },
+            batch_size: 2,
+            compression: Compression::None,
+        })
+    }
+
+    #[test]
+    fn a_model_whose_fingerprint_differs_is_refused() {
+        let mut core = WorkerCore::new(WorkerKind::Native, None);
+        let err = core
+            .handle(welcome("input 2; dense 2", Some(7)))
+            .expect_err("fingerprint");
+        assert!(
+            err.to_string()
+                .contains("coordinator and worker versions differ"),
+            "{err}"
+        );
+        assert!(core.handle(welcome("input 2; dense 2", None)).is_ok());
+    }
+
+    #[test]
+    fn f32_shards_are_normalised_and_frozen_layers_are_left_out_of_the_gradient() {
+        let mut core = WorkerCore::new(WorkerKind::Native, None);
+        core.handle(welcome("input 2; dense 3 frozen; relu; dense 2", None))
+            .expect("welcome");
+        core.handle(CoordinatorToWorker::Shard(Shard {
+            first_index: 5,
+            shape: [2, 1, 1],
+            labels: vec![0, 1],
+            values: ShardValues::F32(vec![10.0, -3.0, 12.0, 1.0]),
+            mean: vec![11.0, -1.0],
+            std: vec![1.0, 2.0],
+        }))
+        .expect("shard");
+        let params: Vec<f32> = (0..17).map(|i| (i as f32 - 8.0) / 10.0).collect();
+        let g = core
+            .handle(CoordinatorToWorker::Weights(Weights {
+                round: Round(0),
+                params: params.clone(),
+            }))
+            .expect("ok")
+            .expect("gradient");
+        // 2×3 + 3 frozen values are not sent: the last layer's 3×2 + 2.
+        assert_eq!(g.grads.len(), 8);
+        let net = Network::new(
+            "input 2; dense 3 frozen; relu; dense 2"
+                .parse()
+                .expect("ok"),
+            2,
+        )
+        .expect("net");
+        let data = Dataset::from_parts(
+            Shape::flat(2),
+            Values::F32(vec![10.0, -3.0, 12.0, 1.0]),
+            vec![0, 1],
+            Normalization::new(vec![11.0, -1.0], vec![1.0, 2.0]),
+        )
+        .expect("valid");
+        let (x, _) = data.batch(0..2);
+        assert_eq!(
+            x.iter().copied().collect::<Vec<f32>>(),
+            [-1.0, -1.0, 1.0, 1.0]
+        );
+        let (_, full) = net
+            .loss_and_grad(&params, x.view(), &[0, 1], 0)
+            .expect("ok");
+        assert_eq!(g.grads, full[9..]);
     }
 }

@@ -53,7 +53,8 @@ impl Coordinator {
         Ok(Joined {
             worker: id,
             session: admission.session,
-            param_count: self.trainer.params().len(),
+            // A gradient carries the trained tensors only.
+            param_count: self.trainer.net().trainable_count(),
             batch_size: self.config.batch_size,
         })
     }

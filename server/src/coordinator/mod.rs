@@ -133,7 +133,7 @@ impl Coordinator {
             config.mode,
             config.aggregator,
             config.min_workers,
-            params,
+            trainer.net().trainable_count(),
             now(),
         );
         let metrics = Metrics::new(RunInfo {

@@ -17,8 +17,6 @@ use super::handle::WeightsSnapshot;
 #[derive(Debug)]
 pub struct Trainer {
     net: Network,
-    /// Ranges of frozen parameters: whatever gradient arrives for them is dropped.
-    frozen: Vec<std::ops::Range<usize>>,
     params: Vec<f32>,
     optimizer: Box<dyn Optimizer + Send>,
     /// Updates applied = version of `params`.
@@ -41,7 +39,6 @@ impl Trainer {
         test: Dataset,
     ) -> Result<(Self, watch::Receiver<WeightsSnapshot>), ModelError> {
         let params: Vec<f32> = net.init(seed);
-        let frozen = frozen_ranges(&net);
         let optimizer = optimizer.build(params.len());
         let frame = encode(0, &params, Compression::None);
         let (weights_tx, weights_rx) = watch::channel(WeightsSnapshot {
@@ -50,7 +47,6 @@ impl Trainer {
         });
         let trainer = Self {
             net,
-            frozen,
             params,
             optimizer,
             version: 0,
@@ -77,18 +73,16 @@ impl Trainer {
     /// Steps the optimizer with the combined gradient and publishes the new version. A step
     /// that would make any parameter (or the optimizer's state) non-finite is not taken:
     /// nothing changes and it returns `false`.
+    /// `gradient` holds the trained tensors only (all of them without frozen layers).
     pub fn apply(&mut self, gradient: &[f32]) -> bool {
-        let mut masked;
-        let gradient = if self.frozen.is_empty() {
+        let full;
+        let gradient = if gradient.len() == self.params.len() {
             gradient
         } else {
-            // A zero gradient leaves a parameter bit-identical under SGD, momentum and Adam
-            // (their state for it stays zero).
-            masked = gradient.to_vec();
-            for range in &self.frozen {
-                masked[range.clone()].fill(0.0);
-            }
-            &masked[..]
+            // Frozen layers get a zero gradient, which leaves them bit-identical under SGD,
+            // momentum and Adam (their state for them stays zero).
+            full = self.net.expand(gradient);
+            &full[..]
         };
         if !self.optimizer.would_stay_finite(&self.params, gradient) {
             return false;
@@ -213,22 +207,6 @@ fn slot(compression: Compression) -> usize {
         Compression::F16 => 1,
         Compression::Int8 => 2,
     }
-}
-
-/// The parameter ranges not in `net.trainable()`.
-fn frozen_ranges(net: &Network) -> Vec<std::ops::Range<usize>> {
-    let mut frozen = Vec::new();
-    let mut at = 0;
-    for range in net.trainable() {
-        if range.start > at {
-            frozen.push(at..range.start);
-        }
-        at = range.end;
-    }
-    if at < net.param_count() {
-        frozen.push(at..net.param_count());
-    }
-    frozen
 }
 
 fn encode(version: u64, params: &[f32], compression: Compression) -> Bytes {

@@ -91,7 +91,11 @@ pub fn verify(
     let (x, labels) = train.batch(positions.map(|p| claim.shard.start + p));
     let seed = batch_seed(claim.batch_index, claim.shard.start);
     let (_, expected) = net.loss_and_grad(claim.weights, x.view(), &labels, seed)?;
-    Ok(compare(claim.grads, &expected, claim.compression))
+    Ok(compare(
+        claim.grads,
+        &net.compact(expected),
+        claim.compression,
+    ))
 }
 
 /// Compares `got` with `expected` value by value within the tolerance of `compression`.
