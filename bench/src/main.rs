@@ -266,7 +266,7 @@ async fn worker(
                 grads = gradient.grads;
                 ws.send(Message::Binary(frame.into())).await?;
             }
-            CoordinatorToWorker::Shard(_) => {}
+            CoordinatorToWorker::Shard(_) | CoordinatorToWorker::Frozen { .. } => {}
             CoordinatorToWorker::Error { code, message } => {
                 bail!("worker {k}: {code:?}: {message}")
             }

@@ -127,11 +127,46 @@ impl Network {
 
     /// A full-length gradient from its trained parts, zero for frozen layers.
     pub fn expand(&self, compact: &[f32]) -> Vec<f32> {
-        let mut full = vec![0.0; self.param_count()];
+        self.join(
+            compact,
+            &vec![0.0; self.param_count() - self.trainable_count()],
+        )
+    }
+
+    /// Flat ranges of the frozen parameters (the complement of [`Network::trainable`]).
+    pub fn frozen(&self) -> Vec<std::ops::Range<usize>> {
+        let mut frozen = Vec::new();
         let mut at = 0;
         for r in self.trainable() {
-            full[r.clone()].copy_from_slice(&compact[at..at + r.len()]);
-            at += r.len();
+            if r.start > at {
+                frozen.push(at..r.start);
+            }
+            at = r.end;
+        }
+        if at < self.param_count() {
+            frozen.push(at..self.param_count());
+        }
+        frozen
+    }
+
+    /// The frozen parameters of `full`, in layout order (what `Frozen` carries).
+    pub fn frozen_part(&self, full: &[f32]) -> Vec<f32> {
+        self.frozen()
+            .into_iter()
+            .flat_map(|r| full[r].to_vec())
+            .collect()
+    }
+
+    /// Full parameters from the trained and the frozen parts, each in layout order (their
+    /// lengths must be `trainable_count()` and the rest).
+    pub fn join(&self, trained: &[f32], frozen: &[f32]) -> Vec<f32> {
+        let mut full = vec![0.0; self.param_count()];
+        for (ranges, mut from) in [(self.trainable(), trained), (self.frozen(), frozen)] {
+            for r in ranges {
+                let (head, rest) = from.split_at(r.len());
+                full[r].copy_from_slice(head);
+                from = rest;
+            }
         }
         full
     }

@@ -28,6 +28,7 @@ const TAG_WELCOME: u8 = 0x81;
 const TAG_SHARD: u8 = 0x82;
 const TAG_WEIGHTS: u8 = 0x83;
 const TAG_ERROR: u8 = 0x84;
+const TAG_FROZEN: u8 = 0x85;
 
 /// Why a frame was refused.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -199,6 +200,7 @@ pub fn encode_from_coordinator(msg: &CoordinatorToWorker) -> Vec<u8> {
             w.buf
         }
         CoordinatorToWorker::Weights(m) => encode_weights(m.round, &m.params, Compression::None),
+        CoordinatorToWorker::Frozen { params } => encode_frozen(params, Compression::None),
         CoordinatorToWorker::Error { code, message } => {
             let mut w = Writer::new(TAG_ERROR, 4 + message.len());
             w.u16(code.to_u16());
@@ -206,6 +208,13 @@ pub fn encode_from_coordinator(msg: &CoordinatorToWorker) -> Vec<u8> {
             w.buf
         }
     }
+}
+
+/// Encodes a `Frozen` frame (the frozen tensors' values) in `c`.
+pub fn encode_frozen(params: &[f32], c: Compression) -> Vec<u8> {
+    let mut w = Writer::new(TAG_FROZEN, 5 + params.len() * 4);
+    w.tensor(params, c);
+    w.buf
 }
 
 /// Encodes a `Weights` frame straight from a parameter slice, so the coordinator can encode
@@ -435,6 +444,9 @@ pub fn decode_from_coordinator(frame: &[u8]) -> Result<CoordinatorToWorker, Deco
             round: Round(r.u64()?),
             params: r.tensor()?,
         }),
+        TAG_FROZEN => CoordinatorToWorker::Frozen {
+            params: r.tensor()?,
+        },
         TAG_ERROR => CoordinatorToWorker::Error {
             code: ErrorCode::from_u16(r.u16()?),
             message: r.str("message")?,

@@ -18,7 +18,7 @@ pub mod tensor;
 
 pub use codec::{
     decode_from_coordinator, decode_from_worker, encode_from_coordinator, encode_from_worker,
-    encode_gradient, encode_weights, gradient_frame_len, DecodeError,
+    encode_frozen, encode_gradient, encode_weights, gradient_frame_len, DecodeError,
 };
 pub use ids::{Round, WorkerId};
 pub use message::{

@@ -16,7 +16,16 @@ pub enum CoordinatorToWorker {
     Welcome(Welcome),
     Shard(Shard),
     Weights(Weights),
-    Error { code: ErrorCode, message: String },
+    /// The values of the model's frozen tensors, in layout order: sent once before the
+    /// `Weights` that need them (and again if the operator replaces them), so `Weights`
+    /// carry the trained tensors only.
+    Frozen {
+        params: Vec<f32>,
+    },
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
 }
 
 /// Where a worker runs; the coordinator reports it and may treat kinds differently.
@@ -100,7 +109,7 @@ impl ShardValues {
     }
 }
 
-/// Weights version `round`; the recipient answers with a `Gradient` for that round if it is
+/// Weights version `round` (without the frozen tensors, if the model has any); the recipient answers with a `Gradient` for that round if it is
 /// a participant (it holds a shard).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Weights {

@@ -62,6 +62,8 @@ struct Joined {
     shard: Option<Dataset>,
     /// Where the shard starts in the coordinator's train split (for the dropout seed).
     first_index: usize,
+    /// The frozen tensors' values (`Frozen`), when the model has any.
+    frozen: Option<Vec<f32>>,
     /// What the coordinator confirmed in `Welcome`.
     compression: Compression,
 }
@@ -140,6 +142,7 @@ impl WorkerCore {
             CoordinatorToWorker::Welcome(welcome) => self.on_welcome(welcome).map(|()| None),
             CoordinatorToWorker::Shard(shard) => self.on_shard(shard).map(|()| None),
             CoordinatorToWorker::Weights(weights) => self.on_weights(weights),
+            CoordinatorToWorker::Frozen { params } => self.on_frozen(params).map(|()| None),
             CoordinatorToWorker::Error { code, message } if code.is_fatal() => {
                 Err(WorkerError::Rejected { code, message })
             }
@@ -169,6 +172,7 @@ impl WorkerCore {
             batch_size: welcome.batch_size as usize,
             shard: None,
             first_index: 0,
+            frozen: None,
             compression: welcome.compression,
         });
         self.resume_token = Some(welcome.resume_token);
@@ -201,12 +205,40 @@ impl WorkerCore {
         Ok(())
     }
 
-    fn on_weights(&mut self, weights: Weights) -> Result<Option<Gradient>, WorkerError> {
+    fn on_frozen(&mut self, params: Vec<f32>) -> Result<(), WorkerError> {
+        let joined = self
+            .joined
+            .as_mut()
+            .ok_or(WorkerError::Protocol("Frozen before Welcome"))?;
+        let expected = joined.net.param_count() - joined.net.trainable_count();
+        if params.len() != expected {
+            return Err(ModelError::ShapeMismatch {
+                what: "frozen parameters",
+                expected,
+                got: params.len(),
+            }
+            .into());
+        }
+        joined.frozen = Some(params);
+        Ok(())
+    }
+
+    fn on_weights(&mut self, mut weights: Weights) -> Result<Option<Gradient>, WorkerError> {
         let joined = self
             .joined
             .as_ref()
             .ok_or(WorkerError::Protocol("Weights before Welcome"))?;
         self.stats.round = Some(weights.round);
+        // With frozen layers, `Weights` carry the trained tensors and `Frozen` the rest.
+        let net = &joined.net;
+        if net.trainable_count() < net.param_count()
+            && weights.params.len() == net.trainable_count()
+        {
+            let frozen = joined.frozen.as_ref().ok_or(WorkerError::Protocol(
+                "Weights without the frozen tensors before them",
+            ))?;
+            weights.params = net.join(&weights.params, frozen);
+        }
         // Without a shard this worker is not a participant yet (it joined mid-round).
         let Some(shard) = joined.shard.as_ref().filter(|s| !s.is_empty()) else {
             return Ok(None);

@@ -108,6 +108,9 @@ pub fn coordinator_messages() -> Vec<CoordinatorToWorker> {
             mean: vec![0.5, 0.0, 1.0],
             std: vec![2.0, 1.0, 3.0],
         }),
+        CoordinatorToWorker::Frozen {
+            params: vec![1.5, -0.25],
+        },
         CoordinatorToWorker::Weights(Weights {
             round: Round(u64::MAX),
             params: vec![0.5, -2.0, 1e-30],

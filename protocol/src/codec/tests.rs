@@ -60,6 +60,9 @@ fn all_coordinator_messages() -> Vec<CoordinatorToWorker> {
             mean: vec![1.0, 2.0],
             std: vec![0.5, 4.0],
         }),
+        CoordinatorToWorker::Frozen {
+            params: vec![0.5, -1.25, 3.0],
+        },
         CoordinatorToWorker::Weights(Weights {
             round: Round(12),
             params: (0..1000).map(|i| i as f32 * 0.25 - 3.0).collect(),

@@ -58,7 +58,10 @@ impl Coordinator {
     pub(super) fn replace_pending(&mut self) {
         if let Some(params) = self.pending_params.take() {
             match self.trainer.replace(params) {
-                Ok(version) => info!(version, "uploaded weights replaced the model"),
+                Ok(version) => {
+                    self.registry.frozen_stale();
+                    info!(version, "uploaded weights replaced the model");
+                }
                 Err(error) => warn!(%error, "uploaded weights could not replace the model"),
             }
         }
@@ -140,6 +143,7 @@ impl Coordinator {
             }
             Command::ReplaceParams(params) => {
                 let version = self.trainer.replace(params)?;
+                self.registry.frozen_stale();
                 self.registry.mark_changed();
                 Ok(format!("weights replaced: now version {version}"))
             }

@@ -316,6 +316,9 @@ impl Coordinator {
                 Action::Weights(id) if self.holding(id) => {}
                 Action::Weights(id) => {
                     if let Some(compression) = self.registry.compression(id) {
+                        if let Some(frozen) = self.trainer.frozen(compression) {
+                            self.registry.send_frozen_once(id, frozen);
+                        }
                         let frame = self.trainer.weights(compression);
                         self.registry.send(id, Outbound::Frame(frame));
                         self.registry.weights_sent(id, self.now);

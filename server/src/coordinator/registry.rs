@@ -52,6 +52,8 @@ struct Worker {
     connected_at: Instant,
     last_seen: Option<Instant>,
     samples: u64,
+    /// Whether this connection holds the frozen tensors' current values.
+    has_frozen: bool,
 }
 
 /// A worker let in by [`Registry::admit`].
@@ -194,6 +196,7 @@ impl Registry {
                 session,
                 compression: hello.compression,
                 shard: None,
+                has_frozen: false,
                 computing_on: None,
                 tally,
                 replicas: 1,

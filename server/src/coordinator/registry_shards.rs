@@ -20,6 +20,23 @@ impl Registry {
     }
 
     /// `id` was just sent weights: its answer will be computed on the shard it holds now.
+    /// Sends `frame` (the frozen tensors) unless this connection already holds them.
+    pub fn send_frozen_once(&mut self, id: WorkerId, frame: bytes::Bytes) {
+        if self.workers.get(&id).is_some_and(|w| !w.has_frozen) {
+            self.send(id, Outbound::Frame(frame));
+            if let Some(w) = self.workers.get_mut(&id) {
+                w.has_frozen = true;
+            }
+        }
+    }
+
+    /// The frozen tensors changed (the operator replaced the weights): send them again.
+    pub fn frozen_stale(&mut self) {
+        for w in self.workers.values_mut() {
+            w.has_frozen = false;
+        }
+    }
+
     pub fn weights_sent(&mut self, id: WorkerId, now: std::time::Instant) {
         if let Some(w) = self.workers.get_mut(&id) {
             w.computing_on = w.shard.clone();

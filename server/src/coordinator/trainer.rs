@@ -28,6 +28,10 @@ pub struct Trainer {
     /// The same weights decoded, as a worker on that compression sees them: what
     /// verification recomputes on. Decoded at most once per version and compression.
     seen: [Option<Arc<[f32]>>; 3],
+    /// With frozen layers: the `Weights` frames workers get (trained tensors only), and the
+    /// `Frozen` frames (sent once per connection), per compression.
+    trained_frames: [Option<Bytes>; 3],
+    frozen_frames: [Option<Bytes>; 3],
     weights_tx: watch::Sender<WeightsSnapshot>,
 }
 
@@ -53,6 +57,8 @@ impl Trainer {
             test,
             frames: [Some(frame), None, None],
             seen: [None, None, None],
+            trained_frames: [None, None, None],
+            frozen_frames: [None, None, None],
             weights_tx,
         };
         Ok((trainer, weights_rx))
@@ -92,6 +98,7 @@ impl Trainer {
         let frame = encode(self.version, &self.params, Compression::None);
         self.frames = [Some(frame.clone()), None, None];
         self.seen = [None, None, None];
+        self.trained_frames = [None, None, None];
         self.weights_tx.send_replace(WeightsSnapshot {
             round: self.version,
             frame,
@@ -142,6 +149,8 @@ impl Trainer {
         let frame = encode(version, &self.params, Compression::None);
         self.frames = [Some(frame.clone()), None, None];
         self.seen = [None, None, None];
+        self.trained_frames = [None, None, None];
+        self.frozen_frames = [None, None, None];
         self.weights_tx.send_replace(WeightsSnapshot {
             round: version,
             frame,
@@ -160,14 +169,38 @@ impl Trainer {
         Ok(super::clip::norm_and_finite(&grads).0)
     }
 
-    /// The current weights as a `Weights` frame in `compression`, encoded at most once per
-    /// version and compression.
+    fn has_frozen(&self) -> bool {
+        self.net.trainable_count() < self.params.len()
+    }
+
+    /// The current weights as a `Weights` frame in `compression` (the trained tensors only,
+    /// if some are frozen), encoded at most once per version and compression.
     pub fn weights(&mut self, compression: Compression) -> Bytes {
         let slot = slot(compression);
-        let (version, params) = (self.version, &self.params);
+        let (version, params, net) = (self.version, &self.params, &self.net);
+        if self.has_frozen() {
+            return self.trained_frames[slot]
+                .get_or_insert_with(|| encode(version, &net.compact(params.clone()), compression))
+                .clone();
+        }
         self.frames[slot]
             .get_or_insert_with(|| encode(version, params, compression))
             .clone()
+    }
+
+    /// The frozen tensors as a `Frozen` frame in `compression`, if the model has any.
+    pub fn frozen(&mut self, compression: Compression) -> Option<Bytes> {
+        if !self.has_frozen() {
+            return None;
+        }
+        let (params, net) = (&self.params, &self.net);
+        let frame = self.frozen_frames[slot(compression)].get_or_insert_with(|| {
+            Bytes::from(protocol::encode_frozen(
+                &net.frozen_part(params),
+                compression,
+            ))
+        });
+        Some(frame.clone())
     }
 
     /// The current weights exactly as a worker on `compression` decodes them.
@@ -176,18 +209,22 @@ impl Trainer {
         if let Some(seen) = &self.seen[slot] {
             return Arc::clone(seen);
         }
-        let seen: Arc<[f32]> = match compression {
-            // f32 travels exactly.
-            Compression::None => Arc::from(self.params.as_slice()),
+        // What one tensor payload becomes on the wire (f32 travels exactly).
+        let wire = |values: &[f32]| match compression {
+            Compression::None => values.to_vec(),
             _ => {
                 let mut raw = Vec::new();
-                protocol::tensor::encode_payload(&mut raw, &self.params, compression);
-                Arc::from(protocol::tensor::decode_payload(
-                    &raw,
-                    self.params.len(),
-                    compression,
-                ))
+                protocol::tensor::encode_payload(&mut raw, values, compression);
+                protocol::tensor::decode_payload(&raw, values.len(), compression)
             }
+        };
+        let seen: Arc<[f32]> = if self.has_frozen() {
+            // Two payloads: `Weights` (trained) and `Frozen`, each quantized on its own.
+            let trained = wire(&self.net.compact(self.params.clone()));
+            let frozen = wire(&self.net.frozen_part(&self.params));
+            Arc::from(self.net.join(&trained, &frozen))
+        } else {
+            Arc::from(wire(&self.params))
         };
         self.seen[slot] = Some(Arc::clone(&seen));
         seen
