@@ -134,8 +134,8 @@ async fn replace_params(
         return refused.into_response();
     }
     let layout = state.published.net.layout();
-    let params = match crate::tensors_file::decode_params(&bytes, layout) {
-        Ok((params, _)) => params,
+    let patches = match crate::tensors_file::decode_some(&bytes, layout) {
+        Ok(patches) => patches,
         Err(e) => {
             return refuse(
                 StatusCode::BAD_REQUEST,
@@ -144,11 +144,17 @@ async fn replace_params(
             .into_response()
         }
     };
-    if let Some(at) = params.iter().position(|p| !p.is_finite()) {
+    let bad = patches.iter().find_map(|(range, values)| {
+        values
+            .iter()
+            .position(|p| !p.is_finite())
+            .map(|i| range.start + i)
+    });
+    if let Some(at) = bad {
         let name = layout
             .tensors()
             .iter()
-            .find(|t| (t.offset..t.offset + t.len()).contains(&at))
+            .find(|t| t.range().contains(&at))
             .map_or("?", |t| t.name.as_str());
         return refuse(
             StatusCode::BAD_REQUEST,
@@ -156,7 +162,7 @@ async fn replace_params(
         )
         .into_response();
     }
-    send(&state, Command::ReplaceParams(params), peer).await
+    send(&state, Command::ReplaceParams(patches), peer).await
 }
 
 async fn send(state: &AppState, command: Command, peer: SocketAddr) -> Response {

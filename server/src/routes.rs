@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, State, WebSocketUpgrade};
+use axum::extract::{ConnectInfo, Query, State, WebSocketUpgrade};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -119,11 +119,45 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     )
 }
 
-pub(crate) async fn params(State(state): State<AppState>) -> impl IntoResponse {
+/// `?tensors=l1.weight,l1.bias`: only those tensors (pull by key).
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct ParamsQuery {
+    tensors: Option<String>,
+}
+
+pub(crate) async fn params(
+    State(state): State<AppState>,
+    Query(query): Query<ParamsQuery>,
+) -> Response {
     let snapshot = state.published.weights.borrow().clone();
-    let body = crate::tensors_file::encode_params(
-        state.published.net.layout(),
-        &snapshot.frame[WEIGHTS_DATA_OFFSET..],
+    let layout = state.published.net.layout();
+    let wanted: Option<Vec<&str>> = query.tensors.as_deref().map(|t| t.split(',').collect());
+    if let Some(unknown) = wanted
+        .iter()
+        .flatten()
+        .find(|w| !layout.tensors().iter().any(|t| t.name == **w))
+    {
+        let names: Vec<&str> = layout.tensors().iter().map(|t| t.name.as_str()).collect();
+        let error = format!(
+            "no tensor named {unknown:?}; this model has {}",
+            names.join(", ")
+        );
+        return (
+            StatusCode::NOT_FOUND,
+            Json(serde_json::json!({ "error": error })),
+        )
+            .into_response();
+    }
+    let data = &snapshot.frame[WEIGHTS_DATA_OFFSET..];
+    let body = crate::tensors_file::encode(
+        layout
+            .tensors()
+            .iter()
+            .filter(|t| wanted.as_ref().is_none_or(|w| w.contains(&t.name.as_str())))
+            .map(|t| {
+                let bytes = &data[t.offset * 4..(t.offset + t.len()) * 4];
+                (t.name.as_str(), t.shape.as_slice(), bytes)
+            }),
         ("round", snapshot.round.to_string()),
     );
     (
@@ -143,4 +177,5 @@ pub(crate) async fn params(State(state): State<AppState>) -> impl IntoResponse {
         ],
         body,
     )
+        .into_response()
 }

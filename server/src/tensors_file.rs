@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use model::ParamLayout;
+use model::{ParamLayout, TensorSpec};
 use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
 
@@ -112,6 +112,31 @@ pub fn decode(bytes: &[u8], expected: &[Expected<'_>]) -> Result<Decoded, Tensor
         out.push(values);
     }
     Ok((out, header.metadata().clone().unwrap_or_default()))
+}
+
+/// New values for one tensor: its flat range in the parameters, and the values.
+pub type Patch = (std::ops::Range<usize>, Vec<f32>);
+
+/// Some of `layout`'s tensors, by name (push by key): each with its flat range. Every tensor
+/// in the file must be one of the model's, with its shape; at least one must be there.
+pub fn decode_some(bytes: &[u8], layout: &ParamLayout) -> Result<Vec<Patch>, TensorsFileError> {
+    let format = |e: safetensors::SafeTensorError| TensorsFileError::Format(format!("{e:?}"));
+    let (_, header) = SafeTensors::read_metadata(bytes).map_err(format)?;
+    let present: Vec<&TensorSpec> = layout
+        .tensors()
+        .iter()
+        .filter(|t| header.tensors().contains_key(&t.name))
+        .collect();
+    if present.is_empty() {
+        let first = layout.tensors().first().map_or("", |t| t.name.as_str());
+        return Err(TensorsFileError::Missing(first.to_string()));
+    }
+    let expected: Vec<Expected<'_>> = present
+        .iter()
+        .map(|t| (t.name.as_str(), t.shape.as_slice()))
+        .collect();
+    let (tensors, _) = decode(bytes, &expected)?;
+    Ok(present.iter().map(|t| t.range()).zip(tensors).collect())
 }
 
 /// The parameters from a file of one tensor per layer of `layout`, flattened in its order.

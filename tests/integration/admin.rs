@@ -176,6 +176,48 @@ async fn the_operator_steers_a_run_through_the_admin_api() {
     let (now, _) = server::tensors_file::decode_params(&now, mlp.layout()).expect("ok");
     assert_eq!(now, halved, "the uploaded weights, exactly");
 
+    // Push and pull by key: one tensor replaced, the others kept; one tensor fetched.
+    let bias: Vec<f32> = (0..10).map(|i| i as f32).collect();
+    let bias_bytes = server::tensors_file::le_bytes(&bias);
+    let one = server::tensors_file::encode(
+        [("l1.bias", &[10usize][..], &bias_bytes[..])],
+        ("k", "v".into()),
+    );
+    let (code, v) = put_params(addr, true, &one).await;
+    assert_eq!(code, 200, "{v}");
+    let (_, _, after) = http_get(addr, "/api/params").await;
+    let (after, _) = server::tensors_file::decode_params(&after, mlp.layout()).expect("ok");
+    let l1_bias = mlp.layout().tensors()[3].range();
+    assert_eq!(after[l1_bias.clone()], bias[..]);
+    assert_eq!(
+        after[..l1_bias.start],
+        halved[..l1_bias.start],
+        "the others kept"
+    );
+    let (code, _, pulled) = http_get(addr, "/api/params?tensors=l1.bias").await;
+    assert_eq!(code, 200);
+    let (header, values) = parse_safetensors(&pulled);
+    assert_eq!(
+        header["l1.bias"]["shape"],
+        serde_json::json!([10]),
+        "{header}"
+    );
+    assert!(header.get("l0.weight").is_none(), "{header}");
+    assert_eq!(values, bias);
+    let (code, _, body) = http_get(addr, "/api/params?tensors=l9.weight").await;
+    assert_eq!(code, 404);
+    let why: serde_json::Value = serde_json::from_slice(&body).expect("json");
+    assert_eq!(
+        why["error"],
+        "no tensor named \"l9.weight\"; this model has l0.weight, l0.bias, l1.weight, l1.bias"
+    );
+    let stranger = server::tensors_file::encode(
+        [("l7.bias", &[10usize][..], &bias_bytes[..])],
+        ("k", "v".into()),
+    );
+    let (code, v) = put_params(addr, true, &stranger).await;
+    assert_eq!(code, 400, "{v}");
+
     // A learning-rate change shows in the next round.
     let (code, v) = post(addr, "lr", true, r#"{"lr": 0.0005}"#).await;
     assert_eq!(code, 200, "{v}");

@@ -314,7 +314,10 @@ async fn fine_tuning_the_last_layer_from_a_file_keeps_the_frozen_layer_bit_ident
     // 1,290 values in int8, not 101,770 (about 103 kB a worker and round). Measured: about
     // 10 kB a round for both workers, a twentieth of the full weights.
     let per_round = (s.bytes_out - early.bytes_out) / (s.round - early.round);
-    assert!(per_round < 2 * 103_000 / 10, "{per_round} bytes out a round");
+    assert!(
+        per_round < 2 * 103_000 / 10,
+        "{per_round} bytes out a round"
+    );
     let (_, _, after) = http_get(tuned.addr(), "/api/params").await;
     tuned.stop().await;
     let (before, after) = (tensors(&pretrained), tensors(&after));

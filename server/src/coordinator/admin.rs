@@ -2,6 +2,7 @@
 //! checkpoint now, kick or ban a worker, stop, replace the weights. Each is logged with who
 //! asked (the client's address) and what came of it.
 
+use crate::tensors_file::Patch;
 use protocol::{ErrorCode, WorkerId};
 use tracing::{info, warn};
 
@@ -20,7 +21,8 @@ pub enum Command {
     Ban(WorkerId),
     Stop,
     /// New parameters, already checked against the model's tensor names and shapes.
-    ReplaceParams(Vec<f32>),
+    /// New values for some tensors, by flat range (the others keep theirs).
+    ReplaceParams(Vec<Patch>),
 }
 
 impl Command {
@@ -54,10 +56,19 @@ impl Coordinator {
         matches!(self.config.mode, Mode::Sync { .. })
     }
 
+    /// The current parameters with `patches` written over them.
+    fn patched(&self, patches: Vec<Patch>) -> Vec<f32> {
+        let mut params = self.trainer.params().to_vec();
+        for (range, values) in patches {
+            params[range].copy_from_slice(&values);
+        }
+        params
+    }
+
     /// After a sync round's update: weights uploaded while it was open replace the model now.
     pub(super) fn replace_pending(&mut self) {
-        if let Some(params) = self.pending_params.take() {
-            match self.trainer.replace(params) {
+        if let Some(patches) = self.pending_params.take() {
+            match self.trainer.replace(self.patched(patches)) {
                 Ok(version) => {
                     self.registry.frozen_stale();
                     info!(version, "uploaded weights replaced the model");
@@ -129,20 +140,33 @@ impl Coordinator {
             }
             // A sync round open now was computed on the old weights: its update must not land
             // on the new ones, so they replace the model when it closes instead.
-            Command::ReplaceParams(params)
+            Command::ReplaceParams(patches)
                 if self.is_sync() && self.schedule.standing().training =>
             {
-                if params.len() != self.trainer.params().len() {
-                    return Err("the parameters do not fit the model".into());
+                let len = self.trainer.params().len();
+                if patches
+                    .iter()
+                    .any(|(r, v)| r.end > len || r.len() != v.len())
+                {
+                    return Err("the tensors do not fit the model".into());
                 }
-                self.pending_params = Some(params);
+                self.pending_params
+                    .get_or_insert_with(Vec::new)
+                    .extend(patches);
                 Ok(format!(
                     "the weights replace the model when round {} closes",
                     version + 1
                 ))
             }
-            Command::ReplaceParams(params) => {
-                let version = self.trainer.replace(params)?;
+            Command::ReplaceParams(patches) => {
+                let len = self.trainer.params().len();
+                if patches
+                    .iter()
+                    .any(|(r, v)| r.end > len || r.len() != v.len())
+                {
+                    return Err("the tensors do not fit the model".into());
+                }
+                let version = self.trainer.replace(self.patched(patches))?;
                 self.registry.frozen_stale();
                 self.registry.mark_changed();
                 Ok(format!("weights replaced: now version {version}"))

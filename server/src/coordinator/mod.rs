@@ -93,7 +93,7 @@ pub struct Coordinator {
     history: history::History,
     /// `PUT /api/params` during an open sync round: the weights that replace the model when
     /// it closes.
-    pending_params: Option<Vec<f32>>,
+    pending_params: Option<Vec<crate::tensors_file::Patch>>,
     /// The time of the event (or tick) being handled, for what its actions record.
     now: Instant,
     /// `--checkpoint-dir`: the writer, and when the next checkpoint is due.

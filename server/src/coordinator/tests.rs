@@ -642,7 +642,7 @@ fn weights_uploaded_during_a_round_replace_the_model_when_it_closes() {
     let (a, b) = (h.join(None, 0), h.join(None, 0));
     let uploaded: Vec<f32> = (0..h.params).map(|i| (i % 7) as f32 * 0.01).collect();
     let (reply, mut answer) = oneshot::channel();
-    let command = Command::ReplaceParams(uploaded.clone());
+    let command = Command::ReplaceParams(vec![(0..uploaded.len(), uploaded.clone())]);
     let from = "127.0.0.1:1".to_string();
     h.c.handle(
         Event::Admin {
@@ -670,7 +670,7 @@ fn weights_uploaded_during_a_round_replace_the_model_when_it_closes() {
     // With no round open (nobody connected), an upload replaces the model at once.
     let mut idle = harness(&[]);
     let (reply, mut answer) = oneshot::channel();
-    let command = Command::ReplaceParams(uploaded.clone());
+    let command = Command::ReplaceParams(vec![(0..uploaded.len(), uploaded.clone())]);
     idle.c.handle(
         Event::Admin {
             command,
