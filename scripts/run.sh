@@ -3,8 +3,13 @@
 # http://127.0.0.1:8080/, building everything it serves first (the wasm worker too).
 # Extra arguments go to the coordinator: scripts/run.sh --help
 set -euo pipefail
+# Paths in the arguments (--data, --model FILE, --init) are the caller's, so the coordinator
+# runs in the caller's directory.
+caller="$PWD"
 cd "$(dirname "$0")/.."
+root="$PWD"
 source scripts/setup.sh
 setup_wasm_tools
 build_web_pkg
-exec cargo run --release --locked -p server --bin coordinator -- "$@"
+cd "$caller"
+exec cargo run --release --locked --manifest-path "$root/Cargo.toml" -p server --bin coordinator -- "$@"

@@ -162,6 +162,20 @@ fn page(addr: SocketAddr) -> String {
     format!("http://{addr}/")
 }
 
+/// Every worker is a tab, and every one sent gradients.
+fn only_tabs_all_contributing(s: &Status) {
+    assert_eq!(
+        browsers(s),
+        s.workers,
+        "only browser workers: {:?}",
+        s.worker_list
+    );
+    assert!(
+        s.worker_list.iter().all(|w| w.gradients > 0),
+        "every tab contributed"
+    );
+}
+
 fn browsers(s: &Status) -> usize {
     s.worker_list.iter().filter(|w| w.kind == "browser").count()
 }
@@ -188,16 +202,7 @@ async fn two_tabs_train_to_90_percent_and_survive_a_closed_tab() {
         s.round - start_round,
         started.elapsed().as_secs_f64()
     );
-    assert_eq!(
-        browsers(&s),
-        s.workers,
-        "only browser workers: {:?}",
-        s.worker_list
-    );
-    assert!(
-        s.worker_list.iter().all(|w| w.gradients > 0),
-        "both tabs contributed"
-    );
+    only_tabs_all_contributing(&s);
 
     // Close one tab mid-training: rounds keep completing with the other.
     first.close().await;
@@ -273,16 +278,7 @@ async fn two_tabs_train_the_cnn_to_98_percent() {
             .collect::<Vec<_>>()
     );
     assert!(summary.reached_target, "{summary:?}");
-    assert_eq!(
-        browsers(&s),
-        s.workers,
-        "only browser workers: {:?}",
-        s.worker_list
-    );
-    assert!(
-        s.worker_list.iter().all(|w| w.gradients > 0),
-        "both tabs contributed"
-    );
+    only_tabs_all_contributing(&s);
     first.close().await;
     second.close().await;
 }
