@@ -25,6 +25,10 @@ pub struct Network {
     weights: Vec<Option<usize>>,
 }
 
+/// Most parameters a model may have (256 MiB of f32): a spec beyond it is refused before
+/// anything is allocated, on the coordinator and on a worker that receives it.
+pub const MAX_PARAMS: usize = 64 << 20;
+
 /// The seed of the dropout masks for the batch starting at train sample `first_sample` in
 /// round `round`: the worker and a verifier derive the same one.
 pub fn batch_seed(round: u64, first_sample: usize) -> u64 {
@@ -37,6 +41,34 @@ impl Network {
         let outputs = spec.shapes(classes)?;
         let mut shapes = vec![spec.input];
         shapes.extend(outputs);
+        let mut total: Option<usize> = Some(0);
+        for (i, l) in spec.layers.iter().enumerate() {
+            let (inp, out) = (shapes[i], shapes[i + 1]);
+            let weight = match l.layer {
+                Layer::Dense { units } => inp.len().checked_mul(units),
+                Layer::Conv2d {
+                    filters, kernel, ..
+                } => filters
+                    .checked_mul(inp.c)
+                    .and_then(|n| n.checked_mul(kernel))
+                    .and_then(|n| n.checked_mul(kernel)),
+                _ => Some(0),
+            };
+            let bias = if l.layer.has_params() { out.c } else { 0 };
+            total = total
+                .zip(weight)
+                .and_then(|(t, w)| t.checked_add(w)?.checked_add(bias));
+        }
+        match total {
+            Some(params) if params <= MAX_PARAMS => {}
+            params => {
+                return Err(crate::spec::SpecError::TooLarge {
+                    params: params.unwrap_or(usize::MAX),
+                    max: MAX_PARAMS,
+                }
+                .into())
+            }
+        }
         let mut layout = ParamLayout::default();
         let mut weights = Vec::with_capacity(spec.layers.len());
         for (i, l) in spec.layers.iter().enumerate() {

@@ -208,6 +208,18 @@ fn init_is_deterministic_he_scaled_and_named_per_layer_with_parameters() {
 }
 
 #[test]
+fn a_model_beyond_the_parameter_limit_is_refused_before_allocating() {
+    let huge = spec("input 3x4000x4000; conv2d 4096 k3000; flatten; dense 10");
+    let err = Network::new(huge, 10).expect_err("too large");
+    assert!(
+        err.to_string().contains("more than the limit of 67108864"),
+        "{err}"
+    );
+    let overflow = spec("input 4096x1048576x1048576; conv2d 1048576 k1048576; flatten; dense 2");
+    assert!(Network::new(overflow, 2).is_err());
+}
+
+#[test]
 fn shapes_are_checked() {
     let net = Network::new(spec("input 3; dense 2"), 2).expect("valid");
     let x = Array2::<f32>::zeros((2, 3));
