@@ -19,9 +19,8 @@ impl Registry {
         Some(batch_size.min(u32::try_from(shard.len()).unwrap_or(u32::MAX)))
     }
 
-    /// `id` was just sent weights: its answer will be computed on the shard it holds now.
     /// Sends `frame` (the frozen tensors) unless this connection already holds them.
-    pub fn send_frozen_once(&mut self, id: WorkerId, frame: bytes::Bytes) {
+    pub fn send_frozen_once(&mut self, id: WorkerId, frame: Bytes) {
         if self.workers.get(&id).is_some_and(|w| !w.has_frozen) {
             self.send(id, Outbound::Frame(frame));
             if let Some(w) = self.workers.get_mut(&id) {
@@ -37,6 +36,7 @@ impl Registry {
         }
     }
 
+    /// `id` was just sent weights: its answer will be computed on the shard it holds now.
     pub fn weights_sent(&mut self, id: WorkerId, now: std::time::Instant) {
         if let Some(w) = self.workers.get_mut(&id) {
             w.computing_on = w.shard.clone();
