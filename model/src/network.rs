@@ -5,6 +5,8 @@
 //! `l{k}.weight` and `l{k}.bias` (so the default MLP's names are those of earlier releases).
 //! Dense weights are `[in, out]`; convolution weights `[filters, channels, k, k]`.
 
+use std::ops::Range;
+
 use ndarray::{Array2, ArrayView2, CowArray, Ix2};
 
 use crate::error::ModelError;
@@ -23,6 +25,10 @@ pub struct Network {
     layout: ParamLayout,
     /// For each layer with parameters, the index of its weight tensor in the layout.
     weights: Vec<Option<usize>>,
+    /// Flat ranges of the trained parameters (layers not frozen) and of the frozen ones.
+    trainable: Vec<Range<usize>>,
+    frozen: Vec<Range<usize>>,
+    trainable_count: usize,
 }
 
 /// Most parameters a model may have (256 MiB of f32): a spec beyond it is refused before
@@ -41,23 +47,26 @@ impl Network {
         let outputs = spec.shapes(classes)?;
         let mut shapes = vec![spec.input];
         shapes.extend(outputs);
-        let mut total: Option<usize> = Some(0);
+        // Each layer's weight shape, and the total counted without overflow before anything
+        // of that size exists.
+        let mut total = Some(0usize);
+        let mut weight_shapes = Vec::with_capacity(spec.layers.len());
         for (i, l) in spec.layers.iter().enumerate() {
             let (inp, out) = (shapes[i], shapes[i + 1]);
-            let weight = match l.layer {
-                Layer::Dense { units } => inp.len().checked_mul(units),
+            let shape = match l.layer {
+                Layer::Dense { units } => Some(vec![inp.len(), units]),
                 Layer::Conv2d {
                     filters, kernel, ..
-                } => filters
-                    .checked_mul(inp.c)
-                    .and_then(|n| n.checked_mul(kernel))
-                    .and_then(|n| n.checked_mul(kernel)),
-                _ => Some(0),
+                } => Some(vec![filters, inp.c, kernel, kernel]),
+                _ => None,
             };
-            let bias = if l.layer.has_params() { out.c } else { 0 };
-            total = total
-                .zip(weight)
-                .and_then(|(t, w)| t.checked_add(w)?.checked_add(bias));
+            if let Some(shape) = &shape {
+                let weight = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+                total = total
+                    .zip(weight)
+                    .and_then(|(t, w)| t.checked_add(w)?.checked_add(out.c));
+            }
+            weight_shapes.push(shape);
         }
         match total {
             Some(params) if params <= MAX_PARAMS => {}
@@ -71,28 +80,32 @@ impl Network {
         }
         let mut layout = ParamLayout::default();
         let mut weights = Vec::with_capacity(spec.layers.len());
-        for (i, l) in spec.layers.iter().enumerate() {
-            let (inp, out) = (shapes[i], shapes[i + 1]);
-            let k = weights.iter().flatten().count();
-            let weight_shape = match l.layer {
-                Layer::Dense { units } => vec![inp.len(), units],
-                Layer::Conv2d {
-                    filters, kernel, ..
-                } => vec![filters, inp.c, kernel, kernel],
-                _ => {
-                    weights.push(None);
-                    continue;
-                }
+        let (mut trainable, mut frozen) = (Vec::new(), Vec::new());
+        for (i, (l, shape)) in spec.layers.iter().zip(weight_shapes).enumerate() {
+            let Some(shape) = shape else {
+                weights.push(None);
+                continue;
             };
+            let k = weights.iter().flatten().count();
+            let start = layout.total();
             weights.push(Some(layout.tensors().len()));
-            layout.push(format!("l{k}.weight"), weight_shape);
-            layout.push(format!("l{k}.bias"), vec![out.c]);
+            layout.push(format!("l{k}.weight"), shape);
+            layout.push(format!("l{k}.bias"), vec![shapes[i + 1].c]);
+            let range = start..layout.total();
+            match l.frozen {
+                false => trainable.push(range),
+                true => frozen.push(range),
+            }
         }
+        let trainable_count = trainable.iter().map(ExactSizeIterator::len).sum();
         Ok(Self {
             spec,
             shapes,
             layout,
             weights,
+            trainable,
+            frozen,
+            trainable_count,
         })
     }
 
@@ -129,72 +142,53 @@ impl Network {
     }
 
     /// Flat ranges of the parameters that are trained (those of layers not frozen).
-    pub fn trainable(&self) -> Vec<std::ops::Range<usize>> {
-        let tensors = self.layout.tensors();
-        self.spec
-            .layers
-            .iter()
-            .zip(&self.weights)
-            .filter_map(|(l, w)| w.filter(|_| !l.frozen))
-            .map(|w| tensors[w].offset..tensors[w + 1].range().end)
-            .collect()
+    pub fn trainable(&self) -> &[Range<usize>] {
+        &self.trainable
+    }
+
+    /// Flat ranges of the frozen parameters (the complement of [`Network::trainable`]).
+    pub fn frozen(&self) -> &[Range<usize>] {
+        &self.frozen
     }
 
     /// How many parameters are trained: the length of a gradient on the wire.
     pub fn trainable_count(&self) -> usize {
-        self.trainable().iter().map(|r| r.len()).sum()
+        self.trainable_count
     }
 
     /// The trained parts of a full-length gradient, in layout order (what a worker sends).
-    /// Without frozen layers, the vector itself.
+    /// Without frozen layers, the vector itself, not a copy.
     pub fn compact<T: Copy>(&self, full: Vec<T>) -> Vec<T> {
-        if self.trainable_count() == full.len() {
+        if self.frozen.is_empty() {
             return full;
         }
-        self.trainable()
-            .into_iter()
-            .flat_map(|r| full[r].to_vec())
-            .collect()
+        self.trained_part(&full)
+    }
+
+    /// The trained parameters of `full`, in layout order (what `Weights` carry).
+    pub fn trained_part<T: Copy>(&self, full: &[T]) -> Vec<T> {
+        gather(&self.trainable, full)
+    }
+
+    /// The frozen parameters of `full`, in layout order (what `Frozen` carries).
+    pub fn frozen_part<T: Copy>(&self, full: &[T]) -> Vec<T> {
+        gather(&self.frozen, full)
     }
 
     /// A full-length gradient from its trained parts, zero for frozen layers.
     pub fn expand(&self, compact: &[f32]) -> Vec<f32> {
         self.join(
             compact,
-            &vec![0.0; self.param_count() - self.trainable_count()],
+            &vec![0.0; self.param_count() - self.trainable_count],
         )
-    }
-
-    /// Flat ranges of the frozen parameters (the complement of [`Network::trainable`]).
-    pub fn frozen(&self) -> Vec<std::ops::Range<usize>> {
-        let mut frozen = Vec::new();
-        let mut at = 0;
-        for r in self.trainable() {
-            if r.start > at {
-                frozen.push(at..r.start);
-            }
-            at = r.end;
-        }
-        if at < self.param_count() {
-            frozen.push(at..self.param_count());
-        }
-        frozen
-    }
-
-    /// The frozen parameters of `full`, in layout order (what `Frozen` carries).
-    pub fn frozen_part(&self, full: &[f32]) -> Vec<f32> {
-        self.frozen()
-            .into_iter()
-            .flat_map(|r| full[r].to_vec())
-            .collect()
     }
 
     /// Full parameters from the trained and the frozen parts, each in layout order (their
     /// lengths must be `trainable_count()` and the rest).
     pub fn join(&self, trained: &[f32], frozen: &[f32]) -> Vec<f32> {
         let mut full = vec![0.0; self.param_count()];
-        for (ranges, mut from) in [(self.trainable(), trained), (self.frozen(), frozen)] {
-            for r in ranges {
+        for (ranges, mut from) in [(&self.trainable, trained), (&self.frozen, frozen)] {
+            for r in ranges.iter().cloned() {
                 let (head, rest) = from.split_at(r.len());
                 full[r].copy_from_slice(head);
                 from = rest;
@@ -349,6 +343,15 @@ impl Network {
         let logits = self.forward(params, x)?;
         cross_entropy_sum_and_correct(logits.view(), labels)
     }
+}
+
+/// The values of `full` in `ranges`, concatenated.
+fn gather<T: Copy>(ranges: &[Range<usize>], full: &[T]) -> Vec<T> {
+    let mut out = Vec::with_capacity(ranges.iter().map(|r| r.len()).sum());
+    for r in ranges {
+        out.extend_from_slice(&full[r.clone()]);
+    }
+    out
 }
 
 /// `x` in row-major layout (the layers read samples as contiguous rows).

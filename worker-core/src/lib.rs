@@ -231,9 +231,7 @@ impl WorkerCore {
         self.stats.round = Some(weights.round);
         // With frozen layers, `Weights` carry the trained tensors and `Frozen` the rest.
         let net = &joined.net;
-        if net.trainable_count() < net.param_count()
-            && weights.params.len() == net.trainable_count()
-        {
+        if !net.frozen().is_empty() && weights.params.len() == net.trainable_count() {
             let frozen = joined.frozen.as_ref().ok_or(WorkerError::Protocol(
                 "Weights without the frozen tensors before them",
             ))?;

@@ -103,3 +103,21 @@ pub(crate) fn backward<T: Scalar>(
 pub(crate) fn at(shape: Shape, c: usize, y: usize, x: usize) -> usize {
     (c * shape.h + y) * shape.w + x
 }
+
+/// For every output of a per-channel pool with windows every `stride`: its index in a
+/// sample's output row, and the index of its window's top-left value in the input row.
+pub(crate) fn windows(ctx: &Ctx, stride: usize, mut f: impl FnMut(usize, usize)) {
+    let (inp, out) = (ctx.input, ctx.output);
+    for c in 0..out.c {
+        for oy in 0..out.h {
+            for ox in 0..out.w {
+                f(at(out, c, oy, ox), at(inp, c, oy * stride, ox * stride));
+            }
+        }
+    }
+}
+
+/// The input indices of the `size × size` window whose top-left value is at `corner`, row by row.
+pub(crate) fn window(input: Shape, size: usize, corner: usize) -> impl Iterator<Item = usize> {
+    (0..size).flat_map(move |ky| (0..size).map(move |kx| corner + ky * input.w + kx))
+}

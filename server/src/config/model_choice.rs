@@ -32,11 +32,11 @@ pub enum ModelChoice {
     Mlp { hidden: Vec<usize> },
     /// `NetSpec::cnn`: two 5×5 convolutions with max-pools, dense 128, dense to the classes.
     Cnn,
-    /// Layers read from a file; `None` units on a dense layer mean "the classes".
+    /// Layers read from a file, with whether each is frozen. A dense layer without `units`
+    /// is read as `units: 0` (a file cannot give 0): one unit per class.
     File {
         path: PathBuf,
         layers: Vec<(Layer, bool)>,
-        open_units: Vec<usize>,
     },
 }
 
@@ -77,18 +77,13 @@ impl ModelChoice {
         match self {
             Self::Mlp { hidden } => NetSpec::mlp(input, hidden, classes),
             Self::Cnn => NetSpec::cnn(input, classes),
-            Self::File {
-                layers, open_units, ..
-            } => NetSpec {
+            Self::File { layers, .. } => NetSpec {
                 input,
                 layers: layers
                     .iter()
-                    .enumerate()
-                    .map(|(i, &(layer, frozen))| LayerSpec {
+                    .map(|&(layer, frozen)| LayerSpec {
                         layer: match layer {
-                            Layer::Dense { .. } if open_units.contains(&i) => {
-                                Layer::Dense { units: classes }
-                            }
+                            Layer::Dense { units: 0 } => Layer::Dense { units: classes },
                             other => other,
                         },
                         frozen,
@@ -151,19 +146,14 @@ fn read_file(path: &Path) -> Result<ModelChoice, ConfigError> {
         return Err(fail("`layers` is empty".into()));
     }
     let mut layers = Vec::with_capacity(file.layers.len());
-    let mut open_units = Vec::new();
     for (i, entry) in file.layers.iter().enumerate() {
         let layer =
             entry_layer(entry).map_err(|e| fail(format!("layer {i} ({}): {e}", entry.kind)))?;
-        if matches!(layer, Layer::Dense { units: 0 }) && entry.units.is_none() {
-            open_units.push(i);
-        }
         layers.push((layer, entry.freeze));
     }
     Ok(ModelChoice::File {
         path: path.to_path_buf(),
         layers,
-        open_units,
     })
 }
 

@@ -21,12 +21,11 @@ impl Registry {
 
     /// Sends `frame` (the frozen tensors) unless this connection already holds them.
     pub fn send_frozen_once(&mut self, id: WorkerId, frame: Bytes) {
-        if self.workers.get(&id).is_some_and(|w| !w.has_frozen) {
-            self.send(id, Outbound::Frame(frame));
-            if let Some(w) = self.workers.get_mut(&id) {
-                w.has_frozen = true;
-            }
+        match self.workers.get_mut(&id) {
+            Some(w) if !w.has_frozen => w.has_frozen = true,
+            _ => return,
         }
+        self.send(id, Outbound::Frame(frame));
     }
 
     /// The frozen tensors changed (the operator replaced the weights): send them again.

@@ -170,7 +170,7 @@ impl Trainer {
     }
 
     fn has_frozen(&self) -> bool {
-        self.net.trainable_count() < self.params.len()
+        !self.net.frozen().is_empty()
     }
 
     /// The current weights as a `Weights` frame in `compression` (the trained tensors only,
@@ -180,7 +180,7 @@ impl Trainer {
         let (version, params, net) = (self.version, &self.params, &self.net);
         if self.has_frozen() {
             return self.trained_frames[slot]
-                .get_or_insert_with(|| encode(version, &net.compact(params.clone()), compression))
+                .get_or_insert_with(|| encode(version, &net.trained_part(params), compression))
                 .clone();
         }
         self.frames[slot]
@@ -220,7 +220,7 @@ impl Trainer {
         };
         let seen: Arc<[f32]> = if self.has_frozen() {
             // Two payloads: `Weights` (trained) and `Frozen`, each quantized on its own.
-            let trained = wire(&self.net.compact(self.params.clone()));
+            let trained = wire(&self.net.trained_part(&self.params));
             let frozen = wire(&self.net.frozen_part(&self.params));
             Arc::from(self.net.join(&trained, &frozen))
         } else {

@@ -2,13 +2,11 @@
 //! `<prefix>-labels-idx1-ubyte[.gz]` beside it. Every pair found is used (MNIST's `train`
 //! and `t10k` pairs become one pool, split again by `--test-fraction`).
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use flate2::read::GzDecoder;
 use model::{Dataset, Normalization, Values};
 
-use super::{DataError, Loaded};
+use super::{gunzip, DataError, Loaded};
 
 const IMAGES: &str = "-images-idx3-ubyte";
 const LABELS: &str = "-labels-idx1-ubyte";
@@ -48,11 +46,7 @@ pub(super) fn find(dir: &Path) -> Result<Option<Vec<(PathBuf, PathBuf)>>, DataEr
 fn read(path: &Path) -> Result<Vec<u8>, DataError> {
     let raw = std::fs::read(path).map_err(|e| DataError::at(path, e.to_string()))?;
     if path.extension().is_some_and(|e| e == "gz") {
-        let mut out = Vec::new();
-        GzDecoder::new(&raw[..])
-            .read_to_end(&mut out)
-            .map_err(|e| DataError::at(path, format!("gzip: {e}")))?;
-        Ok(out)
+        gunzip(&raw).map_err(|e| DataError::at(path, format!("gzip: {e}")))
     } else {
         Ok(raw)
     }
@@ -87,15 +81,11 @@ pub(super) fn load(pairs: &[(PathBuf, PathBuf)]) -> Result<Loaded, DataError> {
         }
         labels.extend(l);
     }
-    let classes = labels.iter().max().map_or(0, |&m| m as usize + 1);
     let data = Dataset::from_parts(
         shape,
         Values::U8(pixels),
         labels,
         Normalization::unit_bytes(),
     )?;
-    Ok(Loaded {
-        data,
-        classes: (0..classes).map(|c| c.to_string()).collect(),
-    })
+    Ok(Loaded::numbered(data))
 }

@@ -86,6 +86,14 @@ pub(crate) struct Loaded {
     pub classes: Vec<String>,
 }
 
+impl Loaded {
+    /// Classes named by their label (`0`, `1`, ...), as IDX files have them.
+    fn numbered(data: Dataset) -> Self {
+        let classes = (0..data.classes()).map(|c| c.to_string()).collect();
+        Self { data, classes }
+    }
+}
+
 /// Loads `path` (or the embedded MNIST) and splits it: `test_fraction` of the samples,
 /// rounded, at least one, go to the test split. `f32` features are standardised with the
 /// train split's statistics.
@@ -148,19 +156,15 @@ pub fn load(path: Option<&Path>, seed: u64, test_fraction: f64) -> Result<Split,
 }
 
 fn embedded() -> Result<Loaded, DataError> {
-    let images = gunzip(IMAGES_GZ)?;
-    let labels = gunzip(LABELS_GZ)?;
-    Ok(Loaded {
-        data: Dataset::from_idx(&images, &labels)?,
-        classes: (0..10).map(|d| d.to_string()).collect(),
-    })
+    let gzip = |e: std::io::Error| ModelError::Idx(format!("gzip: {e}"));
+    let images = gunzip(IMAGES_GZ).map_err(gzip)?;
+    let labels = gunzip(LABELS_GZ).map_err(gzip)?;
+    Ok(Loaded::numbered(Dataset::from_idx(&images, &labels)?))
 }
 
-fn gunzip(bytes: &[u8]) -> Result<Vec<u8>, ModelError> {
+fn gunzip(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
     let mut out = Vec::new();
-    GzDecoder::new(bytes)
-        .read_to_end(&mut out)
-        .map_err(|e| ModelError::Idx(format!("gzip: {e}")))?;
+    GzDecoder::new(bytes).read_to_end(&mut out)?;
     Ok(out)
 }
 
