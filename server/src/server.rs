@@ -115,8 +115,8 @@ pub async fn start(
     let net = data.network(&config.model).map_err(ServerError::Model)?;
     info!(model = %net.spec(), parameters = net.param_count(), data = %data.describe(), "training");
     let fingerprint = Fingerprint::of(&config, &data, &net);
-    let init = match &config.init {
-        Some(path) => Some(read_init(path, &net)?),
+    let init = match config.init.clone() {
+        Some(path) => Some((read_init(&path, &net)?, path)),
         None => None,
     };
     let names: Vec<String> = (config.optimizer.build(0).state().tensors.into_iter())
@@ -124,7 +124,7 @@ pub async fn start(
         .collect();
     let mut coordinator =
         Coordinator::new(config, data, shutdown.clone()).map_err(ServerError::Model)?;
-    if let Some((path, params)) = init {
+    if let Some((params, path)) = init {
         let frozen = net.param_count() - net.trainable_count();
         coordinator
             .start_from(params)
@@ -250,7 +250,7 @@ pub async fn run(
 }
 
 /// `--init`: the file's tensors, checked against the model's names, shapes and dtype.
-fn read_init(path: &Path, net: &model::Network) -> Result<(PathBuf, Vec<f32>), ServerError> {
+fn read_init(path: &Path, net: &model::Network) -> Result<Vec<f32>, ServerError> {
     let fail = |reason: String| ServerError::Init {
         path: path.to_path_buf(),
         reason,
@@ -261,5 +261,5 @@ fn read_init(path: &Path, net: &model::Network) -> Result<(PathBuf, Vec<f32>), S
     if let Some(i) = params.iter().position(|p| !p.is_finite()) {
         return Err(fail(format!("value {i} is not finite")));
     }
-    Ok((path.to_path_buf(), params))
+    Ok(params)
 }
