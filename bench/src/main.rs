@@ -127,6 +127,9 @@ async fn run(
         // The streaming mean: the reference is a mean, and O(P) memory is what is measured.
         "--aggregator".into(),
         "mean".into(),
+        // Recomputation would rightly find the synthetic gradients false and drop them.
+        "--verify-fraction".into(),
+        "0".into(),
     ];
     // CROWDTRAIN_BENCH_WRAPPER runs the coordinator under a profiler, e.g.
     // "valgrind --tool=massif --massif-out-file=/tmp/massif.out" (figures are then the
@@ -181,7 +184,7 @@ async fn run(
     let rounds_per_s = rounds as f64 / elapsed;
     let peak_rss_mb = peak_rss_kb(pid)? as f64 / 1024.0;
 
-    let final_params = fetch_params(addr).await?;
+    let final_params = fetch_params(addr, hidden).await?;
     let (checksum_ok, checksum_max_diff) =
         matches_reference(&final_params, hidden, workers, total_rounds, compression);
     // A graceful stop (SIGTERM), so a profiler wrapping the coordinator can write its output.
@@ -335,7 +338,9 @@ fn matches_reference(
     (ok, max_diff)
 }
 
-async fn fetch_params(addr: std::net::SocketAddr) -> anyhow::Result<Vec<f32>> {
+/// The coordinator's parameters from `GET /api/params`, in layout order (the file stores
+/// tensors by name).
+async fn fetch_params(addr: std::net::SocketAddr, hidden: usize) -> anyhow::Result<Vec<f32>> {
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
     stream
         .write_all(format!("GET /api/params HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
@@ -347,12 +352,9 @@ async fn fetch_params(addr: std::net::SocketAddr) -> anyhow::Result<Vec<f32>> {
         .position(|w| w == b"\r\n\r\n")
         .context("no HTTP header end")?
         + 4;
-    let body = &raw[body_at..];
-    let header_len = u64::from_le_bytes(body[..8].try_into()?) as usize;
-    Ok(body[8 + header_len..]
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
+    let mlp = model::Network::mlp(&[784, hidden, 10])?;
+    let (params, _) = server::tensors_file::decode_params(&raw[body_at..], mlp.layout())?;
+    Ok(params)
 }
 
 /// Peak resident set (VmHWM) of a process, in KiB.
