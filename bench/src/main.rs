@@ -233,7 +233,9 @@ async fn worker(
     total: u64,
     compression: Compression,
 ) -> anyhow::Result<Timeline> {
-    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/ws")).await?;
+    // Nagle off, as the native worker does: a gradient's chunks go out back to back.
+    let url = format!("ws://{addr}/ws");
+    let (mut ws, _) = tokio_tungstenite::connect_async_with_config(url, None, true).await?;
     let hello = WorkerToCoordinator::Hello(Hello {
         kind: Some(WorkerKind::Native),
         compression,
@@ -245,7 +247,8 @@ async fn worker(
         joined: Instant::now(),
         arrivals: Vec::new(),
     };
-    let mut grads = Vec::new();
+    // The weights arrive in chunks; like a real worker, it answers once all are in.
+    let mut weights = Vec::new();
     while let Some(msg) = ws.next().await {
         let Message::Binary(frame) = msg? else {
             continue;
@@ -253,21 +256,27 @@ async fn worker(
         match decode_from_coordinator(&frame)? {
             CoordinatorToWorker::Welcome(_) => timeline.joined = Instant::now(),
             CoordinatorToWorker::Weights(w) => {
+                if w.offset == 0 {
+                    weights.clear();
+                }
+                weights.extend_from_slice(&w.params);
+                if weights.len() < w.total as usize {
+                    continue;
+                }
                 timeline.arrivals.push(Instant::now());
                 if w.round.0 >= total {
                     return Ok(timeline);
                 }
-                grads.clear();
-                grads.extend(w.params.iter().map(|p| p * 0.001 + k as f32));
                 let gradient = Gradient {
                     round: w.round,
                     samples: BATCH,
                     loss: 0.0,
-                    grads: std::mem::take(&mut grads),
+                    grads: weights.iter().map(|p| p * 0.001 + k as f32).collect(),
                 };
-                let frame = encode_gradient(&gradient, compression);
-                grads = gradient.grads;
-                ws.send(Message::Binary(frame.into())).await?;
+                for chunk in encode_gradient(&gradient, compression) {
+                    ws.feed(Message::Binary(chunk.into())).await?;
+                }
+                ws.flush().await?;
             }
             CoordinatorToWorker::Shard(_) | CoordinatorToWorker::Frozen { .. } => {}
             CoordinatorToWorker::Error { code, message } => {

@@ -12,13 +12,20 @@ use thiserror::Error;
 
 use crate::ids::{Round, WorkerId};
 use crate::message::{
-    CoordinatorToWorker, ErrorCode, Gradient, Hello, ModelSpec, Shard, ShardValues, Weights,
+    CoordinatorToWorker, ErrorCode, GradientChunk, Hello, ModelSpec, Shard, ShardValues, Weights,
     Welcome, WorkerKind, WorkerToCoordinator,
 };
 use crate::tensor::Compression;
 use crate::PROTOCOL_VERSION;
 
+mod chunks;
 mod wire;
+
+use chunks::{chunk_pos, chunk_values, frozen_chunk, gradient_chunk, weights_chunk};
+pub use chunks::{
+    encode_frozen, encode_gradient, encode_weights, gradient_wire_len, is_weights_start,
+    RawGradientChunk, WEIGHTS_DATA_OFFSET,
+};
 
 use wire::{Reader, Writer};
 
@@ -80,26 +87,11 @@ pub fn encode_from_worker(msg: &WorkerToCoordinator) -> Vec<u8> {
             w.u8(h.compression.to_u8());
             w.buf
         }
-        WorkerToCoordinator::Gradient(g) => encode_gradient(g, Compression::None),
+        WorkerToCoordinator::Gradient(g) => {
+            let pos = (g.total, g.offset);
+            gradient_chunk(g.round, g.samples, g.loss, pos, &g.grads, Compression::None)
+        }
     }
-}
-
-/// Encodes a `Gradient` with its tensor compressed as `c` (what a worker that negotiated a
-/// compression sends).
-pub fn encode_gradient(g: &Gradient, c: Compression) -> Vec<u8> {
-    let mut w = Writer::new(TAG_GRADIENT, 21 + g.grads.len() * 4);
-    w.u64(g.round.0);
-    w.u32(g.samples);
-    w.f32(g.loss);
-    w.tensor(&g.grads, c);
-    w.buf
-}
-
-/// The size of the frame [`encode_gradient`] makes for `count` values in `c`, without
-/// encoding it (`None` if `count` does not fit the format).
-pub fn gradient_frame_len(count: usize, c: Compression) -> Option<usize> {
-    // Header, round (8), samples (4), loss (4), tensor: compression (1), count (4), payload.
-    Some(HEADER_LEN + 8 + 4 + 4 + 1 + 4 + c.payload_len(count)?)
 }
 
 /// Encodes a message sent by the coordinator.
@@ -143,8 +135,14 @@ pub fn encode_from_coordinator(msg: &CoordinatorToWorker) -> Vec<u8> {
             w.tensor(&s.std, Compression::None);
             w.buf
         }
-        CoordinatorToWorker::Weights(m) => encode_weights(m.round, &m.params, Compression::None),
-        CoordinatorToWorker::Frozen { params } => encode_frozen(params, Compression::None),
+        CoordinatorToWorker::Weights(m) => {
+            weights_chunk(m.round, (m.total, m.offset), &m.params, Compression::None)
+        }
+        CoordinatorToWorker::Frozen {
+            total,
+            offset,
+            params,
+        } => frozen_chunk((*total, *offset), params, Compression::None),
         CoordinatorToWorker::Error { code, message } => {
             let mut w = Writer::new(TAG_ERROR, 4 + message.len());
             w.u16(code.to_u16());
@@ -153,30 +151,6 @@ pub fn encode_from_coordinator(msg: &CoordinatorToWorker) -> Vec<u8> {
         }
     }
 }
-
-/// Encodes a `Frozen` frame (the frozen tensors' values) in `c`.
-pub fn encode_frozen(params: &[f32], c: Compression) -> Vec<u8> {
-    let mut w = Writer::new(TAG_FROZEN, 5 + params.len() * 4);
-    w.tensor(params, c);
-    w.buf
-}
-
-/// Encodes a `Weights` frame straight from a parameter slice, so the coordinator can encode
-/// once per round (and compression) without first copying the parameters into a message.
-pub fn encode_weights(round: Round, params: &[f32], c: Compression) -> Vec<u8> {
-    let mut w = Writer::new(TAG_WEIGHTS, 13 + params.len() * 4);
-    w.u64(round.0);
-    w.tensor(params, c);
-    w.buf
-}
-
-/// Offset of the first parameter byte inside an uncompressed (`f32`) `Weights` frame.
-/// Whether an encoded frame is a `Weights` message (by its header, without decoding it).
-pub fn is_weights_frame(frame: &[u8]) -> bool {
-    frame.len() > HEADER_LEN && frame.starts_with(&MAGIC) && frame[HEADER_LEN - 1] == TAG_WEIGHTS
-}
-
-pub const WEIGHTS_DATA_OFFSET: usize = HEADER_LEN + 8 + 1 + 4;
 
 // ---------------------------------------------------------------- decoding
 
@@ -197,8 +171,15 @@ fn header(frame: &[u8]) -> Result<(u8, Reader<'_>), DecodeError> {
     Ok((tag, r))
 }
 
-/// Decodes a frame received from a worker.
-pub fn decode_from_worker(frame: &[u8]) -> Result<WorkerToCoordinator, DecodeError> {
+/// A frame from a worker, its gradient chunk not yet decoded.
+#[derive(Debug)]
+pub enum WorkerFrame<'a> {
+    Hello(Hello),
+    Gradient(RawGradientChunk<'a>),
+}
+
+/// Decodes a frame received from a worker, leaving a gradient chunk's values in the frame.
+pub fn decode_worker_frame(frame: &[u8]) -> Result<WorkerFrame<'_>, DecodeError> {
     let (tag, mut r) = header(frame)?;
     let msg = match tag {
         TAG_HELLO => {
@@ -213,23 +194,49 @@ pub fn decode_from_worker(frame: &[u8]) -> Result<WorkerToCoordinator, DecodeErr
                     })
                 }
             };
-            WorkerToCoordinator::Hello(Hello {
+            WorkerFrame::Hello(Hello {
                 kind,
                 join_token: r.opt_str("join_token")?,
                 resume_token: r.opt_str("resume_token")?,
                 compression: r.compression("compression")?,
             })
         }
-        TAG_GRADIENT => WorkerToCoordinator::Gradient(Gradient {
-            round: Round(r.u64()?),
-            samples: r.u32()?,
-            loss: r.f32()?,
-            grads: r.tensor()?,
-        }),
+        TAG_GRADIENT => {
+            let (round, samples, loss) = (Round(r.u64()?), r.u32()?, r.f32()?);
+            let (total, offset) = (r.u32()?, r.u32()?);
+            let (compression, count, payload) = r.raw_tensor()?;
+            WorkerFrame::Gradient(RawGradientChunk {
+                round,
+                samples,
+                loss,
+                pos: chunk_pos(total, offset, count)?,
+                compression,
+                payload,
+            })
+        }
         other => return Err(DecodeError::UnknownTag(other)),
     };
     r.finish()?;
     Ok(msg)
+}
+
+/// Decodes a frame received from a worker.
+pub fn decode_from_worker(frame: &[u8]) -> Result<WorkerToCoordinator, DecodeError> {
+    Ok(match decode_worker_frame(frame)? {
+        WorkerFrame::Hello(hello) => WorkerToCoordinator::Hello(hello),
+        WorkerFrame::Gradient(raw) => {
+            let mut grads = Vec::new();
+            raw.decode_append(&mut grads);
+            WorkerToCoordinator::Gradient(GradientChunk {
+                round: raw.round,
+                samples: raw.samples,
+                loss: raw.loss,
+                total: raw.pos.total,
+                offset: raw.pos.offset,
+                grads,
+            })
+        }
+    })
 }
 
 /// Decodes a frame received from the coordinator.
@@ -288,13 +295,24 @@ pub fn decode_from_coordinator(frame: &[u8]) -> Result<CoordinatorToWorker, Deco
                 std,
             })
         }
-        TAG_WEIGHTS => CoordinatorToWorker::Weights(Weights {
-            round: Round(r.u64()?),
-            params: r.tensor()?,
-        }),
-        TAG_FROZEN => CoordinatorToWorker::Frozen {
-            params: r.tensor()?,
-        },
+        TAG_WEIGHTS => {
+            let round = Round(r.u64()?);
+            let (total, offset, params) = chunk_values(&mut r)?;
+            CoordinatorToWorker::Weights(Weights {
+                round,
+                total,
+                offset,
+                params,
+            })
+        }
+        TAG_FROZEN => {
+            let (total, offset, params) = chunk_values(&mut r)?;
+            CoordinatorToWorker::Frozen {
+                total,
+                offset,
+                params,
+            }
+        }
         TAG_ERROR => CoordinatorToWorker::Error {
             code: ErrorCode::from_u16(r.u16()?),
             message: r.str("message")?,

@@ -10,23 +10,27 @@
 //! - [`codec`]: `encode` / `decode` to and from bytes, and [`DecodeError`].
 //! - [`ids`]: the `WorkerId` and `Round` newtypes.
 //! - [`tensor`]: tensors as raw `f32`, or compressed to `f16` / `int8`.
+//! - [`chunk`]: tensors split into chunks of at most 64 KiB, and their order.
 
+pub mod chunk;
 pub mod codec;
 pub mod ids;
 pub mod message;
 pub mod tensor;
 
+pub use chunk::{ChunkPos, CHUNK_VALUES};
 pub use codec::{
-    decode_from_coordinator, decode_from_worker, encode_from_coordinator, encode_from_worker,
-    encode_frozen, encode_gradient, encode_weights, gradient_frame_len, DecodeError,
+    decode_from_coordinator, decode_from_worker, decode_worker_frame, encode_from_coordinator,
+    encode_from_worker, encode_frozen, encode_gradient, encode_weights, gradient_wire_len,
+    DecodeError, RawGradientChunk, WorkerFrame,
 };
 pub use ids::{Round, WorkerId};
 pub use message::{
-    CoordinatorToWorker, ErrorCode, Gradient, Hello, ModelSpec, Shard, ShardValues, Weights,
-    Welcome, WorkerKind, WorkerToCoordinator,
+    CoordinatorToWorker, ErrorCode, Gradient, GradientChunk, Hello, ModelSpec, Shard, ShardValues,
+    Weights, Welcome, WorkerKind, WorkerToCoordinator,
 };
 pub use tensor::Compression;
 
 /// Version of the wire format. Every frame starts with it; a peer speaking another version
 /// is refused with [`ErrorCode::VersionMismatch`]. Bump it on any incompatible change.
-pub const PROTOCOL_VERSION: u16 = 3;
+pub const PROTOCOL_VERSION: u16 = 4;

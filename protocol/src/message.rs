@@ -7,7 +7,8 @@ use crate::tensor::Compression;
 #[derive(Debug, Clone, PartialEq)]
 pub enum WorkerToCoordinator {
     Hello(Hello),
-    Gradient(Gradient),
+    /// One chunk of a gradient (see [`crate::chunk`]).
+    Gradient(GradientChunk),
 }
 
 /// Everything the coordinator may send.
@@ -15,11 +16,14 @@ pub enum WorkerToCoordinator {
 pub enum CoordinatorToWorker {
     Welcome(Welcome),
     Shard(Shard),
+    /// One chunk of the weights (see [`crate::chunk`]).
     Weights(Weights),
-    /// The values of the model's frozen tensors, in layout order: sent once before the
-    /// `Weights` that need them (and again if the operator replaces them), so `Weights`
+    /// One chunk of the model's frozen tensors' values, in layout order: sent once before
+    /// the `Weights` that need them (and again if the operator replaces them), so `Weights`
     /// carry the trained tensors only.
     Frozen {
+        total: u32,
+        offset: u32,
         params: Vec<f32>,
     },
     Error {
@@ -109,12 +113,29 @@ impl ShardValues {
     }
 }
 
-/// Weights version `round` (without the frozen tensors, if the model has any); the recipient answers with a `Gradient` for that round if it is
-/// a participant (it holds a shard).
+/// A chunk of weights version `round` (without the frozen tensors, if the model has any):
+/// `params` are values `offset..offset + params.len()` of `total`. Once the last chunk is in,
+/// the recipient answers with a `Gradient` for that round if it is a participant (it holds
+/// a shard).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Weights {
     pub round: Round,
+    pub total: u32,
+    pub offset: u32,
     pub params: Vec<f32>,
+}
+
+impl Weights {
+    /// All the weights as one piece (for tests and in-process use; the wire carries chunks).
+    pub fn whole(round: Round, params: Vec<f32>) -> Self {
+        let total = u32::try_from(params.len()).expect("at most 4 Gi values");
+        Self {
+            round,
+            total,
+            offset: 0,
+            params,
+        }
+    }
 }
 
 /// A worker's contribution: the mean gradient over `samples` samples of its shard, computed
@@ -125,6 +146,18 @@ pub struct Gradient {
     pub samples: u32,
     /// Mean training loss over those samples (reported, not trusted).
     pub loss: f32,
+    pub grads: Vec<f32>,
+}
+
+/// One chunk of a `Gradient`: `grads` are values `offset..offset + grads.len()` of `total`.
+/// Every chunk of one gradient repeats its round, sample count and loss.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GradientChunk {
+    pub round: Round,
+    pub samples: u32,
+    pub loss: f32,
+    pub total: u32,
+    pub offset: u32,
     pub grads: Vec<f32>,
 }
 

@@ -105,25 +105,29 @@ pub fn encode_payload(out: &mut Vec<u8>, values: &[f32], c: Compression) {
 
 /// Decodes a payload of `count` values; `raw` must be exactly `c.payload_len(count)` bytes.
 pub fn decode_payload(raw: &[u8], count: usize, c: Compression) -> Vec<f32> {
+    let mut out = Vec::with_capacity(count);
+    decode_payload_append(raw, count, &mut out, c);
+    out
+}
+
+/// Decodes a payload of `count` values onto the end of `out`, in one pass with no
+/// intermediate buffer; `raw` must be exactly `c.payload_len(count)` bytes.
+pub fn decode_payload_append(raw: &[u8], count: usize, out: &mut Vec<f32>, c: Compression) {
+    out.reserve(count);
     match c {
-        Compression::None => raw
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect(),
-        Compression::F16 => raw
-            .chunks_exact(2)
-            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
+        Compression::None => out.extend(
+            raw.chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        ),
+        Compression::F16 => out.extend(
+            raw.chunks_exact(2)
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()),
+        ),
         Compression::Int8 => {
-            let mut out = Vec::with_capacity(count);
-            let mut rest = raw;
-            while out.len() < count {
-                let n = (count - out.len()).min(INT8_CHUNK);
-                let scale = f32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
-                out.extend(rest[4..4 + n].iter().map(|&q| f32::from(q as i8) * scale));
-                rest = &rest[4 + n..];
+            for block in raw.chunks(INT8_CHUNK + 4) {
+                let scale = f32::from_le_bytes([block[0], block[1], block[2], block[3]]);
+                out.extend(block[4..].iter().map(|&q| f32::from(q as i8) * scale));
             }
-            out
         }
     }
 }

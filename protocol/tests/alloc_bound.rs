@@ -5,7 +5,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use protocol::{decode_from_worker, encode_from_worker, Gradient, Round, WorkerToCoordinator};
+use protocol::{decode_from_worker, encode_from_worker, GradientChunk, Round, WorkerToCoordinator};
 
 struct Counting;
 
@@ -27,13 +27,15 @@ static GLOBAL: Counting = Counting;
 
 #[test]
 fn lying_lengths_allocate_at_most_the_frame_size() {
-    let mut frame = encode_from_worker(&WorkerToCoordinator::Gradient(Gradient {
+    let mut frame = encode_from_worker(&WorkerToCoordinator::Gradient(GradientChunk {
         round: Round(1),
         samples: 1,
         loss: 0.0,
+        total: 16,
+        offset: 0,
         grads: vec![1.0; 16],
     }));
-    let count_at = 5 + 8 + 4 + 4 + 1; // after the encoding byte
+    let count_at = 5 + 8 + 4 + 4 + 4 + 4 + 1; // after the encoding byte
     for claimed in [17u32, 1 << 20, 1 << 28, u32::MAX] {
         frame[count_at..count_at + 4].copy_from_slice(&claimed.to_le_bytes());
         LARGEST.store(0, Ordering::Relaxed);

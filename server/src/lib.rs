@@ -41,6 +41,7 @@ pub mod shutdown;
 pub mod status;
 pub mod tensors_file;
 pub mod tls;
+pub mod upload;
 
 pub use config::{Cli, Config, ConfigError};
 pub use server::{run, start, RunningServer, ServerError, Summary};

@@ -8,7 +8,6 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use protocol::codec::WEIGHTS_DATA_OFFSET;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -18,12 +17,10 @@ use crate::config::Liveness;
 use crate::coordinator::{CoordinatorHandle, Published};
 use crate::session;
 
-/// Largest frame a worker may send: one gradient (4 bytes per parameter) plus headroom for
-/// the header. Set explicitly rather than left at the library's 64 MiB default, so a
-/// worker cannot make the coordinator buffer more than one model's worth per frame.
-pub fn max_message_size(param_count: usize) -> usize {
-    param_count * 4 + 64 * 1024
-}
+/// Largest message a worker may send: one gradient chunk (at most 64 KiB of values) plus
+/// headroom for its header and a `Hello`. Set explicitly rather than left at the library's
+/// 64 MiB default: a connection never buffers more than this, whatever the model's size.
+pub const MAX_MESSAGE_SIZE: usize = protocol::CHUNK_VALUES * 4 + 4096;
 
 #[derive(Debug, Clone)]
 pub struct AppState {
@@ -74,10 +71,9 @@ async fn ws(
             return (refused.status, refused.message).into_response();
         }
     };
-    let limit = max_message_size(state.published.net.param_count());
     upgrade
-        .max_message_size(limit)
-        .max_frame_size(limit)
+        .max_message_size(MAX_MESSAGE_SIZE)
+        .max_frame_size(MAX_MESSAGE_SIZE)
         .on_upgrade(move |socket| {
             // Tracked so shutdown can wait for every session to send its close frame.
             let session = session::run(
@@ -148,7 +144,7 @@ pub(crate) async fn params(
         )
             .into_response();
     }
-    let data = &snapshot.frame[WEIGHTS_DATA_OFFSET..];
+    let data = snapshot.param_bytes();
     let body = crate::tensors_file::encode(
         layout
             .tensors()

@@ -197,7 +197,12 @@ pub async fn start(
             let service = router.into_make_service_with_connect_info::<SocketAddr>();
             let stop = shutdown.clone().cancelled_owned();
             let served = match tls {
+                // Chunk frames go out back to back: no waiting on Nagle's algorithm between
+                // them.
                 None => {
+                    let listener = listener.tap_io(|tcp| {
+                        let _ = tcp.set_nodelay(true);
+                    });
                     axum::serve(listener, service)
                         .with_graceful_shutdown(stop)
                         .await

@@ -14,10 +14,9 @@ use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message};
 use futures_util::{Sink, SinkExt, Stream, StreamExt};
-use protocol::codec::is_weights_frame;
+use protocol::codec::is_weights_start;
 use protocol::{
-    decode_from_worker, encode_from_coordinator, CoordinatorToWorker, ErrorCode, Gradient,
-    WorkerToCoordinator,
+    decode_worker_frame, encode_from_coordinator, CoordinatorToWorker, ErrorCode, WorkerFrame,
 };
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -25,10 +24,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, instrument};
 
 use crate::config::Liveness;
-use crate::coordinator::clip::norm_and_finite;
-use crate::coordinator::{CoordinatorHandle, Joined, Outbound, OUTBOX_CAPACITY};
+use crate::coordinator::{CoordinatorHandle, Frames, Joined, Outbound, OUTBOX_CAPACITY};
 use crate::rate::{TokenBucket, CONTROL_BURST, CONTROL_PER_SEC};
 use crate::refusal::Refusal;
+use crate::upload::{Progress, Upload};
 
 /// Gradients a worker may send beyond the `Weights` frames it was sent on this connection.
 /// An honest worker answers each `Weights` once; the slack covers a gradient computed just
@@ -114,8 +113,30 @@ pub async fn run<S, E>(
                 CLOSE_POLICY
             };
             let _ = socket.send(close(reason, &message)).await;
+            linger(&mut socket).await;
         }
     }
+}
+
+/// How long a refused connection is read (and discarded) after its close frame.
+const LINGER: Duration = Duration::from_secs(1);
+
+/// Reads and discards what the peer still sends after a refusal (the rest of a gradient's
+/// chunks), until it closes or [`LINGER`] has passed. Closing a socket with unread bytes makes
+/// the kernel reset the connection, and a reset can destroy the error frame before the peer
+/// reads it: the worker would never learn why it was refused.
+async fn linger<S, E>(socket: &mut S)
+where
+    S: Stream<Item = Result<Message, E>> + Unpin,
+{
+    let _ = tokio::time::timeout(LINGER, async {
+        while let Some(Ok(msg)) = socket.next().await {
+            if matches!(msg, Message::Close(_)) {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 fn close(code: u16, reason: &str) -> Message {
@@ -154,9 +175,9 @@ where
         }
         Ok(frame) => frame?,
     };
-    let hello = match decode_from_worker(&frame) {
-        Ok(WorkerToCoordinator::Hello(hello)) => hello,
-        Ok(WorkerToCoordinator::Gradient(_)) => {
+    let hello = match decode_worker_frame(&frame) {
+        Ok(WorkerFrame::Hello(hello)) => hello,
+        Ok(WorkerFrame::Gradient(_)) => {
             return Err(End::refuse(
                 ErrorCode::UnexpectedMessage,
                 "the first frame must be Hello",
@@ -238,14 +259,16 @@ where
     let mut upload = upload_rate.map(|rate| TokenBucket::new(rate, rate, start));
     // Over `--max-upload-rate`: not read again until then.
     let mut paused_until: Option<Instant> = None;
+    // The gradient arriving in chunks.
+    let mut incoming = Upload::default();
     loop {
         tokio::select! {
             biased;
             () = shutdown.cancelled() => return End::Shutdown,
             out = inbox.recv() => match out {
-                Some(Outbound::Frame(frame)) => {
-                    weights_sent += u64::from(is_weights_frame(&frame));
-                    if socket.send(Message::Binary(frame)).await.is_err() {
+                Some(Outbound::Frames(frames)) => {
+                    weights_sent += u64::from(frames.first().is_some_and(|f| is_weights_start(f)));
+                    if send_all(socket, &frames).await.is_err() {
                         return End::PeerGone;
                     }
                 }
@@ -281,28 +304,30 @@ where
                     paused_until = Some(Instant::from_std(resume));
                 }
                 let Some(frame) = frame else { continue };
-                let gradient = match decode_from_worker(&frame) {
-                    Ok(WorkerToCoordinator::Gradient(g)) => {
-                        gradients_received += 1;
-                        if gradients_received > weights_sent + GRADIENT_SLACK {
-                            return End::refuse(
-                                ErrorCode::UnexpectedMessage,
-                                format!("{gradients_received} gradients for {weights_sent} Weights: answer each Weights once"),
-                            );
-                        }
-                        g
-                    }
-                    Ok(WorkerToCoordinator::Hello(_)) => {
+                let chunk = match decode_worker_frame(&frame) {
+                    Ok(WorkerFrame::Gradient(chunk)) => chunk,
+                    Ok(WorkerFrame::Hello(_)) => {
                         return End::refuse(ErrorCode::UnexpectedMessage, "Hello was already received")
                     }
                     Err(err) => return End::refuse(err.code(), err.to_string()),
                 };
-                let norm = match validate(&gradient, &joined) {
-                    Ok(norm) => norm,
+                if !incoming.in_progress() {
+                    gradients_received += 1;
+                    if gradients_received > weights_sent + GRADIENT_SLACK {
+                        return End::refuse(
+                            ErrorCode::UnexpectedMessage,
+                            format!("{gradients_received} gradients for {weights_sent} Weights: answer each Weights once"),
+                        );
+                    }
+                }
+                match incoming.take(&chunk, &joined) {
+                    Ok(Progress::More) => {}
+                    Ok(Progress::Done(gradient, norm)) => {
+                        if coordinator.gradient(&joined, gradient, norm).await.is_err() {
+                            return End::Shutdown;
+                        }
+                    }
                     Err(refusal) => return End::Refuse(refusal),
-                };
-                if coordinator.gradient(&joined, gradient, norm).await.is_err() {
-                    return End::Shutdown;
                 }
             }
             _ = ping.tick() => {
@@ -318,6 +343,18 @@ where
             }
         }
     }
+}
+
+/// Writes one message's frames and flushes once: the shared `Bytes` of every chunk go to
+/// the socket as they are.
+async fn send_all<S: Sink<Message> + Unpin>(
+    socket: &mut S,
+    frames: &Frames,
+) -> Result<(), S::Error> {
+    for frame in frames.iter() {
+        socket.feed(Message::Binary(frame.clone())).await?;
+    }
+    socket.flush().await
 }
 
 /// A control frame against the connection's budget for them.
@@ -338,103 +375,5 @@ async fn sleep_until_some(until: Option<Instant>) {
     match until {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
-    }
-}
-
-/// Checks that do not need the training state: shape, sample count, finiteness. Returns the
-/// gradient's L2 norm (in f64, so finite values cannot overflow it), for the norm bound.
-pub fn validate(g: &Gradient, joined: &Joined) -> Result<f64, Refusal> {
-    if g.grads.len() != joined.param_count {
-        return Err(Refusal::new(
-            ErrorCode::ShapeMismatch,
-            format!(
-                "gradient has {} values, the model has {} parameters",
-                g.grads.len(),
-                joined.param_count
-            ),
-        ));
-    }
-    if g.samples == 0 || g.samples > joined.batch_size {
-        return Err(Refusal::new(
-            ErrorCode::ShapeMismatch,
-            format!(
-                "sample count {} is outside 1..={} (the batch size)",
-                g.samples, joined.batch_size
-            ),
-        ));
-    }
-    if !g.loss.is_finite() {
-        return Err(Refusal::new(
-            ErrorCode::NonFinite,
-            format!("loss is {}", g.loss),
-        ));
-    }
-    let (norm, finite) = norm_and_finite(&g.grads);
-    if !finite {
-        let i = g.grads.iter().position(|v| !v.is_finite()).unwrap_or(0);
-        return Err(Refusal::new(
-            ErrorCode::NonFinite,
-            format!("gradient value {i} is {}", g.grads[i]),
-        ));
-    }
-    Ok(norm)
-}
-
-#[cfg(test)]
-mod tests {
-    use protocol::{Round, WorkerId};
-
-    use super::*;
-
-    #[test]
-    fn validation_names_the_problem() {
-        let joined = Joined {
-            worker: WorkerId(1),
-            session: crate::coordinator::SessionId(1),
-            param_count: 3,
-            batch_size: 8,
-        };
-        let g = |grads: Vec<f32>, samples, loss| Gradient {
-            round: Round(0),
-            samples,
-            loss,
-            grads,
-        };
-        assert_eq!(validate(&g(vec![3.0, 0.0, 4.0], 8, 1.0), &joined), Ok(5.0));
-        // Finite values whose squares overflow f32: the norm is still exact, in f64.
-        let huge = validate(&g(vec![3e38; 3], 8, 1.0), &joined).expect("finite");
-        assert!((huge / (3e38 * 3f64.sqrt()) - 1.0).abs() < 1e-6, "{huge}");
-        let cases = [
-            (
-                g(vec![0.0; 2], 1, 1.0),
-                ErrorCode::ShapeMismatch,
-                "2 values",
-            ),
-            (
-                g(vec![0.0; 3], 0, 1.0),
-                ErrorCode::ShapeMismatch,
-                "sample count 0",
-            ),
-            (
-                g(vec![0.0; 3], 9, 1.0),
-                ErrorCode::ShapeMismatch,
-                "sample count 9",
-            ),
-            (
-                g(vec![0.0; 3], 1, f32::NAN),
-                ErrorCode::NonFinite,
-                "loss is NaN",
-            ),
-            (
-                g(vec![0.0, f32::INFINITY, 0.0], 1, 1.0),
-                ErrorCode::NonFinite,
-                "value 1 is inf",
-            ),
-        ];
-        for (grad, code, needle) in cases {
-            let refusal = validate(&grad, &joined).expect_err("invalid");
-            assert_eq!(refusal.code, code);
-            assert!(refusal.message.contains(needle), "{refusal}");
-        }
     }
 }

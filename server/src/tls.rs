@@ -115,6 +115,8 @@ async fn accept_loop(
                 continue;
             }
         };
+        // Chunk frames go out back to back: no waiting on Nagle's algorithm between them.
+        let _ = stream.set_nodelay(true);
         let (acceptor, ready) = (acceptor.clone(), ready.clone());
         tokio::spawn(async move {
             let _slot = slot;

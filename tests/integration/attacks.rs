@@ -5,8 +5,8 @@
 use futures_util::StreamExt;
 use model::SplitMix64;
 use protocol::{
-    decode_from_coordinator, decode_from_worker, encode_from_coordinator, encode_from_worker,
-    CoordinatorToWorker, Gradient, Round, WorkerToCoordinator,
+    decode_from_coordinator, decode_from_worker, encode_from_coordinator, encode_gradient,
+    Compression, CoordinatorToWorker, Gradient, Round, WorkerToCoordinator,
 };
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
@@ -77,17 +77,15 @@ pub fn spawn_attacker(
     tokio::spawn(async move {
         let mut w = ManualWorker::join(addr).await;
         let mut rng = SplitMix64::new(13);
-        let mut previous: Option<Vec<u8>> = None;
+        let mut previous: Option<Vec<Vec<u8>>> = None;
         loop {
-            let frame = tokio::select! {
+            let frames = tokio::select! {
                 () = stop.cancelled() => return,
                 f = next_gradient_or_end(&mut w, attack) => match f { Some(f) => f, None => return },
             };
-            let Ok(WorkerToCoordinator::Gradient(mut g)) = decode_from_worker(&frame) else {
-                panic!("the worker core sends gradients");
-            };
+            let mut g = reassemble(&frames);
             attack.poison(&mut g, &mut rng);
-            let poisoned = encode_from_worker(&WorkerToCoordinator::Gradient(g));
+            let poisoned = encode_gradient(&g, Compression::None);
             w.send(poisoned.clone()).await;
             if attack == Attack::Replay {
                 if let Some(old) = previous.replace(poisoned) {
@@ -98,10 +96,29 @@ pub fn spawn_attacker(
     })
 }
 
+/// The gradient a worker core's chunk frames carry.
+fn reassemble(frames: &[Vec<u8>]) -> Gradient {
+    let mut whole: Option<Gradient> = None;
+    for frame in frames {
+        let Ok(WorkerToCoordinator::Gradient(chunk)) = decode_from_worker(frame) else {
+            panic!("the worker core sends gradient chunks");
+        };
+        let g = whole.get_or_insert_with(|| Gradient {
+            round: chunk.round,
+            samples: chunk.samples,
+            loss: chunk.loss,
+            grads: Vec::with_capacity(chunk.total as usize),
+        });
+        assert_eq!(g.grads.len(), chunk.offset as usize, "chunks in order");
+        g.grads.extend(chunk.grads);
+    }
+    whole.expect("at least one chunk")
+}
+
 /// Like `ManualWorker::next_gradient`, but `None` when the coordinator closes the socket.
 /// `WrongBatch` shows its core every round's weights as round + `BATCH_SHIFT`, so the core
 /// picks another batch.
-async fn next_gradient_or_end(w: &mut ManualWorker, attack: Attack) -> Option<Vec<u8>> {
+async fn next_gradient_or_end(w: &mut ManualWorker, attack: Attack) -> Option<Vec<Vec<u8>>> {
     loop {
         let mut frame = match w.client.ws.next().await {
             Some(Ok(Message::Binary(frame))) => frame,
@@ -114,8 +131,9 @@ async fn next_gradient_or_end(w: &mut ManualWorker, attack: Attack) -> Option<Ve
                 frame = encode_from_coordinator(&CoordinatorToWorker::Weights(weights)).into();
             }
         }
-        if let Ok(Some(reply)) = w.core.handle_frame(&frame) {
-            return Some(reply);
+        match w.core.handle_frame(&frame) {
+            Ok(reply) if !reply.is_empty() => return Some(reply),
+            _ => {}
         }
     }
 }
@@ -549,8 +567,10 @@ async fn a_worker_that_floods_gradients_is_closed() {
     // nothing, so by the sixth it is over 2 + 2.
     for _ in 0..6 {
         // The coordinator may already have closed the socket: a failed send is expected.
-        let frame = Message::Binary(g.clone().into());
-        let _ = futures_util::SinkExt::send(&mut flood.client.ws, frame).await;
+        for chunk in &g {
+            let frame = Message::Binary(chunk.clone().into());
+            let _ = futures_util::SinkExt::send(&mut flood.client.ws, frame).await;
+        }
     }
     // The copies are late (non-fatal) until one is over the budget: the session is closed
     // as a rejection (a reset may swallow the error frame itself, so the status decides).

@@ -1,8 +1,8 @@
 use std::net::SocketAddr;
 
 use protocol::{
-    encode_from_worker, ErrorCode, Gradient, Hello, Round, WorkerKind, WorkerToCoordinator,
-    PROTOCOL_VERSION,
+    encode_from_worker, encode_gradient, Compression, ErrorCode, Gradient, Hello, Round,
+    WorkerKind, WorkerToCoordinator, CHUNK_VALUES, PROTOCOL_VERSION,
 };
 use tokio_tungstenite::tungstenite::Message;
 
@@ -11,13 +11,13 @@ use crate::util::*;
 const ROUNDS: u64 = 3;
 const PARAMS: usize = 784 * 128 + 128 + 128 * 10 + 10;
 
-fn gradient(round: u64, grads: Vec<f32>) -> WorkerToCoordinator {
-    WorkerToCoordinator::Gradient(Gradient {
+fn gradient(round: u64, grads: Vec<f32>) -> Gradient {
+    Gradient {
         round: Round(round),
         samples: 32,
         loss: 1.0,
         grads,
-    })
+    }
 }
 
 /// Joins a client, reads its Welcome (and the current weights), so it is a worker.
@@ -52,28 +52,32 @@ async fn misbehave(
         .contains("text frames"));
     c.expect_closed().await;
 
-    // The wrong protocol version.
-    let mut c = RawClient::connect(addr).await;
-    let mut hello = encode_from_worker(&WorkerToCoordinator::Hello(Hello {
-        kind: Some(WorkerKind::Browser),
-        ..Hello::default()
-    }));
-    hello[2..4].copy_from_slice(&(PROTOCOL_VERSION + 1).to_le_bytes());
-    c.send_raw(Message::Binary(hello.into())).await;
-    let message = c.expect_error(ErrorCode::VersionMismatch).await;
-    let wrong = format!("version {}", PROTOCOL_VERSION + 1);
-    assert!(message.contains(&wrong), "{message}");
-    c.expect_closed().await;
+    // Another protocol version: the previous one (v3, whose tensors were whole messages: its
+    // Hello is byte for byte ours but for the version) and a future one.
+    for version in [PROTOCOL_VERSION - 1, PROTOCOL_VERSION + 1] {
+        let mut c = RawClient::connect(addr).await;
+        let mut hello = encode_from_worker(&WorkerToCoordinator::Hello(Hello {
+            kind: Some(WorkerKind::Browser),
+            ..Hello::default()
+        }));
+        hello[2..4].copy_from_slice(&version.to_le_bytes());
+        c.send_raw(Message::Binary(hello.into())).await;
+        let message = c.expect_error(ErrorCode::VersionMismatch).await;
+        let wrong =
+            format!("version {version} is not supported (this side speaks {PROTOCOL_VERSION})");
+        assert!(message.contains(&wrong), "{message}");
+        c.expect_closed().await;
+    }
 
     // A gradient before Hello.
     let mut c = RawClient::connect(addr).await;
-    c.send(&gradient(1, vec![0.0; PARAMS])).await;
+    c.send_gradient(&gradient(1, vec![0.0; PARAMS])).await;
     c.expect_error(ErrorCode::UnexpectedMessage).await;
     c.expect_closed().await;
 
     // Joined, then: a gradient of the wrong shape.
     let mut c = joined_client(addr).await;
-    c.send(&gradient(1, vec![0.0; 10])).await;
+    c.send_gradient(&gradient(1, vec![0.0; 10])).await;
     assert!(c
         .expect_error(ErrorCode::ShapeMismatch)
         .await
@@ -86,7 +90,7 @@ async fn misbehave(
         let mut c = joined_client(addr).await;
         let mut grads = vec![0.0; PARAMS];
         grads[PARAMS / 2] = bad;
-        c.send(&gradient(1, grads)).await;
+        c.send_gradient(&gradient(1, grads)).await;
         c.expect_error(ErrorCode::NonFinite).await;
         c.expect_closed().await;
         wait_status(status, "the bad worker to leave", honest).await;
@@ -94,8 +98,8 @@ async fn misbehave(
 
     // A truncated frame whose length field lies.
     let mut c = joined_client(addr).await;
-    let mut frame = encode_from_worker(&gradient(1, vec![0.0; 4]));
-    let count_at = 5 + 8 + 4 + 4 + 1; // after the encoding byte
+    let mut frame = encode_gradient(&gradient(1, vec![0.0; 4]), Compression::None).remove(0);
+    let count_at = 5 + 8 + 4 + 4 + 4 + 4 + 1; // after the encoding byte
     frame[count_at..count_at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
     c.send_raw(Message::Binary(frame.into())).await;
     assert!(c
@@ -105,30 +109,48 @@ async fn misbehave(
     c.expect_closed().await;
     wait_status(status, "the bad worker to leave", honest).await;
 
-    // A frame larger than the coordinator accepts (a model's worth plus headroom).
+    // A frame larger than the coordinator accepts (one chunk plus headroom: 68 KiB, whatever
+    // the model's size).
     let mut c = joined_client(addr).await;
     // The coordinator may reset the connection before the whole frame is written.
     let _ = futures_util::SinkExt::send(
         &mut c.ws,
-        Message::Binary(vec![0u8; PARAMS * 4 + 128 * 1024].into()),
+        Message::Binary(vec![0u8; server::routes::MAX_MESSAGE_SIZE + 1].into()),
     )
     .await;
     c.expect_closed().await;
     wait_status(status, "the oversized worker to leave", honest).await;
 
+    // A gradient abandoned after its first chunk, then begun again: out of order.
+    let mut c = joined_client(addr).await;
+    let frames = encode_gradient(&gradient(1, vec![0.0; PARAMS]), Compression::None);
+    assert!(frames.len() > 2, "the model spans several chunks");
+    for frame in [&frames[0], &frames[0]] {
+        c.send_raw(Message::Binary(frame.clone().into())).await;
+    }
+    let message = c.expect_error(ErrorCode::Malformed).await;
+    assert!(
+        message.contains(&format!("next one starts at value {CHUNK_VALUES}")),
+        "{message}"
+    );
+    c.expect_closed().await;
+    wait_status(status, "the bad worker to leave", honest).await;
+
     // A well-formed gradient for a round that is not open: refused, not fatal.
     let mut c = joined_client(addr).await;
-    c.send(&gradient(99, vec![0.0; PARAMS])).await;
+    c.send_gradient(&gradient(99, vec![0.0; PARAMS])).await;
     assert!(c
         .expect_error(ErrorCode::RoundNotOpen)
         .await
         .contains("round 99"));
     // ...and one for the open round from a worker that is not its participant.
-    c.send(&gradient(1, vec![0.0; PARAMS])).await;
+    c.send_gradient(&gradient(1, vec![0.0; PARAMS])).await;
     c.expect_error(ErrorCode::NotParticipant).await;
     c.ws.close(None).await.expect("close");
     wait_status(status, "the bad worker to leave", honest).await;
-    8 // sessions refused: garbage, text, version, early gradient, shape, NaN, inf, lying length
+    // sessions refused: garbage, text, two versions, early gradient, shape, NaN, inf, lying
+    // length, out-of-order chunks
+    10
 }
 
 /// Runs ROUNDS rounds with two honest workers, optionally with every bad client at round 1;

@@ -332,9 +332,7 @@ async fn a_reconnect_with_the_token_keeps_id_and_shard() {
     };
     assert_eq!(w.worker_id, id, "same identity");
     // Replaying the gradient it already sent for round 0 counts as late, not as new work.
-    again
-        .send_raw(tokio_tungstenite::tungstenite::Message::Binary(gb.into()))
-        .await;
+    again.send_frames(gb).await;
     again.expect_error(protocol::ErrorCode::Late).await;
     // Round 1 closes without the replaced session; round 2 re-sends the resumed connection
     // its shard, and it is the same one.

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use protocol::{
-    decode_from_coordinator, encode_from_worker, CoordinatorToWorker, ErrorCode, Hello, WorkerKind,
-    WorkerToCoordinator,
+    decode_from_coordinator, encode_from_worker, encode_gradient, Compression, CoordinatorToWorker,
+    ErrorCode, Gradient, Hello, WorkerKind, WorkerToCoordinator,
 };
 use server::{Config, RunningServer, Status};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -125,6 +125,24 @@ impl RawClient {
             .await;
     }
 
+    /// Sends one message's frames, flushed once. A write may fail: the coordinator refuses
+    /// a bad gradient at its first bad chunk and closes before the rest is written. What it
+    /// answered is for the caller to read next.
+    pub async fn send_frames(&mut self, frames: Vec<Vec<u8>>) {
+        for frame in frames {
+            if self.ws.feed(Message::Binary(frame.into())).await.is_err() {
+                return;
+            }
+        }
+        let _ = self.ws.flush().await;
+    }
+
+    /// Sends a whole gradient as its chunk frames, uncompressed.
+    pub async fn send_gradient(&mut self, g: &Gradient) {
+        self.send_frames(encode_gradient(g, Compression::None))
+            .await;
+    }
+
     pub async fn hello(&mut self) {
         self.send(&WorkerToCoordinator::Hello(Hello {
             kind: Some(WorkerKind::Native),
@@ -199,8 +217,8 @@ impl ManualWorker {
         }
     }
 
-    /// Reads frames until the core produces a gradient frame; returns it unsent.
-    pub async fn next_gradient(&mut self) -> Vec<u8> {
+    /// Reads frames until the core produces a gradient; returns its chunk frames unsent.
+    pub async fn next_gradient(&mut self) -> Vec<Vec<u8>> {
         loop {
             let frame = match guard("weights", self.client.ws.next()).await {
                 Some(Ok(Message::Binary(frame))) => frame,
@@ -210,14 +228,16 @@ impl ManualWorker {
             if let Ok(CoordinatorToWorker::Shard(s)) = decode_from_coordinator(&frame) {
                 self.shards.push((s.first_index, s.labels.len()));
             }
-            if let Some(reply) = self.core.handle_frame(&frame).expect("valid frames") {
+            let reply = self.core.handle_frame(&frame).expect("valid frames");
+            if !reply.is_empty() {
                 return reply;
             }
         }
     }
 
-    pub async fn send(&mut self, frame: Vec<u8>) {
-        self.client.send_raw(Message::Binary(frame.into())).await;
+    /// Sends one message's frames, flushed once.
+    pub async fn send(&mut self, frames: Vec<Vec<u8>>) {
+        self.client.send_frames(frames).await;
     }
 }
 
@@ -305,10 +325,11 @@ pub fn parse_safetensors(bytes: &[u8]) -> (serde_json::Value, Vec<f32>) {
 
 /// The parameters of a weights snapshot as floats.
 pub fn snapshot_params(snapshot: &server::coordinator::WeightsSnapshot) -> Vec<f32> {
-    match decode_from_coordinator(&snapshot.frame).expect("weights frame") {
-        CoordinatorToWorker::Weights(w) => w.params,
-        other => panic!("not weights: {other:?}"),
-    }
+    snapshot
+        .param_bytes()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
 }
 
 /// A coordinator on port 0 with native workers: the shape most tests start from.

@@ -13,11 +13,15 @@ use model::{
     Values,
 };
 use protocol::{
-    decode_from_coordinator, encode_from_worker, encode_gradient, Compression, CoordinatorToWorker,
-    DecodeError, ErrorCode, Gradient, Hello, Round, Shard, ShardValues, Weights, Welcome, WorkerId,
-    WorkerKind, WorkerToCoordinator,
+    chunk::ChunkError, decode_from_coordinator, encode_from_worker, encode_gradient, Compression,
+    CoordinatorToWorker, DecodeError, ErrorCode, Gradient, Hello, Round, Shard, ShardValues,
+    Weights, Welcome, WorkerId, WorkerKind, WorkerToCoordinator,
 };
 use thiserror::Error;
+
+mod incoming;
+
+use incoming::Incoming;
 
 /// Why a worker stopped.
 #[derive(Debug, Error)]
@@ -28,6 +32,8 @@ pub enum WorkerError {
     Rejected { code: ErrorCode, message: String },
     #[error("coordinator broke the protocol: {0}")]
     Protocol(&'static str),
+    #[error("coordinator sent a chunk out of place: {0}")]
+    Chunk(#[from] ChunkError),
     #[error("model error: {0}")]
     Model(#[from] ModelError),
     #[error("the coordinator's model does not build here: {0}")]
@@ -64,6 +70,9 @@ struct Joined {
     first_index: usize,
     /// The frozen tensors' values (`Frozen`), when the model has any.
     frozen: Option<Vec<f32>>,
+    /// `Weights` and `Frozen` chunks of the message under way.
+    weights_in: Incoming,
+    frozen_in: Incoming,
     /// What the coordinator confirmed in `Welcome`.
     compression: Compression,
 }
@@ -121,28 +130,41 @@ impl WorkerCore {
         encode_from_worker(&WorkerToCoordinator::Hello(hello))
     }
 
+    /// Some chunks of a `Weights` message are in and more are coming.
+    pub fn receiving_weights(&self) -> bool {
+        self.joined
+            .as_ref()
+            .is_some_and(|j| j.weights_in.assembly.in_progress())
+    }
+
     pub fn stats(&self) -> &Stats {
         &self.stats
     }
 
-    /// Handles one binary frame from the coordinator; returns the frame to answer with.
-    pub fn handle_frame(&mut self, frame: &[u8]) -> Result<Option<Vec<u8>>, WorkerError> {
+    /// Handles one binary frame from the coordinator; returns the frames to answer with (a
+    /// gradient's chunks, once the last chunk of a `Weights` message is in), or none.
+    pub fn handle_frame(&mut self, frame: &[u8]) -> Result<Vec<Vec<u8>>, WorkerError> {
         let msg = decode_from_coordinator(frame)?;
         let reply = self.handle(msg)?;
         let compression = self
             .joined
             .as_ref()
             .map_or(Compression::None, |j| j.compression);
-        Ok(reply.map(|g| encode_gradient(&g, compression)))
+        Ok(reply.map_or_else(Vec::new, |g| encode_gradient(&g, compression)))
     }
 
-    /// Handles one decoded message; returns the gradient to send, if any.
+    /// Handles one decoded message (a `Weights` or `Frozen` message may be one chunk of
+    /// many, or whole); returns the gradient to send, if any.
     pub fn handle(&mut self, msg: CoordinatorToWorker) -> Result<Option<Gradient>, WorkerError> {
         match msg {
             CoordinatorToWorker::Welcome(welcome) => self.on_welcome(welcome).map(|()| None),
             CoordinatorToWorker::Shard(shard) => self.on_shard(shard).map(|()| None),
-            CoordinatorToWorker::Weights(weights) => self.on_weights(weights),
-            CoordinatorToWorker::Frozen { params } => self.on_frozen(params).map(|()| None),
+            CoordinatorToWorker::Weights(chunk) => self.on_weights_chunk(chunk),
+            CoordinatorToWorker::Frozen {
+                total,
+                offset,
+                params,
+            } => self.on_frozen_chunk(total, offset, params).map(|()| None),
             CoordinatorToWorker::Error { code, message } if code.is_fatal() => {
                 Err(WorkerError::Rejected { code, message })
             }
@@ -173,6 +195,8 @@ impl WorkerCore {
             shard: None,
             first_index: 0,
             frozen: None,
+            weights_in: Incoming::default(),
+            frozen_in: Incoming::default(),
             compression: welcome.compression,
         });
         self.resume_token = Some(welcome.resume_token);
@@ -205,22 +229,38 @@ impl WorkerCore {
         Ok(())
     }
 
-    fn on_frozen(&mut self, params: Vec<f32>) -> Result<(), WorkerError> {
+    fn on_frozen_chunk(
+        &mut self,
+        total: u32,
+        offset: u32,
+        params: Vec<f32>,
+    ) -> Result<(), WorkerError> {
         let joined = self
             .joined
             .as_mut()
             .ok_or(WorkerError::Protocol("Frozen before Welcome"))?;
         let expected = joined.net.param_count() - joined.net.trainable_count();
-        if params.len() != expected {
-            return Err(ModelError::ShapeMismatch {
-                what: "frozen parameters",
-                expected,
-                got: params.len(),
-            }
-            .into());
+        let pos = (total, offset);
+        if let Some(frozen) = joined.frozen_in.take(Round(0), pos, params, expected)? {
+            joined.frozen = Some(frozen);
         }
-        joined.frozen = Some(params);
         Ok(())
+    }
+
+    fn on_weights_chunk(&mut self, chunk: Weights) -> Result<Option<Gradient>, WorkerError> {
+        let joined = self
+            .joined
+            .as_mut()
+            .ok_or(WorkerError::Protocol("Weights before Welcome"))?;
+        let expected = joined.net.trainable_count();
+        let pos = (chunk.total, chunk.offset);
+        match joined
+            .weights_in
+            .take(chunk.round, pos, chunk.params, expected)?
+        {
+            Some(params) => self.on_weights(Weights::whole(chunk.round, params)),
+            None => Ok(None),
+        }
     }
 
     fn on_weights(&mut self, mut weights: Weights) -> Result<Option<Gradient>, WorkerError> {
@@ -300,10 +340,10 @@ mod tests {
     }
 
     fn weights(round: u64) -> CoordinatorToWorker {
-        CoordinatorToWorker::Weights(Weights {
-            round: Round(round),
-            params: vec![0.1, -0.2, 0.3, 0.4, 0.0, 0.0],
-        })
+        CoordinatorToWorker::Weights(Weights::whole(
+            Round(round),
+            vec![0.1, -0.2, 0.3, 0.4, 0.0, 0.0],
+        ))
     }
 
     #[test]
@@ -343,7 +383,7 @@ mod tests {
             code: ErrorCode::Late,
             message: "late".into(),
         });
-        assert!(core.handle_frame(&frame).expect("non-fatal").is_none());
+        assert!(core.handle_frame(&frame).expect("non-fatal").is_empty());
         assert!(core.stats().last_warning.is_some());
         let fatal = CoordinatorToWorker::Error {
             code: ErrorCode::Replaced,
@@ -398,15 +438,6 @@ mod tests {
         }))
         .expect("shard");
         let params: Vec<f32> = (0..17).map(|i| (i as f32 - 8.0) / 10.0).collect();
-        let g = core
-            .handle(CoordinatorToWorker::Weights(Weights {
-                round: Round(0),
-                params: params.clone(),
-            }))
-            .expect("ok")
-            .expect("gradient");
-        // 2×3 + 3 frozen values are not sent: the last layer's 3×2 + 2.
-        assert_eq!(g.grads.len(), 8);
         let net = Network::new(
             "input 2; dense 3 frozen; relu; dense 2"
                 .parse()
@@ -414,6 +445,34 @@ mod tests {
             2,
         )
         .expect("net");
+        // The frozen part once, then the trained part in two chunks.
+        let frozen = net.frozen_part(&params);
+        let frozen = CoordinatorToWorker::Frozen {
+            total: frozen.len() as u32,
+            offset: 0,
+            params: frozen,
+        };
+        assert_eq!(core.handle(frozen).expect("frozen"), None);
+        let trained = net.trained_part(&params);
+        let chunk = |offset: usize, end: usize| {
+            CoordinatorToWorker::Weights(Weights {
+                round: Round(0),
+                total: 8,
+                offset: offset as u32,
+                params: trained[offset..end].to_vec(),
+            })
+        };
+        assert_eq!(core.handle(chunk(0, 5)).expect("first chunk"), None);
+        assert!(
+            core.handle(chunk(0, 5)).is_err(),
+            "a chunk out of order is refused, and changes nothing"
+        );
+        let g = core
+            .handle(chunk(5, 8))
+            .expect("ok")
+            .expect("gradient after the last chunk");
+        // 2×3 + 3 frozen values are not sent: the last layer's 3×2 + 2.
+        assert_eq!(g.grads.len(), 8);
         let data = Dataset::from_parts(
             Shape::flat(2),
             Values::F32(vec![10.0, -3.0, 12.0, 1.0]),

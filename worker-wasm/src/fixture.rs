@@ -6,7 +6,7 @@
 
 use model::{batch_seed, Dataset, NetSpec, Network, Normalization, Shape, SplitMix64, Values};
 use protocol::{
-    Compression, CoordinatorToWorker, ErrorCode, Gradient, Hello, ModelSpec, Round, Shard,
+    Compression, CoordinatorToWorker, ErrorCode, GradientChunk, Hello, ModelSpec, Round, Shard,
     ShardValues, Weights, Welcome, WorkerId, WorkerKind, WorkerToCoordinator,
 };
 
@@ -74,10 +74,12 @@ pub fn worker_messages() -> Vec<WorkerToCoordinator> {
             resume_token: None,
             compression: Compression::F16,
         }),
-        WorkerToCoordinator::Gradient(Gradient {
+        WorkerToCoordinator::Gradient(GradientChunk {
             round: Round(77),
             samples: 31,
             loss: 0.125,
+            total: 16_388,
+            offset: 16_384,
             grads: vec![1.5, -0.0, 3.25e-9, f32::MAX],
         }),
     ]
@@ -109,10 +111,14 @@ pub fn coordinator_messages() -> Vec<CoordinatorToWorker> {
             std: vec![2.0, 1.0, 3.0],
         }),
         CoordinatorToWorker::Frozen {
+            total: 2,
+            offset: 0,
             params: vec![1.5, -0.25],
         },
         CoordinatorToWorker::Weights(Weights {
             round: Round(u64::MAX),
+            total: 40_000,
+            offset: 32_768,
             params: vec![0.5, -2.0, 1e-30],
         }),
         CoordinatorToWorker::Error {

@@ -196,12 +196,18 @@ async fn session(
             }
             Err(err) => return Ended::Retry(err.to_string()),
         };
+        if reply.is_empty() && core.receiving_weights() {
+            // A chunk of weights still arriving: nothing to show yet.
+            continue;
+        }
         let mut fields = stats_fields(core.stats());
-        let state = match reply {
-            Some(reply) => {
+        let state = match reply.is_empty() {
+            false => {
                 let elapsed_ms = performance_now() - started;
-                if let Err(e) = socket.send(&reply) {
-                    return Ended::Retry(e);
+                for chunk in &reply {
+                    if let Err(e) = socket.send(chunk) {
+                        return Ended::Retry(e);
+                    }
                 }
                 // The CPU setting: idle after sending, so the gradient is not delayed.
                 let idle_ms = elapsed_ms * (1.0 / inner.cpu.get() - 1.0);
@@ -213,7 +219,7 @@ async fn session(
                 "training"
             }
             // Welcome, Shard, a non-fatal Error, or Weights before this worker has a shard.
-            None => {
+            true => {
                 let token = core.resume_token().map(str::to_owned);
                 if token.is_some() && *inner.resume_token.borrow() != token {
                     fields.push((

@@ -8,7 +8,7 @@ mod fixture;
 
 use protocol::{
     decode_from_coordinator, decode_from_worker, encode_from_coordinator, encode_from_worker,
-    CoordinatorToWorker, Shard, ShardValues, Weights, WorkerKind,
+    CoordinatorToWorker, Shard, ShardValues, WorkerKind,
 };
 use wasm_bindgen_test::*;
 use worker_core::WorkerCore;
@@ -114,13 +114,23 @@ fn the_worker_core_answers_weights_with_a_gradient_in_the_browser() {
         std: vec![255.0],
     }))
     .expect("shard");
-    let gradient = core
-        .handle(CoordinatorToWorker::Weights(Weights {
-            round: protocol::Round(0),
-            params,
-        }))
-        .expect("weights")
-        .expect("a participant answers");
+    // The weights as the coordinator sends them: chunk frames, answered after the last.
+    let frames = protocol::encode_weights(protocol::Round(0), &params, protocol::Compression::None);
+    assert!(frames.len() > 1, "{} frames", frames.len());
+    let answers: Vec<_> = frames
+        .iter()
+        .map(|frame| {
+            let msg = protocol::decode_from_coordinator(frame).expect("decodes");
+            assert!(matches!(msg, CoordinatorToWorker::Weights(_)));
+            core.handle(msg).expect("weights")
+        })
+        .collect();
+    let (last, before) = answers.split_last().expect("frames");
+    assert!(
+        before.iter().all(Option::is_none),
+        "no answer before the last chunk"
+    );
+    let gradient = last.clone().expect("a participant answers");
     // Round 0 of a 32-sample shard with batch 32 is exactly the fixture batch.
     let (loss, grads) = fixture::gradient("mlp");
     assert_eq!(gradient.samples, 32);

@@ -7,10 +7,11 @@
 pub mod tls;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use protocol::WorkerKind;
-use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 pub use worker_core::{Stats, WorkerCore, WorkerError};
@@ -80,7 +81,8 @@ pub async fn run_with(
     let (mut ws, _) = tokio_tungstenite::connect_async_tls_with_config(
         options.url.as_str(),
         None,
-        false,
+        // Nagle off: a gradient's chunks go out back to back.
+        true,
         connector,
     )
     .await
@@ -99,7 +101,8 @@ pub async fn run_with(
         };
         match msg {
             Some(Ok(Message::Binary(frame))) => {
-                if let Some(reply) = core.handle_frame(&frame)? {
+                let reply = core.handle_frame(&frame)?;
+                if !reply.is_empty() {
                     if let Some(delay) = options.compute_delay {
                         // Keep answering pings while "computing", as a slow tab would.
                         let sleep = tokio::time::sleep(delay);
@@ -115,7 +118,10 @@ pub async fn run_with(
                             }
                         }
                     }
-                    ws.send(Message::Binary(reply.into())).await?;
+                    // A gradient's chunks, written out together and flushed once.
+                    if let Err(err) = send_all(&mut ws, reply).await {
+                        return Err(after_write_error(&mut ws, core, err).await);
+                    }
                     let stats = core.stats();
                     if stats.gradients_sent % 100 == 1 {
                         info!(
@@ -145,4 +151,33 @@ pub async fn run_with(
         }
     };
     Ok((ended, core.stats().clone()))
+}
+
+async fn send_all<S>(ws: &mut S, frames: Vec<Vec<u8>>) -> Result<(), WsError>
+where
+    S: futures_util::Sink<Message, Error = WsError> + Unpin,
+{
+    for frame in frames {
+        ws.feed(Message::Binary(frame.into())).await?;
+    }
+    ws.flush().await
+}
+
+/// A write failed, most likely because the coordinator closed the connection while a
+/// gradient's chunks were going out. If it said why first (an `Error` frame, already
+/// received), that is the answer, not the broken pipe.
+async fn after_write_error<S>(ws: &mut S, core: &mut WorkerCore, err: WsError) -> RunError
+where
+    S: futures_util::Stream<Item = Result<Message, WsError>> + Unpin,
+{
+    // Only what has already arrived: the connection is closing.
+    let unread = Duration::from_secs(1);
+    while let Ok(Some(Ok(msg))) = tokio::time::timeout(unread, ws.next()).await {
+        if let Message::Binary(frame) = msg {
+            if let Err(reason) = core.handle_frame(&frame) {
+                return reason.into();
+            }
+        }
+    }
+    err.into()
 }

@@ -1,6 +1,14 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::chunk::{ChunkPos, CHUNK_VALUES};
+use crate::message::Gradient;
+
+/// The only frame of a tensor small enough for one chunk.
+fn one(mut frames: Vec<Vec<u8>>) -> Vec<u8> {
+    assert_eq!(frames.len(), 1);
+    frames.remove(0)
+}
 
 fn all_worker_messages() -> Vec<WorkerToCoordinator> {
     vec![
@@ -17,16 +25,20 @@ fn all_worker_messages() -> Vec<WorkerToCoordinator> {
             resume_token: Some(String::new()),
             compression: Compression::Int8,
         }),
-        WorkerToCoordinator::Gradient(Gradient {
+        WorkerToCoordinator::Gradient(GradientChunk {
             round: Round(u64::MAX - 3),
             samples: 32,
             loss: 2.5,
+            total: 20_000,
+            offset: 16_384,
             grads: vec![0.0, -1.5, f32::MIN_POSITIVE, 1e30, -0.0],
         }),
-        WorkerToCoordinator::Gradient(Gradient {
+        WorkerToCoordinator::Gradient(GradientChunk {
             round: Round(0),
             samples: 0,
             loss: 0.0,
+            total: 0,
+            offset: 0,
             grads: vec![],
         }),
     ]
@@ -61,11 +73,19 @@ fn all_coordinator_messages() -> Vec<CoordinatorToWorker> {
             std: vec![0.5, 4.0],
         }),
         CoordinatorToWorker::Frozen {
+            total: 3,
+            offset: 0,
             params: vec![0.5, -1.25, 3.0],
         },
+        CoordinatorToWorker::Weights(Weights::whole(
+            Round(12),
+            (0..1000).map(|i| i as f32 * 0.25 - 3.0).collect(),
+        )),
         CoordinatorToWorker::Weights(Weights {
-            round: Round(12),
-            params: (0..1000).map(|i| i as f32 * 0.25 - 3.0).collect(),
+            round: Round(13),
+            total: 16_390,
+            offset: 16_384,
+            params: vec![1.0; 6],
         }),
         CoordinatorToWorker::Error {
             code: ErrorCode::ShapeMismatch,
@@ -102,10 +122,12 @@ fn every_coordinator_message_round_trips() {
 fn nan_and_infinity_survive_the_codec_bit_for_bit() {
     // Validation is the coordinator's job; the codec must not hide what was sent.
     let grads = vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY];
-    let bytes = encode_from_worker(&WorkerToCoordinator::Gradient(Gradient {
+    let bytes = encode_from_worker(&WorkerToCoordinator::Gradient(GradientChunk {
         round: Round(1),
         samples: 1,
         loss: f32::NAN,
+        total: 3,
+        offset: 0,
         grads: grads.clone(),
     }));
     let WorkerToCoordinator::Gradient(g) = decode_from_worker(&bytes).expect("decodes") else {
@@ -119,14 +141,15 @@ fn nan_and_infinity_survive_the_codec_bit_for_bit() {
 #[test]
 fn weights_fast_path_matches_the_message_encoding() {
     let params = vec![1.0, 2.0, -3.5];
-    let via_msg = encode_from_coordinator(&CoordinatorToWorker::Weights(Weights {
-        round: Round(5),
-        params: params.clone(),
-    }));
+    let via_msg = encode_from_coordinator(&CoordinatorToWorker::Weights(Weights::whole(
+        Round(5),
+        params.clone(),
+    )));
     assert_eq!(
         encode_weights(Round(5), &params, Compression::None),
-        via_msg
+        vec![via_msg.clone()]
     );
+    assert!(is_weights_start(&via_msg));
     assert_eq!(
         &via_msg[WEIGHTS_DATA_OFFSET..WEIGHTS_DATA_OFFSET + 4],
         &1.0f32.to_le_bytes()
@@ -135,11 +158,91 @@ fn weights_fast_path_matches_the_message_encoding() {
 
 #[test]
 fn tensors_are_raw_little_endian_f32() {
-    let bytes = encode_weights(Round(1), &[1.0], Compression::None);
-    // header (5) + round (8) + encoding (1) + count (4) + one f32
-    assert_eq!(bytes.len(), 5 + 8 + 1 + 4 + 4);
+    let frames = encode_weights(Round(1), &[1.0], Compression::None);
+    let bytes = &frames[0];
+    // header (5) + round (8) + total (4) + offset (4) + encoding (1) + count (4) + one f32
+    assert_eq!(bytes.len(), 5 + 8 + 4 + 4 + 1 + 4 + 4);
     assert_eq!(&bytes[..2], b"CT");
     assert_eq!(&bytes[bytes.len() - 4..], &[0x00, 0x00, 0x80, 0x3f]);
+}
+
+#[test]
+fn tensors_travel_in_chunks_that_reassemble_exactly() {
+    let total = 2 * CHUNK_VALUES + 300;
+    let values: Vec<f32> = (0..total).map(|i| (i as f32 * 0.37).sin()).collect();
+    for c in [Compression::None, Compression::F16, Compression::Int8] {
+        // Weights: every chunk at most 64 KiB of payload, in order, reassembling to what
+        // the whole tensor would decode to (int8 blocks align with chunks).
+        let frames = encode_weights(Round(9), &values, c);
+        assert_eq!(frames.len(), 3);
+        let mut got = Vec::new();
+        let mut assembly = crate::chunk::Assembly::default();
+        for (i, frame) in frames.iter().enumerate() {
+            assert!(frame.len() <= 64 * 1024 + 64, "{} bytes", frame.len());
+            assert_eq!(is_weights_start(frame), i == 0);
+            let Ok(CoordinatorToWorker::Weights(w)) = decode_from_coordinator(frame) else {
+                panic!("not weights")
+            };
+            let pos = ChunkPos {
+                total: w.total,
+                offset: w.offset,
+                count: w.params.len() as u32,
+            };
+            assert_eq!(assembly.accept(pos, total), Ok(i == 2));
+            got.extend(w.params);
+        }
+        let mut raw = Vec::new();
+        crate::tensor::encode_payload(&mut raw, &values, c);
+        assert_eq!(got, crate::tensor::decode_payload(&raw, total, c), "{c:?}");
+        // Gradients: the same chunks, each carrying round, samples and loss.
+        let g = Gradient {
+            round: Round(4),
+            samples: 32,
+            loss: 0.5,
+            grads: values.clone(),
+        };
+        let frames = encode_gradient(&g, c);
+        assert_eq!(
+            frames.iter().map(Vec::len).sum::<usize>(),
+            gradient_wire_len(total, c).expect("fits")
+        );
+        let mut got = Vec::new();
+        for frame in &frames {
+            let Ok(WorkerFrame::Gradient(raw)) = decode_worker_frame(frame) else {
+                panic!("not a gradient chunk")
+            };
+            assert_eq!((raw.round, raw.samples, raw.loss), (g.round, 32, 0.5));
+            assert_eq!(raw.pos.offset as usize, got.len());
+            raw.decode_append(&mut got);
+        }
+        assert_eq!(got, crate::tensor::decode_payload(&raw, total, c), "{c:?}");
+    }
+}
+
+#[test]
+fn oversized_or_overflowing_chunks_are_refused() {
+    let chunk = |total: u32, offset: u32, n: usize| {
+        encode_from_worker(&WorkerToCoordinator::Gradient(GradientChunk {
+            round: Round(1),
+            samples: 1,
+            loss: 0.0,
+            total,
+            offset,
+            grads: vec![0.0; n],
+        }))
+    };
+    let n = CHUNK_VALUES;
+    assert!(decode_from_worker(&chunk(n as u32 + 1, 0, n)).is_ok());
+    for (frame, field) in [
+        (chunk(n as u32 + 1, 0, n + 1), "chunk count"),
+        (chunk(10, 8, 3), "chunk offset"),
+        (chunk(u32::MAX, u32::MAX, 1), "chunk offset"),
+    ] {
+        match decode_from_worker(&frame) {
+            Err(DecodeError::InvalidValue { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("{field}: {other:?}"),
+        }
+    }
 }
 
 #[test]
@@ -227,11 +330,13 @@ fn hand_written_bad_frames_are_rejected_with_the_right_error() {
 
 #[test]
 fn a_lying_length_field_is_truncated_not_allocated() {
-    // A gradient header claiming u32::MAX floats (16 GiB) in a 21-byte frame.
-    let mut frame = encode_from_worker(&WorkerToCoordinator::Gradient(Gradient {
+    // A gradient header claiming u32::MAX floats (16 GiB) in a 35-byte frame.
+    let mut frame = encode_from_worker(&WorkerToCoordinator::Gradient(GradientChunk {
         round: Round(1),
         samples: 1,
         loss: 0.0,
+        total: 0,
+        offset: 0,
         grads: vec![],
     }));
     let count_at = frame.len() - 4;
@@ -287,16 +392,16 @@ fn compressed_tensors_round_trip_within_their_rounding_and_shrink_the_frame() {
         loss: 0.5,
         grads: grads.clone(),
     };
-    let plain = encode_gradient(&g, Compression::None);
+    let plain = one(encode_gradient(&g, Compression::None));
     for (c, tolerance, max_len) in [
         (Compression::F16, 0.5 / 2048.0, plain.len() / 2 + 20),
         (
             Compression::Int8,
             0.5 / 127.0 / 2.0 + 1e-6,
-            plain.len() / 4 + 40,
+            plain.len() / 4 + 48,
         ),
     ] {
-        let frame = encode_gradient(&g, c);
+        let frame = one(encode_gradient(&g, c));
         assert!(
             frame.len() <= max_len,
             "{c:?}: {} bytes vs {}",
@@ -318,7 +423,7 @@ fn compressed_tensors_round_trip_within_their_rounding_and_shrink_the_frame() {
             .fold(0.0, f32::max);
         assert!(worst <= tolerance, "{c:?}: max error {worst}");
     }
-    let weights = encode_weights(Round(1), &grads, Compression::F16);
+    let weights = one(encode_weights(Round(1), &grads, Compression::F16));
     let CoordinatorToWorker::Weights(w) = decode_from_coordinator(&weights).expect("decodes")
     else {
         panic!("not weights")
@@ -334,8 +439,8 @@ fn unknown_tensor_encodings_and_lying_compressed_lengths_are_refused() {
         loss: 0.5,
         grads: vec![1.0; 10],
     };
-    let mut frame = encode_gradient(&g, Compression::Int8);
-    let enc_at = 5 + 8 + 4 + 4;
+    let mut frame = one(encode_gradient(&g, Compression::Int8));
+    let enc_at = 5 + 8 + 4 + 4 + 4 + 4;
     frame[enc_at] = 9;
     assert!(matches!(
         decode_from_worker(&frame),
@@ -344,7 +449,7 @@ fn unknown_tensor_encodings_and_lying_compressed_lengths_are_refused() {
             value: 9
         })
     ));
-    let mut frame = encode_gradient(&g, Compression::Int8);
+    let mut frame = one(encode_gradient(&g, Compression::Int8));
     frame[enc_at + 1..enc_at + 5].copy_from_slice(&u32::MAX.to_le_bytes());
     assert!(matches!(
         decode_from_worker(&frame),
@@ -353,16 +458,21 @@ fn unknown_tensor_encodings_and_lying_compressed_lengths_are_refused() {
 }
 
 #[test]
-fn weights_frames_are_recognised_by_their_header() {
-    let weights = encode_weights(Round(3), &[1.0, 2.0], Compression::None);
-    assert!(is_weights_frame(&weights));
+fn weights_messages_are_recognised_by_their_first_chunk() {
+    let weights = one(encode_weights(Round(3), &[1.0, 2.0], Compression::None));
+    assert!(is_weights_start(&weights));
+    let later = encode_weights(Round(3), &[1.0; CHUNK_VALUES + 1], Compression::None);
+    assert!(
+        !is_weights_start(&later[1]),
+        "only a message's first chunk counts"
+    );
     let error = encode_from_coordinator(&CoordinatorToWorker::Error {
         code: ErrorCode::Late,
         message: "x".into(),
     });
-    assert!(!is_weights_frame(&error));
-    assert!(!is_weights_frame(&weights[..HEADER_LEN]));
-    assert!(!is_weights_frame(b"XX\x02\x00\x83rest"));
+    assert!(!is_weights_start(&error));
+    assert!(!is_weights_start(&weights[..HEADER_LEN]));
+    assert!(!is_weights_start(b"XX\x02\x00\x83rest"));
 }
 
 #[test]
@@ -416,7 +526,8 @@ proptest! {
     #[test]
     fn gradients_round_trip(round in any::<u64>(), samples in any::<u32>(), loss in any::<f32>(),
                             grads in proptest::collection::vec(any::<f32>(), 0..64)) {
-        let msg = WorkerToCoordinator::Gradient(Gradient { round: Round(round), samples, loss, grads });
+        let (total, offset) = (grads.len() as u32 + 7, 7);
+        let msg = WorkerToCoordinator::Gradient(GradientChunk { round: Round(round), samples, loss, total, offset, grads });
         let bytes = encode_from_worker(&msg);
         let back = decode_from_worker(&bytes).expect("round trip");
         // Compare through the encoding so NaN payloads compare bit-for-bit.
@@ -425,9 +536,18 @@ proptest! {
 }
 
 #[test]
-fn a_gradient_frames_length_is_known_without_encoding_it() {
+fn a_gradients_wire_length_is_known_without_encoding_it() {
     for c in [Compression::None, Compression::F16, Compression::Int8] {
-        for count in [0usize, 1, 255, 256, 257, 1000] {
+        for count in [
+            0usize,
+            1,
+            255,
+            256,
+            257,
+            1000,
+            CHUNK_VALUES,
+            3 * CHUNK_VALUES + 1,
+        ] {
             let g = Gradient {
                 round: Round(3),
                 samples: 32,
@@ -435,8 +555,8 @@ fn a_gradient_frames_length_is_known_without_encoding_it() {
                 grads: vec![0.25; count],
             };
             assert_eq!(
-                gradient_frame_len(count, c),
-                Some(encode_gradient(&g, c).len()),
+                gradient_wire_len(count, c),
+                Some(encode_gradient(&g, c).iter().map(Vec::len).sum()),
                 "{c:?} × {count}"
             );
         }

@@ -149,14 +149,21 @@ impl<'a> Reader<'a> {
     }
     /// Checks the payload length against the frame before decoding (and allocating).
     pub(super) fn tensor(&mut self) -> Result<Vec<f32>, DecodeError> {
+        let (c, count, raw) = self.raw_tensor()?;
+        Ok(decode_payload(raw, count, c))
+    }
+
+    /// A tensor's encoding, count and payload bytes, not decoded.
+    pub(super) fn raw_tensor(&mut self) -> Result<(Compression, usize, &'a [u8]), DecodeError> {
         let c = self.compression("tensor encoding")?;
         let count = self.u32()? as usize;
         let len = c.payload_len(count).ok_or(DecodeError::InvalidValue {
             field: "length",
             value: count as u64,
         })?;
-        Ok(decode_payload(self.take(len)?, count, c))
+        Ok((c, count, self.take(len)?))
     }
+
     pub(super) fn finish(self) -> Result<(), DecodeError> {
         match self.buf.len() - self.pos {
             0 => Ok(()),

@@ -124,6 +124,13 @@ impl NormBound {
 /// independent partial sums let the compiler vectorise it; a single running sum would wait on
 /// each addition.
 pub fn norm_and_finite(values: &[f32]) -> (f64, bool) {
+    let (sum, finite) = sum_squares_and_finite(values);
+    (sum.sqrt(), finite)
+}
+
+/// The sum of squares, in f64 (so finite values cannot overflow it), and whether every
+/// value is finite: a gradient's norm, one chunk at a time.
+pub fn sum_squares_and_finite(values: &[f32]) -> (f64, bool) {
     const LANES: usize = 8;
     let mut sums = [0.0f64; LANES];
     let mut finite = true;
@@ -141,7 +148,7 @@ pub fn norm_and_finite(values: &[f32]) -> (f64, bool) {
         let v = f64::from(v);
         *s += v * v;
     }
-    (sums.iter().sum::<f64>().sqrt(), finite)
+    (sums.iter().sum::<f64>(), finite)
 }
 
 #[cfg(test)]

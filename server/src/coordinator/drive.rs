@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use protocol::{
-    decode_from_worker, encode_from_worker, CoordinatorToWorker, Gradient, Hello, Round, WorkerId,
-    WorkerKind, WorkerToCoordinator,
+    decode_worker_frame, encode_gradient, Compression, CoordinatorToWorker, Gradient, Hello, Round,
+    WorkerFrame, WorkerId, WorkerKind,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::clip::norm_and_finite;
 use super::*;
 use crate::refusal::Refusal;
+use crate::upload::{Progress, Upload};
 
 /// One step of a sequence.
 #[derive(Debug, Clone)]
@@ -68,8 +69,9 @@ pub const MODES: [&[&str]; 4] = [
 ];
 
 /// A gradient frame for `round` of `params` values repeating `values`: what a (possibly
-/// hostile) worker would send.
+/// hostile) worker would send. One chunk: at most `CHUNK_VALUES` parameters.
 pub fn gradient_frame(round: u64, samples: u32, values: &[f32], params: usize) -> Vec<u8> {
+    assert!(params <= protocol::CHUNK_VALUES, "one chunk only");
     let grads = (0..params).map(|i| values[i % values.len()]).collect();
     let g = Gradient {
         round: Round(round),
@@ -77,7 +79,8 @@ pub fn gradient_frame(round: u64, samples: u32, values: &[f32], params: usize) -
         loss: 1.0,
         grads,
     };
-    encode_from_worker(&WorkerToCoordinator::Gradient(g))
+    let mut frames = encode_gradient(&g, Compression::None);
+    frames.swap_remove(0)
 }
 
 /// A sequence from a fuzzer's bytes: the first picks the mode, then each op takes a tag byte
@@ -142,6 +145,8 @@ struct Client {
     session: SessionId,
     token: String,
     rx: mpsc::Receiver<Outbound>,
+    /// Its gradient arriving in chunks, as its session would hold it.
+    upload: Upload,
 }
 
 /// Runs `ops` against a coordinator with `mode`'s flags, checking after each one that the
@@ -190,10 +195,11 @@ pub fn run(mode: &[&str], ops: &[Op]) {
                         session: joined.session,
                         token: String::new(),
                         rx,
+                        upload: Upload::default(),
                     };
-                    while let Ok(Outbound::Frame(f)) = client.rx.try_recv() {
+                    while let Ok(Outbound::Frames(f)) = client.rx.try_recv() {
                         if let Ok(CoordinatorToWorker::Welcome(w)) =
-                            protocol::decode_from_coordinator(&f)
+                            protocol::decode_from_coordinator(&f[0])
                         {
                             client.token = w.resume_token;
                             break;
@@ -229,17 +235,23 @@ pub fn run(mode: &[&str], ops: &[Op]) {
                 );
             }
             Op::Frame { who, bytes } if !clients.is_empty() => {
-                // What the session does with a frame: decode, validate, forward.
-                let client = &clients[who % clients.len()];
-                if let Ok(WorkerToCoordinator::Gradient(gradient)) = decode_from_worker(bytes) {
-                    if let Ok(norm) = crate::session::validate(&gradient, &client.joined) {
-                        let event = Event::Gradient {
-                            worker: client.worker,
-                            session: client.session,
-                            gradient,
-                            norm,
-                        };
-                        c.handle(event, now);
+                // What the session does with a frame: decode, check, forward when whole. A
+                // refusal would end the session; here the partial is dropped.
+                let n = clients.len();
+                let client = &mut clients[who % n];
+                if let Ok(WorkerFrame::Gradient(chunk)) = decode_worker_frame(bytes) {
+                    match client.upload.take(&chunk, &client.joined) {
+                        Ok(Progress::Done(gradient, norm)) => {
+                            let event = Event::Gradient {
+                                worker: client.worker,
+                                session: client.session,
+                                gradient,
+                                norm,
+                            };
+                            c.handle(event, now);
+                        }
+                        Ok(Progress::More) => {}
+                        Err(_) => client.upload = Upload::default(),
                     }
                 }
             }

@@ -2,6 +2,7 @@
 //! what it publishes back (status, weights, the outcome). No training logic here.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use model::{Evaluation, Network};
@@ -15,18 +16,29 @@ use crate::status::Status;
 /// parameter), so this bound also bounds the memory held by gradients in flight.
 pub const EVENT_CHANNEL_CAPACITY: usize = 64;
 
-/// Frames queued towards one session. A synchronous round sends at most a Shard and a
-/// Weights frame (plus the odd Error), so a worker with this many frames unread is not
+/// Messages queued towards one session. A synchronous round sends at most a Shard and a
+/// Weights message (plus the odd Error), so a worker with this many messages unread is not
 /// keeping up and is dropped rather than let the coordinator block or buffer without bound.
 pub const OUTBOX_CAPACITY: usize = 8;
+
+/// One message's frames: a tensor message is many chunk frames. Encoded once and shared by
+/// every connection that sends it (cloning is a reference count, not a copy).
+pub type Frames = Arc<[Bytes]>;
 
 /// What a session is told to do with its socket.
 #[derive(Debug, Clone)]
 pub enum Outbound {
-    /// Send this binary frame.
-    Frame(Bytes),
+    /// Send these binary frames, in order.
+    Frames(Frames),
     /// Send this refusal as an error frame, then close the session.
     Close(Refusal),
+}
+
+impl Outbound {
+    /// A message of one frame.
+    pub fn frame(frame: impl Into<Bytes>) -> Self {
+        Self::Frames(Arc::from([frame.into()]))
+    }
 }
 
 #[derive(Debug)]
@@ -168,8 +180,23 @@ impl CoordinatorHandle {
 #[derive(Debug, Clone)]
 pub struct WeightsSnapshot {
     pub round: u64,
-    /// An encoded `Weights` frame; the parameters start at `codec::WEIGHTS_DATA_OFFSET`.
-    pub frame: Bytes,
+    /// The uncompressed `Weights` chunk frames of all the parameters.
+    pub frames: Frames,
+}
+
+impl WeightsSnapshot {
+    /// The parameters as little-endian f32 bytes: each chunk's values start at
+    /// `codec::WEIGHTS_DATA_OFFSET`.
+    pub fn param_bytes(&self) -> Vec<u8> {
+        fn data(f: &Bytes) -> &[u8] {
+            &f[protocol::codec::WEIGHTS_DATA_OFFSET.min(f.len())..]
+        }
+        let mut out = Vec::with_capacity(self.frames.iter().map(|f| data(f).len()).sum());
+        for frame in self.frames.iter() {
+            out.extend_from_slice(data(frame));
+        }
+        out
+    }
 }
 
 /// How training ended.

@@ -2,7 +2,6 @@
 
 use std::time::Instant;
 
-use bytes::Bytes;
 use protocol::{
     encode_from_coordinator, CoordinatorToWorker, ErrorCode, Hello, ModelSpec, Welcome,
 };
@@ -45,8 +44,7 @@ impl Coordinator {
             batch_size: self.config.batch_size,
             compression: hello.compression,
         }));
-        self.registry
-            .send(id, Outbound::Frame(Bytes::from(welcome)));
+        self.registry.send(id, Outbound::frame(welcome));
         let actions = self.schedule.joined(id, self.view());
         self.execute(actions);
         info!(worker = %id, kind = ?admission.kind, resumed = admission.resumed, workers = self.registry.len(), "worker joined");

@@ -58,7 +58,7 @@ use self::audit::Audits;
 pub use self::checkpoints::Checkpoints;
 use self::clip::NormBound;
 pub use self::handle::{
-    CoordinatorHandle, Event, Joined, Outbound, Outcome, Published, SessionId, Stopped,
+    CoordinatorHandle, Event, Frames, Joined, Outbound, Outcome, Published, SessionId, Stopped,
     WeightsSnapshot, EVENT_CHANNEL_CAPACITY, OUTBOX_CAPACITY,
 };
 use self::metrics::{Metrics, RunInfo};
@@ -320,7 +320,7 @@ impl Coordinator {
                             self.registry.send_frozen_once(id, frozen);
                         }
                         let frame = self.trainer.weights(compression);
-                        self.registry.send(id, Outbound::Frame(frame));
+                        self.registry.send(id, Outbound::Frames(frame));
                         self.registry.weights_sent(id, self.now);
                         let version = self.trainer.version();
                         let trainer = &mut self.trainer;

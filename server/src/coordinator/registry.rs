@@ -11,7 +11,6 @@ use std::net::IpAddr;
 use std::ops::Range;
 use std::time::Instant;
 
-use bytes::Bytes;
 use protocol::{
     encode_from_coordinator, Compression, CoordinatorToWorker, ErrorCode, Hello, WorkerId,
     WorkerKind,
@@ -297,7 +296,7 @@ impl Registry {
             return;
         };
         let bytes = match &msg {
-            Outbound::Frame(frame) => frame.len() as u64,
+            Outbound::Frames(frames) => frames.iter().map(|f| f.len() as u64).sum(),
             Outbound::Close(_) => 0,
         };
         match worker.outbox.try_send(msg) {
@@ -316,7 +315,7 @@ impl Registry {
             code: refusal.code,
             message: refusal.message,
         });
-        self.send(id, Outbound::Frame(Bytes::from(frame)));
+        self.send(id, Outbound::frame(frame));
     }
 
     /// Marks `id` for removal at the next settle.

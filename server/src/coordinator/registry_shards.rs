@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
-use bytes::Bytes;
 use model::{Dataset, Values};
 use protocol::{encode_from_coordinator, CoordinatorToWorker, Shard, ShardValues, WorkerId};
 
 use super::{GroupKey, Outbound, Registry};
+use crate::coordinator::Frames;
 
 impl Registry {
     /// The samples `id`'s next gradient is computed on: its batch, as the coordinator
@@ -19,13 +19,13 @@ impl Registry {
         Some(batch_size.min(u32::try_from(shard.len()).unwrap_or(u32::MAX)))
     }
 
-    /// Sends `frame` (the frozen tensors) unless this connection already holds them.
-    pub fn send_frozen_once(&mut self, id: WorkerId, frame: Bytes) {
+    /// Sends `frames` (the frozen tensors) unless this connection already holds them.
+    pub fn send_frozen_once(&mut self, id: WorkerId, frames: Frames) {
         match self.workers.get_mut(&id) {
             Some(w) if !w.has_frozen => w.has_frozen = true,
             _ => return,
         }
-        self.send(id, Outbound::Frame(frame));
+        self.send(id, Outbound::Frames(frames));
     }
 
     /// The frozen tensors changed (the operator replaced the weights): send them again.
@@ -89,7 +89,7 @@ impl Registry {
                     mean: norm.mean().to_vec(),
                     std: norm.std().to_vec(),
                 }));
-                self.send(id, Outbound::Frame(Bytes::from(frame)));
+                self.send(id, Outbound::frame(frame));
             }
         }
     }

@@ -101,9 +101,9 @@ fn a_worker_that_does_not_read_is_marked_dropped() {
     let mut r = Registry::new(None, 10, 3);
     let (tx, _rx) = outbox(1);
     let a = r.admit(&hello(None, None), tx, LOCAL, t()).expect("in");
-    r.send(a.id, Outbound::Frame(Bytes::from_static(b"1")));
+    r.send(a.id, Outbound::frame(bytes::Bytes::from_static(b"1")));
     assert!(!r.has_dropped());
-    r.send(a.id, Outbound::Frame(Bytes::from_static(b"2")));
+    r.send(a.id, Outbound::frame(bytes::Bytes::from_static(b"2")));
     assert_eq!(r.next_dropped(), Some(a.id));
     // A closed outbox too.
     let (tx, rx) = outbox(1);
@@ -121,7 +121,7 @@ fn rebalance_sends_each_worker_its_shard_only_when_it_changes() {
     let a = r.admit(&hello(None, None), tx, LOCAL, t()).expect("in");
     r.rebalance(&train);
     let shard = |rx: &mut mpsc::Receiver<Outbound>| match rx.try_recv() {
-        Ok(Outbound::Frame(f)) => match decode_from_coordinator(&f).expect("frame") {
+        Ok(Outbound::Frames(f)) => match decode_from_coordinator(&f[0]).expect("frame") {
             CoordinatorToWorker::Shard(s) => match s.values {
                 protocol::ShardValues::U8(v) => Some((s.first_index, s.labels.len(), v)),
                 protocol::ShardValues::F32(_) => panic!("bytes stay bytes"),

@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use protocol::{decode_from_coordinator, CoordinatorToWorker};
 
 use super::*;
@@ -29,7 +28,11 @@ impl Client {
         let mut out = Vec::new();
         while let Ok(msg) = self.rx.try_recv() {
             match msg {
-                Outbound::Frame(f) => out.push(decode_from_coordinator(&f).expect("valid frame")),
+                Outbound::Frames(frames) => out.extend(
+                    frames
+                        .iter()
+                        .map(|f| decode_from_coordinator(f).expect("valid frame")),
+                ),
                 Outbound::Close(r) => out.push(CoordinatorToWorker::Error {
                     code: r.code,
                     message: r.message,
@@ -98,10 +101,10 @@ impl Harness {
             self.at(ms),
         );
         let joined = reply_rx.try_recv().expect("answered").expect("admitted");
-        let Ok(Outbound::Frame(f)) = rx.try_recv() else {
+        let Ok(Outbound::Frames(f)) = rx.try_recv() else {
             panic!("no welcome")
         };
-        let CoordinatorToWorker::Welcome(w) = decode_from_coordinator(&f).expect("frame") else {
+        let CoordinatorToWorker::Welcome(w) = decode_from_coordinator(&f[0]).expect("frame") else {
             panic!("first frame is Welcome")
         };
         assert_eq!(w.worker_id, joined.worker);
@@ -181,8 +184,8 @@ impl Harness {
         self.c.status()
     }
 
-    /// The weights frame `id` is sent, in the compression it negotiated.
-    fn weights_for(&mut self, id: WorkerId) -> Bytes {
+    /// The weights frames `id` is sent, in the compression it negotiated.
+    fn weights_for(&mut self, id: WorkerId) -> Frames {
         let compression = self.c.registry.compression(id).expect("connected");
         self.c.trainer.weights(compression)
     }
@@ -483,8 +486,8 @@ fn compression_is_negotiated_per_worker_and_encoded_once_per_version() {
         );
         reply_rx.try_recv().expect("answered").expect("admitted");
         let mut frames = Vec::new();
-        while let Ok(Outbound::Frame(f)) = rx.try_recv() {
-            frames.push(f);
+        while let Ok(Outbound::Frames(f)) = rx.try_recv() {
+            frames.extend(f.iter().cloned());
         }
         (frames, rx)
     };
@@ -499,15 +502,18 @@ fn compression_is_negotiated_per_worker_and_encoded_once_per_version() {
     // Round 0 opened on the third join: each got its weights in its own compression.
     let f16 = h.weights_for(WorkerId(1));
     let f16_again = h.weights_for(WorkerId(2));
-    assert_eq!(
-        f16.as_ptr(),
-        f16_again.as_ptr(),
+    assert!(
+        std::sync::Arc::ptr_eq(&f16, &f16_again),
         "one f16 encoding shared by both"
     );
     let int8 = h.weights_for(WorkerId(3));
     let plain = h.c.trainer.weights(protocol::Compression::None);
-    assert!(f16.len() < plain.len() / 2 + 64 && int8.len() < plain.len() / 4 + 1024);
-    let CoordinatorToWorker::Weights(w) = decode_from_coordinator(&f16).expect("frame") else {
+    let len = |frames: &Frames| frames.iter().map(|f| f.len()).sum::<usize>();
+    assert!(len(&f16) < len(&plain) / 2 + 64 && len(&int8) < len(&plain) / 4 + 1024);
+    let [frame] = &f16[..] else {
+        panic!("this model fits one chunk")
+    };
+    let CoordinatorToWorker::Weights(w) = decode_from_coordinator(frame).expect("frame") else {
         panic!("weights")
     };
     let worst = w

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use protocol::{gradient_frame_len, Gradient, WorkerId};
+use protocol::{gradient_wire_len, Gradient, WorkerId};
 
 use super::Coordinator;
 
@@ -16,7 +16,7 @@ impl Coordinator {
             self.metrics
                 .gradient_latency(now.saturating_duration_since(sent));
         }
-        let bytes = gradient_frame_len(gradient.grads.len(), compression).unwrap_or(0);
+        let bytes = gradient_wire_len(gradient.grads.len(), compression).unwrap_or(0);
         self.metrics.traffic(bytes as u64, 0);
     }
 }

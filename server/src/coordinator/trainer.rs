@@ -12,7 +12,7 @@ use protocol::{encode_weights, Compression, Round};
 use tokio::sync::watch;
 use tracing::warn;
 
-use super::handle::WeightsSnapshot;
+use super::handle::{Frames, WeightsSnapshot};
 
 #[derive(Debug)]
 pub struct Trainer {
@@ -24,14 +24,14 @@ pub struct Trainer {
     test: Dataset,
     /// The current weights, encoded once per version and compression and shared by every
     /// outbox: uncompressed eagerly (for `/api/params`), f16 and int8 on first use.
-    frames: [Option<Bytes>; 3],
+    frames: [Option<Frames>; 3],
     /// The same weights decoded, as a worker on that compression sees them: what
     /// verification recomputes on. Decoded at most once per version and compression.
     seen: [Option<Arc<[f32]>>; 3],
     /// With frozen layers: the `Weights` frames workers get (trained tensors only), and the
     /// `Frozen` frames (sent once per connection), per compression.
-    trained_frames: [Option<Bytes>; 3],
-    frozen_frames: [Option<Bytes>; 3],
+    trained_frames: [Option<Frames>; 3],
+    frozen_frames: [Option<Frames>; 3],
     weights_tx: watch::Sender<WeightsSnapshot>,
 }
 
@@ -47,7 +47,7 @@ impl Trainer {
         let frame = encode(0, &params, Compression::None);
         let (weights_tx, weights_rx) = watch::channel(WeightsSnapshot {
             round: 0,
-            frame: frame.clone(),
+            frames: frame.clone(),
         });
         let trainer = Self {
             net,
@@ -101,7 +101,7 @@ impl Trainer {
         self.trained_frames = [None, None, None];
         self.weights_tx.send_replace(WeightsSnapshot {
             round: self.version,
-            frame,
+            frames: frame,
         });
         true
     }
@@ -153,7 +153,7 @@ impl Trainer {
         self.frozen_frames = [None, None, None];
         self.weights_tx.send_replace(WeightsSnapshot {
             round: version,
-            frame,
+            frames: frame,
         });
         Ok(())
     }
@@ -173,9 +173,9 @@ impl Trainer {
         !self.net.frozen().is_empty()
     }
 
-    /// The current weights as a `Weights` frame in `compression` (the trained tensors only,
-    /// if some are frozen), encoded at most once per version and compression.
-    pub fn weights(&mut self, compression: Compression) -> Bytes {
+    /// The current weights as `Weights` chunk frames in `compression` (the trained tensors
+    /// only, if some are frozen), encoded at most once per version and compression.
+    pub fn weights(&mut self, compression: Compression) -> Frames {
         let slot = slot(compression);
         let (version, params, net) = (self.version, &self.params, &self.net);
         if self.has_frozen() {
@@ -188,14 +188,14 @@ impl Trainer {
             .clone()
     }
 
-    /// The frozen tensors as a `Frozen` frame in `compression`, if the model has any.
-    pub fn frozen(&mut self, compression: Compression) -> Option<Bytes> {
+    /// The frozen tensors as `Frozen` chunk frames in `compression`, if the model has any.
+    pub fn frozen(&mut self, compression: Compression) -> Option<Frames> {
         if !self.has_frozen() {
             return None;
         }
         let (params, net) = (&self.params, &self.net);
         let frame = self.frozen_frames[slot(compression)].get_or_insert_with(|| {
-            Bytes::from(protocol::encode_frozen(
+            frames(protocol::encode_frozen(
                 &net.frozen_part(params),
                 compression,
             ))
@@ -246,8 +246,12 @@ fn slot(compression: Compression) -> usize {
     }
 }
 
-fn encode(version: u64, params: &[f32], compression: Compression) -> Bytes {
-    Bytes::from(encode_weights(Round(version), params, compression))
+fn encode(version: u64, params: &[f32], compression: Compression) -> Frames {
+    frames(encode_weights(Round(version), params, compression))
+}
+
+fn frames(encoded: Vec<Vec<u8>>) -> Frames {
+    encoded.into_iter().map(Bytes::from).collect()
 }
 
 #[cfg(test)]
@@ -262,11 +266,20 @@ mod tests {
         Trainer::new(Network::new(spec, 2).expect("model"), 7, optimizer, test).expect("model")
     }
 
-    fn decoded(frame: &Bytes) -> (u64, Vec<f32>) {
-        match decode_from_coordinator(frame).expect("frame") {
-            CoordinatorToWorker::Weights(w) => (w.round.0, w.params),
-            other => panic!("not weights: {other:?}"),
+    /// The round and values of a `Weights` message's chunk frames, put back together.
+    fn decoded(frames: &Frames) -> (u64, Vec<f32>) {
+        let mut out = (0, Vec::new());
+        for frame in frames.iter() {
+            match decode_from_coordinator(frame).expect("frame") {
+                CoordinatorToWorker::Weights(w) => {
+                    assert_eq!(w.offset as usize, out.1.len(), "chunks in order");
+                    out.0 = w.round.0;
+                    out.1.extend(w.params);
+                }
+                other => panic!("not weights: {other:?}"),
+            }
         }
+        out
     }
 
     #[test]
@@ -280,7 +293,7 @@ mod tests {
             assert_eq!(*p, b - 0.5 * g, "SGD: p = p - lr * g, exactly");
         }
         let published = rx.borrow().clone();
-        assert_eq!(decoded(&published.frame), (1, t.params().to_vec()));
+        assert_eq!(decoded(&published.frames), (1, t.params().to_vec()));
         assert_eq!(published.round, 1);
     }
 
