@@ -345,16 +345,17 @@ where
     }
 }
 
-/// Writes one message's frames and flushes once: the shared `Bytes` of every chunk go to
-/// the socket as they are.
+/// Writes one message's frames, each flushed to the socket before the next is taken: the
+/// connection's write buffer holds one 64 KiB chunk at most, and the kernel's socket buffer
+/// the rest (buffering a whole message per connection is what made memory grow with K).
 async fn send_all<S: Sink<Message> + Unpin>(
     socket: &mut S,
     frames: &Frames,
 ) -> Result<(), S::Error> {
     for frame in frames.iter() {
-        socket.feed(Message::Binary(frame.clone())).await?;
+        socket.send(Message::Binary(frame.clone())).await?;
     }
-    socket.flush().await
+    Ok(())
 }
 
 /// A control frame against the connection's budget for them.
