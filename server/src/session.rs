@@ -345,17 +345,18 @@ where
     }
 }
 
-/// Writes one message's frames, each flushed to the socket before the next is taken: the
-/// connection's write buffer holds one 64 KiB chunk at most, and the kernel's socket buffer
-/// the rest (buffering a whole message per connection is what made memory grow with K).
+/// Writes one message's frames and flushes once. tungstenite writes its buffer out once it
+/// holds 128 KiB, and when the socket is full it waits for room before taking the next chunk,
+/// so a connection buffers about two chunks, never a whole message (which is what made memory
+/// grow with K), and a fast socket gets few large writes.
 async fn send_all<S: Sink<Message> + Unpin>(
     socket: &mut S,
     frames: &Frames,
 ) -> Result<(), S::Error> {
     for frame in frames.iter() {
-        socket.send(Message::Binary(frame.clone())).await?;
+        socket.feed(Message::Binary(frame.clone())).await?;
     }
-    Ok(())
+    socket.flush().await
 }
 
 /// A control frame against the connection's budget for them.

@@ -24,7 +24,7 @@ pub(super) fn gradient_chunk(
     round: Round,
     samples: u32,
     loss: f32,
-    (total, offset): (u32, u32),
+    pos: (u32, u32),
     values: &[f32],
     c: Compression,
 ) -> Vec<u8> {
@@ -32,9 +32,7 @@ pub(super) fn gradient_chunk(
     w.u64(round.0);
     w.u32(samples);
     w.f32(loss);
-    w.u32(total);
-    w.u32(offset);
-    w.tensor(values, c);
+    w.chunk(pos, values, c);
     w.buf
 }
 
@@ -61,11 +59,9 @@ pub fn encode_frozen(params: &[f32], c: Compression) -> Vec<Vec<u8>> {
         .collect()
 }
 
-pub(super) fn frozen_chunk((total, offset): (u32, u32), values: &[f32], c: Compression) -> Vec<u8> {
+pub(super) fn frozen_chunk(pos: (u32, u32), values: &[f32], c: Compression) -> Vec<u8> {
     let mut w = Writer::new(TAG_FROZEN, 13 + values.len() * 4);
-    w.u32(total);
-    w.u32(offset);
-    w.tensor(values, c);
+    w.chunk(pos, values, c);
     w.buf
 }
 
@@ -81,15 +77,13 @@ pub fn encode_weights(round: Round, params: &[f32], c: Compression) -> Vec<Vec<u
 
 pub(super) fn weights_chunk(
     round: Round,
-    (total, offset): (u32, u32),
+    pos: (u32, u32),
     values: &[f32],
     c: Compression,
 ) -> Vec<u8> {
     let mut w = Writer::new(TAG_WEIGHTS, 21 + values.len() * 4);
     w.u64(round.0);
-    w.u32(total);
-    w.u32(offset);
-    w.tensor(values, c);
+    w.chunk(pos, values, c);
     w.buf
 }
 

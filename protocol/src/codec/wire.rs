@@ -54,6 +54,13 @@ impl Writer {
         self.u32(len_u32(b.len()));
         self.buf.extend_from_slice(b);
     }
+    /// A tensor chunk: where it sits in its tensor, then its values.
+    pub(super) fn chunk(&mut self, (total, offset): (u32, u32), v: &[f32], c: Compression) {
+        self.u32(total);
+        self.u32(offset);
+        self.tensor(v, c);
+    }
+
     pub(super) fn tensor(&mut self, v: &[f32], c: Compression) {
         self.u8(c.to_u8());
         self.u32(len_u32(v.len()));
