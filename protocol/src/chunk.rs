@@ -32,10 +32,6 @@ impl ChunkPos {
     pub fn is_last(&self) -> bool {
         u64::from(self.offset) + u64::from(self.count) == u64::from(self.total)
     }
-
-    pub fn range(&self) -> Range<usize> {
-        self.offset as usize..self.offset as usize + self.count as usize
-    }
 }
 
 /// A chunk out of order, of the wrong size or for a tensor of the wrong size.

@@ -102,16 +102,6 @@ impl Upload {
     }
 }
 
-/// Checks a whole gradient (one that did not come in chunks) by the same rules. Returns its
-/// L2 norm.
-pub fn validate(g: &Gradient, joined: &Joined) -> Result<f64, Refusal> {
-    check_head(g.samples, g.loss, joined)?;
-    if g.grads.len() != joined.param_count {
-        return Err(total_refusal(g.grads.len(), joined));
-    }
-    Ok(check_values(&g.grads, 0)?.sqrt())
-}
-
 /// The sample count is the worker's batch or less; the reported loss is a number.
 fn check_head(samples: u32, loss: f32, joined: &Joined) -> Result<(), Refusal> {
     if samples == 0 || samples > joined.batch_size {
@@ -146,19 +136,15 @@ fn check_values(values: &[f32], first: usize) -> Result<f64, Refusal> {
     ))
 }
 
-fn total_refusal(got: usize, joined: &Joined) -> Refusal {
-    Refusal::new(
-        ErrorCode::ShapeMismatch,
-        format!(
-            "gradient has {got} values, the model has {} parameters",
-            joined.param_count
-        ),
-    )
-}
-
 fn chunk_refusal(err: &ChunkError, joined: &Joined) -> Refusal {
     match *err {
-        ChunkError::Total { got, .. } => total_refusal(got as usize, joined),
+        ChunkError::Total { got, .. } => Refusal::new(
+            ErrorCode::ShapeMismatch,
+            format!(
+                "gradient has {got} values, the model has {} parameters",
+                joined.param_count
+            ),
+        ),
         ChunkError::Order { .. } | ChunkError::Empty { .. } => {
             Refusal::new(ErrorCode::Malformed, format!("gradient chunks: {err}"))
         }

@@ -62,7 +62,13 @@ fn chunks_reassemble_into_the_gradient_with_its_norm() {
             protocol::tensor::decode_payload(&raw, n, c),
             "{c:?}"
         );
-        let exact = validate(&g, &joined(n)).expect("valid");
+        // The norm of the values as decoded, summed in f64 in one plain loop.
+        let exact = g
+            .grads
+            .iter()
+            .map(|&v| f64::from(v) * f64::from(v))
+            .sum::<f64>()
+            .sqrt();
         assert!(
             (norm - exact).abs() <= 1e-9 * exact,
             "{c:?}: {norm} vs {exact}"
@@ -142,12 +148,16 @@ fn chunks_out_of_order_of_another_gradient_or_size_are_refused() {
 #[test]
 fn validation_names_the_problem() {
     let joined = joined(3);
-    assert_eq!(
-        validate(&gradient(vec![3.0, 0.0, 4.0], 8, 1.0), &joined),
-        Ok(5.0)
-    );
+    // A whole gradient through the chunk path: its norm, or its refusal.
+    let check = |g: &Gradient| -> Result<f64, Refusal> {
+        match feed(&encode_gradient(g, Compression::None), &joined).0? {
+            Progress::Done(_, norm) => Ok(norm),
+            Progress::More => unreachable!("feed returns at the last chunk"),
+        }
+    };
+    assert_eq!(check(&gradient(vec![3.0, 0.0, 4.0], 8, 1.0)), Ok(5.0));
     // Finite values whose squares overflow f32: the norm is still exact, in f64.
-    let huge = validate(&gradient(vec![3e38; 3], 8, 1.0), &joined).expect("finite");
+    let huge = check(&gradient(vec![3e38; 3], 8, 1.0)).expect("finite");
     assert!((huge / (3e38 * 3f64.sqrt()) - 1.0).abs() < 1e-6, "{huge}");
     let cases = [
         (
@@ -177,7 +187,7 @@ fn validation_names_the_problem() {
         ),
     ];
     for (grad, code, needle) in cases {
-        let refusal = validate(&grad, &joined).expect_err("invalid");
+        let refusal = check(&grad).expect_err("invalid");
         assert_eq!(refusal.code, code);
         assert!(refusal.message.contains(needle), "{refusal}");
     }
