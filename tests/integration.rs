@@ -63,6 +63,10 @@ mod disk_faults;
 #[path = "integration/admin.rs"]
 mod admin;
 
+/// `--upload-memory`: gradients take turns for the upload slots; a stalled one gives its up.
+#[path = "integration/uploads.rs"]
+mod uploads;
+
 /// The operator's dashboard in headless Chromium.
 #[path = "integration/dashboard.rs"]
 mod dashboard;

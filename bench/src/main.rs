@@ -51,6 +51,7 @@ struct Cli {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     if let Some(flags) = cli.serve {
+        server::allocator::use_one_arena();
         return serve(flags);
     }
     let hidden = ((cli.params.saturating_sub(10)) as f64 / 795.0)

@@ -15,6 +15,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
 use crate::status::Status;
+use crate::upload::UploadSlots;
 
 /// The histograms the coordinator observes into (cheap clones of shared atomics).
 #[derive(Debug, Clone)]
@@ -41,7 +42,11 @@ impl Default for Histograms {
 pub struct Exposition(Registry);
 
 impl Exposition {
-    pub fn new(status: watch::Receiver<Status>, histograms: &Histograms) -> Self {
+    pub fn new(
+        status: watch::Receiver<Status>,
+        histograms: &Histograms,
+        slots: UploadSlots,
+    ) -> Self {
         let mut registry = Registry::with_prefix("crowdtrain");
         registry.register(
             "round_duration_seconds",
@@ -54,6 +59,7 @@ impl Exposition {
             histograms.gradient_latency_seconds.clone(),
         );
         registry.register_collector(Box::new(FromStatus(status)));
+        registry.register_collector(Box::new(FromSlots(slots)));
         Self(registry)
     }
 
@@ -82,6 +88,34 @@ fn counter(e: &mut DescriptorEncoder<'_>, name: &str, help: &str, value: u64) ->
 fn gauge(e: &mut DescriptorEncoder<'_>, name: &str, help: &str, value: f64) -> Fmt {
     let g = ConstGauge::new(value);
     g.encode(e.encode_descriptor(name, help, None, g.metric_type())?)
+}
+
+/// `--upload-memory` at work: slots, slots free, and sessions waiting for one.
+#[derive(Debug)]
+struct FromSlots(UploadSlots);
+
+impl Collector for FromSlots {
+    fn encode(&self, mut e: DescriptorEncoder<'_>) -> Fmt {
+        let s = &self.0;
+        gauge(
+            &mut e,
+            "upload_slots",
+            "Gradients the coordinator receives at once (--upload-memory)",
+            s.slots() as f64,
+        )?;
+        gauge(
+            &mut e,
+            "upload_slots_free",
+            "Upload slots free right now",
+            s.available() as f64,
+        )?;
+        gauge(
+            &mut e,
+            "uploads_waiting",
+            "Workers whose gradient waits, unread, for an upload slot",
+            s.waiting() as f64,
+        )
+    }
 }
 
 impl Collector for FromStatus {

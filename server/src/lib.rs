@@ -23,6 +23,7 @@
 pub mod admin;
 pub mod admission;
 pub mod aggregate;
+pub mod allocator;
 pub mod assets;
 pub mod checkpoint;
 pub mod config;

@@ -4,8 +4,16 @@ use anyhow::Context;
 use server::config::{Command, LogFormat};
 use server::Config;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    server::allocator::use_one_arena();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?
+        .block_on(run())
+}
+
+async fn run() -> anyhow::Result<()> {
     let args = std::env::args_os().collect();
     let cli = match server::config::layers::parse(args, |name| std::env::var(name).ok()) {
         Ok(cli) => cli,

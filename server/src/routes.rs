@@ -13,7 +13,6 @@ use tokio_util::task::TaskTracker;
 
 use crate::admission::Admission;
 use crate::assets::WebSource;
-use crate::config::Liveness;
 use crate::coordinator::{CoordinatorHandle, Published};
 use crate::session;
 
@@ -22,15 +21,23 @@ use crate::session;
 /// 64 MiB default: a connection never buffers more than this, whatever the model's size.
 pub const MAX_MESSAGE_SIZE: usize = protocol::CHUNK_VALUES * 4 + 4096;
 
+/// Bytes read from a socket at a time. A connection's read buffer holds one frame being
+/// read plus at most this much; tungstenite's default (128 KiB) let each grow to about
+/// 512 KiB while frames were being decoded, 33 MB over 64 workers at 1M parameters. 32 KiB
+/// costs two or three reads per 64 KiB chunk, and no throughput measured (BENCHMARKS.md).
+///
+/// Writes are not buffered (write buffer size 0): each frame goes to the socket as it is
+/// queued, so a connection keeps at most the one frame the socket did not take yet, instead
+/// of filling a 128 KiB buffer first.
+pub const READ_BUFFER: usize = 32 << 10;
+
 #[derive(Debug, Clone)]
 pub struct AppState {
     pub coordinator: CoordinatorHandle,
     pub published: Published,
     pub shutdown: CancellationToken,
     pub sessions: TaskTracker,
-    pub liveness: Liveness,
-    /// `--max-upload-rate`, in bytes a second per connection.
-    pub upload_rate: Option<f64>,
+    pub limits: session::Limits,
     pub admission: Arc<Admission>,
     /// `/metrics`.
     pub exposition: Arc<crate::exposition::Exposition>,
@@ -72,6 +79,8 @@ async fn ws(
         }
     };
     upgrade
+        .read_buffer_size(READ_BUFFER)
+        .write_buffer_size(0)
         .max_message_size(MAX_MESSAGE_SIZE)
         .max_frame_size(MAX_MESSAGE_SIZE)
         .on_upgrade(move |socket| {
@@ -80,8 +89,7 @@ async fn ws(
                 socket,
                 state.coordinator,
                 state.shutdown,
-                state.liveness,
-                state.upload_rate,
+                state.limits,
                 peer.ip(),
             );
             state.sessions.track_future(async move {

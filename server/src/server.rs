@@ -21,8 +21,10 @@ use crate::config::Config;
 use crate::coordinator::{Checkpoints, Coordinator, Outcome, WeightsSnapshot};
 use crate::exposition::Exposition;
 use crate::routes::{app, AppState};
+use crate::session::Limits;
 use crate::status::Status;
 use crate::tls::TlsListener;
+use crate::upload::UploadSlots;
 
 /// How long shutdown waits for sessions to send their close frames.
 const SESSION_DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
@@ -105,7 +107,6 @@ pub async fn start(
     let shutdown = CancellationToken::new();
     let web = WebSource::new(config.web_dir.clone());
     web.announce();
-    let (liveness, upload_rate) = (config.liveness, config.upload_rate);
     let admin_token: Option<Arc<str>> = config.admin_token.as_deref().map(Arc::from);
     let admission = Arc::new(Admission::new(
         config.allowed_origins.clone(),
@@ -113,6 +114,13 @@ pub async fn start(
     ));
     let checkpoints = config.checkpoints.clone();
     let net = data.network(&config.model).map_err(ServerError::Model)?;
+    let (liveness, upload_rate) = (config.liveness, config.upload_rate);
+    let slots = UploadSlots::new(config.upload_memory, net.trainable_count());
+    info!(
+        slots = slots.slots(),
+        upload_memory_mib = config.upload_memory >> 20,
+        "gradients received at once"
+    );
     info!(model = %net.spec(), parameters = net.param_count(), data = %data.describe(), "training");
     let fingerprint = Fingerprint::of(&config, &data, &net);
     let init = match config.init.clone() {
@@ -165,6 +173,7 @@ pub async fn start(
     let exposition = Arc::new(Exposition::new(
         published.status.clone(),
         &published.histograms,
+        slots.clone(),
     ));
     let state = AppState {
         exposition,
@@ -173,8 +182,11 @@ pub async fn start(
         published,
         shutdown: shutdown.clone(),
         sessions: sessions.clone(),
-        liveness,
-        upload_rate,
+        limits: Limits {
+            liveness,
+            upload_rate,
+            slots,
+        },
         admission,
     };
     let router = app(state, &web);

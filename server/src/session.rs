@@ -13,6 +13,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message};
+use bytes::Bytes;
 use futures_util::{Sink, SinkExt, Stream, StreamExt};
 use protocol::codec::is_weights_start;
 use protocol::{
@@ -27,7 +28,10 @@ use crate::config::Liveness;
 use crate::coordinator::{CoordinatorHandle, Frames, Joined, Outbound, OUTBOX_CAPACITY};
 use crate::rate::{TokenBucket, CONTROL_BURST, CONTROL_PER_SEC};
 use crate::refusal::Refusal;
-use crate::upload::{Progress, Upload};
+use crate::upload::UploadSlots;
+
+mod receive;
+use receive::{take_frame, wait_for_slot, Receiving, SlotWait, Taken};
 
 /// Gradients a worker may send beyond the `Weights` frames it was sent on this connection.
 /// An honest worker answers each `Weights` once; the slack covers a gradient computed just
@@ -57,13 +61,22 @@ impl End {
     }
 }
 
+/// What every session is held to, from the configuration.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub liveness: Liveness,
+    /// `--max-upload-rate`, in bytes a second per connection.
+    pub upload_rate: Option<f64>,
+    /// `--upload-memory`: the gradients received at once, shared by every session.
+    pub slots: UploadSlots,
+}
+
 #[instrument(name = "session", skip_all)]
 pub async fn run<S, E>(
     mut socket: S,
     coordinator: CoordinatorHandle,
     shutdown: CancellationToken,
-    liveness: Liveness,
-    upload_rate: Option<f64>,
+    limits: Limits,
     peer: IpAddr,
 ) where
     S: Stream<Item = Result<Message, E>> + Sink<Message> + Unpin,
@@ -78,8 +91,7 @@ pub async fn run<S, E>(
                 &shutdown,
                 &mut inbox,
                 joined,
-                liveness,
-                upload_rate,
+                &limits,
             )
             .await;
             (Some(joined), end)
@@ -236,13 +248,17 @@ async fn serve<S, E>(
     shutdown: &CancellationToken,
     inbox: &mut mpsc::Receiver<Outbound>,
     joined: Joined,
-    liveness: Liveness,
-    upload_rate: Option<f64>,
+    limits: &Limits,
 ) -> End
 where
     S: Stream<Item = Result<Message, E>> + Sink<Message> + Unpin,
     E: std::fmt::Display,
 {
+    let Limits {
+        liveness,
+        upload_rate,
+        ref slots,
+    } = *limits;
     let mut ping = tokio::time::interval(liveness.interval);
     ping.set_missed_tick_behavior(MissedTickBehavior::Delay);
     // The first tick is immediate.
@@ -250,24 +266,23 @@ where
     // Any frame counts as a sign of life: browsers answer pings from their network stack, so
     // a background tab with throttled timers still answers and keeps its place.
     let mut last_seen = Instant::now();
-    // What this connection was sent, and what it answered: a worker's pace is the
-    // coordinator's, so this is its rate limit for gradients; `rate` covers the rest.
-    let (mut weights_sent, mut gradients_received) = (0u64, 0u64);
+    let mut receiving = Receiving::default();
     let start = last_seen.into_std();
     let mut control = TokenBucket::new(CONTROL_BURST, CONTROL_PER_SEC, start);
     // A second's worth of burst; a larger frame is still read, and pays after.
     let mut upload = upload_rate.map(|rate| TokenBucket::new(rate, rate, start));
     // Over `--max-upload-rate`: not read again until then.
     let mut paused_until: Option<Instant> = None;
-    // The gradient arriving in chunks.
-    let mut incoming = Upload::default();
+    // A chunk that begins a gradient, held while its slot is awaited.
+    let mut waiting: Option<(Bytes, SlotWait)> = None;
+    let mut last_chunk = last_seen;
     loop {
         tokio::select! {
             biased;
             () = shutdown.cancelled() => return End::Shutdown,
             out = inbox.recv() => match out {
                 Some(Outbound::Frames(frames)) => {
-                    weights_sent += u64::from(frames.first().is_some_and(|f| is_weights_start(f)));
+                    receiving.weights_sent += u64::from(frames.first().is_some_and(|f| is_weights_start(f)));
                     if send_all(socket, &frames).await.is_err() {
                         return End::PeerGone;
                     }
@@ -284,7 +299,7 @@ where
                 paused_until = None;
                 last_seen = Instant::now();
             }
-            msg = socket.next(), if paused_until.is_none() => {
+            msg = socket.next(), if paused_until.is_none() && waiting.is_none() => {
                 last_seen = Instant::now();
                 let now = last_seen.into_std();
                 let (frame, len) = match classify(msg) {
@@ -304,38 +319,41 @@ where
                     paused_until = Some(Instant::from_std(resume));
                 }
                 let Some(frame) = frame else { continue };
-                let chunk = match decode_worker_frame(&frame) {
-                    Ok(WorkerFrame::Gradient(chunk)) => chunk,
-                    Ok(WorkerFrame::Hello(_)) => {
-                        return End::refuse(ErrorCode::UnexpectedMessage, "Hello was already received")
+                match take_frame(&frame, &mut receiving, &joined, coordinator).await {
+                    Ok(Taken::Chunk) => last_chunk = Instant::now(),
+                    Ok(Taken::NeedsSlot) => {
+                        // Not read again until a slot is free: the bytes wait in the kernel.
+                        waiting = Some((frame, Box::pin(slots.clone().acquire())));
                     }
-                    Err(err) => return End::refuse(err.code(), err.to_string()),
-                };
-                if !incoming.in_progress() {
-                    gradients_received += 1;
-                    if gradients_received > weights_sent + GRADIENT_SLACK {
-                        return End::refuse(
-                            ErrorCode::UnexpectedMessage,
-                            format!("{gradients_received} gradients for {weights_sent} Weights: answer each Weights once"),
-                        );
-                    }
+                    Err(end) => return end,
                 }
-                match incoming.take(&chunk, &joined) {
-                    Ok(Progress::More) => {}
-                    Ok(Progress::Done(gradient, norm)) => {
-                        if coordinator.gradient(&joined, gradient, norm).await.is_err() {
-                            return End::Shutdown;
-                        }
-                    }
-                    Err(refusal) => return End::Refuse(refusal),
+            }
+            slot = wait_for_slot(&mut waiting) => {
+                let (frame, _) = waiting.take().expect("the branch runs only while waiting");
+                receiving.upload.grant(slot);
+                // The wait was the coordinator's, not the worker's.
+                last_seen = Instant::now();
+                last_chunk = last_seen;
+                match take_frame(&frame, &mut receiving, &joined, coordinator).await {
+                    Ok(_) => {}
+                    Err(end) => return end,
                 }
             }
             _ = ping.tick() => {
                 let silent = last_seen.elapsed();
-                // While paused it is the coordinator that is not reading.
-                if silent > liveness.timeout && paused_until.is_none() {
+                // While paused or waiting for a slot it is the coordinator that is not reading.
+                let reading = paused_until.is_none() && waiting.is_none();
+                if silent > liveness.timeout && reading {
                     info!(worker = %joined.worker, ?silent, "no answer to pings; dropping the worker");
                     return End::PeerGone;
+                }
+                // A slot is the coordinator's memory: a gradient that stops coming gives it up.
+                let stalled = last_chunk.elapsed();
+                if receiving.upload.in_progress() && stalled > liveness.timeout && reading {
+                    return End::refuse(
+                        ErrorCode::TooSlow,
+                        format!("no chunk of the gradient under way for {stalled:.0?}, while it holds one of the coordinator's {} upload slots", slots.slots()),
+                    );
                 }
                 if socket.send(Message::Ping(bytes::Bytes::new())).await.is_err() {
                     return End::PeerGone;
@@ -345,10 +363,10 @@ where
     }
 }
 
-/// Writes one message's frames and flushes once. tungstenite writes its buffer out once it
-/// holds 128 KiB, and when the socket is full it waits for room before taking the next chunk,
-/// so a connection buffers about two chunks, never a whole message (which is what made memory
-/// grow with K), and a fast socket gets few large writes.
+/// Writes one message's frames and flushes once. With no write buffer (`routes::READ_BUFFER`)
+/// tungstenite writes each frame to the socket as it takes it, and when the socket is full it
+/// waits for room before taking the next one, so a connection keeps at most one chunk, never
+/// a whole message (which is what made memory grow with K).
 async fn send_all<S: Sink<Message> + Unpin>(
     socket: &mut S,
     frames: &Frames,

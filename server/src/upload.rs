@@ -7,6 +7,11 @@
 //! so the error names the value). A gradient refused at chunk n leaves nothing behind: its
 //! partial lives here, in the session, and is dropped with it. The coordinator only ever gets
 //! whole, valid gradients, with their norm.
+//!
+//! The room for the values comes from a [`Slot`] (see [`slots`]) when the session has one,
+//! which bounds how many gradients the coordinator receives at once.
+
+pub mod slots;
 
 use protocol::chunk::{Assembly, ChunkError};
 use protocol::{ErrorCode, Gradient, RawGradientChunk, Round};
@@ -14,6 +19,7 @@ use protocol::{ErrorCode, Gradient, RawGradientChunk, Round};
 use crate::coordinator::clip::sum_squares_and_finite;
 use crate::coordinator::Joined;
 use crate::refusal::Refusal;
+pub use slots::{Slot, UploadSlots};
 
 /// The gradient under way on one connection.
 #[derive(Debug, Default)]
@@ -23,6 +29,8 @@ pub struct Upload {
     grads: Vec<f32>,
     /// Of the values so far, for the norm.
     sum_squares: f64,
+    /// Where the values go: given by [`Upload::grant`] before the first chunk.
+    slot: Option<Slot>,
 }
 
 /// What every chunk of one gradient repeats.
@@ -46,6 +54,21 @@ impl Upload {
     /// A gradient is half received.
     pub fn in_progress(&self) -> bool {
         self.head.is_some()
+    }
+
+    /// Holds a slot, for this gradient or the next one to begin.
+    pub fn has_slot(&self) -> bool {
+        self.slot.is_some()
+    }
+
+    /// Gives this upload a slot: the next gradient is decoded into its buffer.
+    pub fn grant(&mut self, slot: Slot) {
+        self.slot = Some(slot);
+    }
+
+    /// The slot of the gradient [`Progress::Done`] just gave, to go with it.
+    pub fn release(&mut self) -> Option<Slot> {
+        self.slot.take()
     }
 
     /// Takes one chunk. A refusal ends the session, so the partial is simply dropped.
@@ -82,7 +105,11 @@ impl Upload {
             .map_err(|err| chunk_refusal(&err, joined))?;
         if chunk.pos.offset == 0 {
             // Room for the whole gradient, filled chunk by chunk (nothing zeroed first).
-            self.grads = Vec::with_capacity(joined.param_count);
+            self.grads = match &self.slot {
+                Some(slot) => slot.buffer(),
+                None => Vec::with_capacity(joined.param_count),
+            };
+            self.grads.reserve_exact(joined.param_count);
         }
         // In order: this chunk's values go right after the previous chunk's.
         let start = self.grads.len();

@@ -200,6 +200,12 @@ pub struct Cli {
     #[arg(long)]
     pub max_upload_rate: Option<f64>,
 
+    /// Memory for gradients being received, in MiB: that many gradients' worth (at least 2)
+    /// arrive at once, and a worker whose gradient finds no room waits, unread, until some is
+    /// free. Raise it when many workers on slow links send a large model.
+    #[arg(long, default_value_t = crate::upload::slots::DEFAULT_UPLOAD_MEMORY_MIB)]
+    pub upload_memory: usize,
+
     /// Serve https and wss with this PEM certificate chain (leaf first); needs --tls-key.
     #[arg(long)]
     pub tls_cert: Option<PathBuf>,

@@ -71,6 +71,8 @@ pub enum ConfigError {
     ClipRadius(f64),
     #[error("--aggregator-memory must be between 1 and 65536 MiB, got {0}")]
     AggregatorMemory(usize),
+    #[error("--upload-memory must be between 1 and 65536 MiB, got {0}")]
+    UploadMemory(usize),
     #[error("--max-grad-norm must be a number in (0, 1e30], got {0}")]
     MaxGradNorm(f64),
     #[error(

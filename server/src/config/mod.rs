@@ -99,6 +99,8 @@ pub struct Config {
     pub replicate: usize,
     /// `--max-upload-rate`, in bytes a second.
     pub upload_rate: Option<f64>,
+    /// `--upload-memory`, in bytes.
+    pub upload_memory: usize,
     /// `--tls-cert` and `--tls-key`: serve https/wss.
     pub tls: Option<TlsFiles>,
     pub log_level: String,
@@ -232,6 +234,9 @@ impl TryFrom<Cli> for Config {
             Some(mb) if !(mb > 0.0 && mb <= 1e6) => return Err(ConfigError::UploadRate(mb)),
             mb => mb.map(|mb| mb * 1e6),
         };
+        if !(1..=65536).contains(&cli.upload_memory) {
+            return Err(ConfigError::UploadMemory(cli.upload_memory));
+        }
         let tls = match (cli.tls_cert.clone(), cli.tls_key.clone()) {
             (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
             (None, None) => None,
@@ -265,6 +270,7 @@ impl TryFrom<Cli> for Config {
             web_dir: cli.web_dir,
             replicate: cli.replicate,
             upload_rate,
+            upload_memory: cli.upload_memory << 20,
             tls,
             log_level,
             log_format: cli.log_format,

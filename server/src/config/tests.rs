@@ -249,6 +249,8 @@ fn bad_combinations_are_refused_with_a_clear_message() {
             "--clip-radius",
         ),
         (&["--aggregator-memory", "0"], "--aggregator-memory"),
+        (&["--upload-memory", "0"], "--upload-memory"),
+        (&["--upload-memory", "65537"], "--upload-memory"),
         (&["--max-upload-rate", "0"], "--max-upload-rate"),
         (&["--max-upload-rate", "NaN"], "--max-upload-rate"),
         (&["--max-grad-norm", "NaN"], "--max-grad-norm"),

@@ -230,6 +230,7 @@ pub fn run(mode: &[&str], ops: &[Op]) {
                         session: client.session,
                         gradient,
                         norm,
+                        slot: None,
                     },
                     now,
                 );
@@ -247,6 +248,7 @@ pub fn run(mode: &[&str], ops: &[Op]) {
                                 session: client.session,
                                 gradient,
                                 norm,
+                                slot: None,
                             };
                             c.handle(event, now);
                         }

@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::refusal::Refusal;
 use crate::status::Status;
+use crate::upload::Slot;
 
 /// Events queued towards the coordinator. Gradients are the large ones (4 bytes per
 /// parameter), so this bound also bounds the memory held by gradients in flight.
@@ -56,6 +57,8 @@ pub enum Event {
         gradient: Gradient,
         /// Its L2 norm, computed in f64 by the session while validating.
         norm: f64,
+        /// The upload slot its values occupy, given back once it is aggregated.
+        slot: Option<Slot>,
     },
     Leave {
         worker: WorkerId,
@@ -147,12 +150,14 @@ impl CoordinatorHandle {
         joined: &Joined,
         gradient: Gradient,
         norm: f64,
+        slot: Option<Slot>,
     ) -> Result<(), Stopped> {
         self.send(Event::Gradient {
             worker: joined.worker,
             session: joined.session,
             gradient,
             norm,
+            slot,
         })
         .await
     }

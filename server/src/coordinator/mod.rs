@@ -254,11 +254,16 @@ impl Coordinator {
                 session,
                 gradient,
                 norm,
+                slot,
             } => {
                 // A replaced session's gradients are ignored: the worker lives on elsewhere.
                 if self.registry.is_current(worker, session) {
                     self.arrived(worker, &gradient, now);
                     self.gradient(worker, &gradient, norm, now);
+                }
+                // Aggregated (or held as a copy, or dropped): its room serves the next one.
+                if let Some(slot) = slot {
+                    slot.recycle(gradient.grads);
                 }
             }
             Event::Leave { worker, session } => {

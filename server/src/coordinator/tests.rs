@@ -165,6 +165,7 @@ impl Harness {
                 session,
                 gradient,
                 norm,
+                slot: None,
             },
             self.at(ms),
         );

@@ -1,0 +1,89 @@
+//! What a session does with a worker's frames: decode, check the pace, take a gradient's
+//! chunks into an upload slot, and hand a whole gradient to the coordinator.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use bytes::Bytes;
+use protocol::{decode_worker_frame, ErrorCode, WorkerFrame};
+
+use super::{End, GRADIENT_SLACK};
+use crate::coordinator::{CoordinatorHandle, Joined};
+use crate::upload::{Progress, Slot, Upload};
+
+/// What a connection has received: the gradient under way, and the count of gradients
+/// against the `Weights` it was sent (a worker's pace is the coordinator's, so this is its
+/// rate limit for gradients).
+#[derive(Debug, Default)]
+pub(super) struct Receiving {
+    pub(super) upload: Upload,
+    pub(super) weights_sent: u64,
+    gradients_received: u64,
+}
+
+/// What [`take_frame`] did with a frame.
+pub(super) enum Taken {
+    Chunk,
+    /// The frame begins a gradient and the connection holds no slot: take it again once one
+    /// is granted.
+    NeedsSlot,
+}
+
+pub(super) type SlotWait = Pin<Box<dyn Future<Output = Slot> + Send>>;
+
+/// Decodes a worker's frame and takes its chunk; a whole gradient goes on to the coordinator
+/// with its slot.
+pub(super) async fn take_frame(
+    frame: &Bytes,
+    receiving: &mut Receiving,
+    joined: &Joined,
+    coordinator: &CoordinatorHandle,
+) -> Result<Taken, End> {
+    let chunk = match decode_worker_frame(frame) {
+        Ok(WorkerFrame::Gradient(chunk)) => chunk,
+        Ok(WorkerFrame::Hello(_)) => {
+            return Err(End::refuse(
+                ErrorCode::UnexpectedMessage,
+                "Hello was already received",
+            ))
+        }
+        Err(err) => return Err(End::refuse(err.code(), err.to_string())),
+    };
+    let upload = &mut receiving.upload;
+    if !upload.in_progress() {
+        if !upload.has_slot() {
+            return Ok(Taken::NeedsSlot);
+        }
+        receiving.gradients_received += 1;
+        let (sent, received) = (receiving.weights_sent, receiving.gradients_received);
+        if received > sent + GRADIENT_SLACK {
+            return Err(End::refuse(
+                ErrorCode::UnexpectedMessage,
+                format!("{received} gradients for {sent} Weights: answer each Weights once"),
+            ));
+        }
+    }
+    match upload.take(&chunk, joined) {
+        Ok(Progress::More) => {}
+        Ok(Progress::Done(gradient, norm)) => {
+            let slot = upload.release();
+            if coordinator
+                .gradient(joined, gradient, norm, slot)
+                .await
+                .is_err()
+            {
+                return Err(End::Shutdown);
+            }
+        }
+        Err(refusal) => return Err(End::Refuse(refusal)),
+    }
+    Ok(Taken::Chunk)
+}
+
+/// The slot awaited, or never if none is.
+pub(super) async fn wait_for_slot(waiting: &mut Option<(Bytes, SlotWait)>) -> Slot {
+    match waiting {
+        Some((_, wait)) => wait.await,
+        None => std::future::pending().await,
+    }
+}
