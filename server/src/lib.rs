@@ -39,6 +39,7 @@ pub mod routes;
 pub mod server;
 pub mod session;
 pub mod shutdown;
+pub mod socket;
 pub mod status;
 pub mod tensors_file;
 pub mod tls;

@@ -3,18 +3,20 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, Query, State, WebSocketUpgrade};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::extract::{ConnectInfo, Query, Request, State};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use hyper_util::rt::TokioIo;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::admission::Admission;
 use crate::assets::WebSource;
 use crate::coordinator::{CoordinatorHandle, Published};
-use crate::session;
+use crate::{session, socket};
 
 /// Largest message a worker may send: one gradient chunk (at most 64 KiB of values) plus
 /// headroom for its header and a `Hello`. Set explicitly rather than left at the library's
@@ -26,9 +28,8 @@ pub const MAX_MESSAGE_SIZE: usize = protocol::CHUNK_VALUES * 4 + 4096;
 /// 512 KiB while frames were being decoded, 33 MB over 64 workers at 1M parameters. 32 KiB
 /// costs two or three reads per 64 KiB chunk, and no throughput measured (BENCHMARKS.md).
 ///
-/// Writes are not buffered (write buffer size 0): each frame goes to the socket as it is
-/// queued, so a connection keeps at most the one frame the socket did not take yet, instead
-/// of filling a 128 KiB buffer first.
+/// Writes do not go through tungstenite: `socket::Connection` writes each frame's header and
+/// its shared payload straight to the socket.
 pub const READ_BUFFER: usize = 32 << 10;
 
 #[derive(Debug, Clone)]
@@ -65,39 +66,47 @@ pub fn app(state: AppState, web: &WebSource) -> Router {
 async fn ws(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    upgrade: WebSocketUpgrade,
+    mut req: Request,
 ) -> Response {
     if state.shutdown.is_cancelled() {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
     }
-    let slot = match state.admission.admit(&headers, peer.ip()) {
+    let (response, upgrade) = match socket::accept(&mut req) {
+        Ok(accepted) => accepted,
+        Err(refused) => return refused.into_response(),
+    };
+    let slot = match state.admission.admit(req.headers(), peer.ip()) {
         Ok(slot) => slot,
         Err(refused) => {
             tracing::info!(%peer, status = %refused.status, message = %refused.message, "upgrade refused");
             return (refused.status, refused.message).into_response();
         }
     };
-    upgrade
+    let config = WebSocketConfig::default()
         .read_buffer_size(READ_BUFFER)
-        .write_buffer_size(0)
-        .max_message_size(MAX_MESSAGE_SIZE)
-        .max_frame_size(MAX_MESSAGE_SIZE)
-        .on_upgrade(move |socket| {
-            // Tracked so shutdown can wait for every session to send its close frame.
-            let session = session::run(
-                socket,
-                state.coordinator,
-                state.shutdown,
-                state.limits,
-                peer.ip(),
-            );
-            state.sessions.track_future(async move {
-                session.await;
-                // The address's connection count goes down when the session has ended.
-                drop(slot);
-            })
-        })
+        .max_message_size(Some(MAX_MESSAGE_SIZE))
+        .max_frame_size(Some(MAX_MESSAGE_SIZE));
+    // Tracked so shutdown can wait for every session to send its close frame.
+    let session = state.sessions.track_future(async move {
+        match upgrade.await {
+            Ok(upgraded) => {
+                let socket = socket::Connection::new(TokioIo::new(upgraded), config).await;
+                session::run(
+                    socket,
+                    state.coordinator,
+                    state.shutdown,
+                    state.limits,
+                    peer.ip(),
+                )
+                .await;
+            }
+            Err(err) => tracing::debug!(%peer, %err, "upgrade failed"),
+        }
+        // The address's connection count goes down when the session has ended.
+        drop(slot);
+    });
+    tokio::spawn(session);
+    response
 }
 
 async fn status(State(state): State<AppState>) -> impl IntoResponse {

@@ -12,7 +12,6 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use axum::extract::ws::{CloseFrame, Message};
 use bytes::Bytes;
 use futures_util::{Sink, SinkExt, Stream, StreamExt};
 use protocol::codec::is_weights_start;
@@ -21,6 +20,9 @@ use protocol::{
 };
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, instrument};
 
@@ -158,7 +160,7 @@ fn close(code: u16, reason: &str) -> Message {
         end -= 1;
     }
     Message::Close(Some(CloseFrame {
-        code,
+        code: CloseCode::from(code),
         reason: reason[..end].into(),
     }))
 }
@@ -220,6 +222,8 @@ fn classify<E: std::fmt::Display>(item: Option<Result<Message, E>>) -> Result<Fr
             "text frames are not part of the protocol; send binary frames",
         )),
         Some(Ok(Message::Close(_))) | None => Err(End::PeerGone),
+        // Raw frames are only ever written, never read.
+        Some(Ok(Message::Frame(_))) => Err(End::PeerGone),
         Some(Err(err)) => {
             debug!(%err, "socket error");
             Err(End::PeerGone)

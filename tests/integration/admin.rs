@@ -287,13 +287,20 @@ async fn the_operator_steers_a_run_through_the_admin_api() {
 
     // Ban another one; mistakes are refused clearly.
     let b = worker(addr);
-    log.until("a second worker", |v| {
-        v["fields"]["message"] == "worker joined"
-    })
-    .await;
-    let id_b = get_status_json(addr).await["worker_list"][0]["id"]
-        .as_u64()
-        .expect("id");
+    let joined = log
+        .until("a second worker", |v| {
+            v["fields"]["message"] == "worker joined"
+        })
+        .await;
+    // From the log line itself: the status is published only after the join is logged.
+    let id_b: u64 = joined["fields"]["worker"]
+        .as_str()
+        .and_then(|w| {
+            w.trim_start_matches(|c: char| !c.is_ascii_digit())
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("a worker id in {joined}"));
     let (code, v) = post(addr, "ban", true, &format!(r#"{{"worker": {id_b}}}"#)).await;
     assert_eq!(code, 200, "{v}");
     removed_with(

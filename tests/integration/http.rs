@@ -162,3 +162,45 @@ async fn metrics_parse_and_match_the_status() {
     );
     stop(server).await;
 }
+
+/// `/ws` answers what is not a WebSocket opening handshake with a 4xx that says what is
+/// missing (the handshake is the coordinator's own, `server/src/socket/handshake.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_is_not_a_websocket_handshake_is_told_why() {
+    let server = start_server(&[]).await;
+    let addr = server.addr;
+    let upgrade = [("Connection", "upgrade"), ("Upgrade", "websocket")];
+    let key = ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==");
+    type Case<'a> = (&'a [(&'a str, &'a str)], u16, &'a str);
+    let cases: [Case<'_>; 4] = [
+        (&[], 400, "Connection header did not include 'upgrade'"),
+        (
+            &[upgrade[0]],
+            400,
+            "Upgrade header did not include 'websocket'",
+        ),
+        (
+            &[upgrade[0], upgrade[1], ("Sec-WebSocket-Version", "8"), key],
+            426,
+            "Sec-WebSocket-Version must be 13",
+        ),
+        (
+            &[upgrade[0], upgrade[1], ("Sec-WebSocket-Version", "13")],
+            400,
+            "Sec-WebSocket-Key header missing",
+        ),
+    ];
+    for (headers, code, why) in cases {
+        let (got, head, body) = http_request(addr, "GET /ws HTTP/1.1", headers, &[]).await;
+        assert_eq!(got, code, "{headers:?}: {head}");
+        assert_eq!(String::from_utf8_lossy(&body), why);
+        if code == 426 {
+            assert!(
+                head.to_ascii_lowercase()
+                    .contains("sec-websocket-version: 13"),
+                "{head}"
+            );
+        }
+    }
+    server.shutdown.cancel();
+}
