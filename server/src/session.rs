@@ -33,7 +33,7 @@ use crate::refusal::Refusal;
 use crate::upload::UploadSlots;
 
 mod receive;
-use receive::{take_frame, wait_for_slot, Receiving, SlotWait, Taken};
+use receive::{take_frame, upload_deadline, wait_for_slot, Receiving, SlotWait, Taken};
 
 /// Gradients a worker may send beyond the `Weights` frames it was sent on this connection.
 /// An honest worker answers each `Weights` once; the slack covers a gradient computed just
@@ -280,6 +280,8 @@ where
     // A chunk that begins a gradient, held while its slot is awaited.
     let mut waiting: Option<(Bytes, SlotWait)> = None;
     let mut last_chunk = last_seen;
+    // When the gradient holding a slot must be in (see `upload_deadline`).
+    let mut due = last_seen;
     loop {
         tokio::select! {
             biased;
@@ -338,6 +340,7 @@ where
                 // The wait was the coordinator's, not the worker's.
                 last_seen = Instant::now();
                 last_chunk = last_seen;
+                due = last_seen + upload_deadline(joined.param_count, liveness.timeout, upload_rate);
                 match take_frame(&frame, &mut receiving, &joined, coordinator).await {
                     Ok(_) => {}
                     Err(end) => return end,
@@ -352,12 +355,10 @@ where
                     return End::PeerGone;
                 }
                 // A slot is the coordinator's memory: a gradient that stops coming gives it up.
-                let stalled = last_chunk.elapsed();
-                if receiving.upload.in_progress() && stalled > liveness.timeout && reading {
-                    return End::refuse(
-                        ErrorCode::TooSlow,
-                        format!("no chunk of the gradient under way for {stalled:.0?}, while it holds one of the coordinator's {} upload slots", slots.slots()),
-                    );
+                if reading {
+                    if let Err(end) = receiving.check_pace(last_chunk, due, liveness.timeout, slots.slots()) {
+                        return end;
+                    }
                 }
                 if socket.send(Message::Ping(bytes::Bytes::new())).await.is_err() {
                     return End::PeerGone;

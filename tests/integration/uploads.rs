@@ -112,3 +112,36 @@ async fn a_stalled_gradient_gives_its_slot_up() {
     until_gauge(addr, "crowdtrain_upload_slots_free", 2.0).await;
     server.shutdown.cancel();
 }
+
+/// A worker that trickles its chunks, each in time for the stall check but the gradient as a
+/// whole slower than 64 KiB/s, is refused with `TooSlow` once its share of time is up (here
+/// 6.2 s for the default MLP's 0.4 MB), and its slot is free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickled_gradient_gives_its_slot_up() {
+    let server = start_server(&[
+        "--upload-memory",
+        "1",
+        // Pings it answers only when it reads at the end: few enough not to be a flood.
+        "--ping-interval",
+        "1s",
+        "--ping-timeout",
+        "3s",
+        "--eval-interval",
+        "1000",
+    ])
+    .await;
+    let addr = server.addr;
+    let mut worker = ManualWorker::join(addr).await;
+    let frames = worker.next_gradient().await;
+    assert_eq!(frames.len(), 7);
+    // A chunk every 1.5 s: never 3 s without one, but 7 chunks would take 9 s.
+    let mut pace = tokio::time::interval(std::time::Duration::from_millis(1500));
+    for frame in frames.into_iter().take(5) {
+        pace.tick().await;
+        worker.send(vec![frame]).await;
+    }
+    let message = worker.client.expect_error(ErrorCode::TooSlow).await;
+    assert!(message.contains("slower than 64 KiB/s"), "{message}");
+    until_gauge(addr, "crowdtrain_upload_slots_free", 2.0).await;
+    server.shutdown.cancel();
+}

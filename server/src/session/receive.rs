@@ -3,9 +3,11 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 use bytes::Bytes;
 use protocol::{decode_worker_frame, ErrorCode, WorkerFrame};
+use tokio::time::Instant;
 
 use super::{End, GRADIENT_SLACK};
 use crate::coordinator::{CoordinatorHandle, Joined};
@@ -19,6 +21,56 @@ pub(super) struct Receiving {
     pub(super) upload: Upload,
     pub(super) weights_sent: u64,
     gradients_received: u64,
+}
+
+/// The slowest a gradient may arrive once it holds an upload slot, in bytes (of its values,
+/// 4 a value) a second: a client trickling chunks just fast enough to escape the stall check
+/// would otherwise keep a slot, and with a few of them nobody else's gradient would get in.
+pub(super) const MIN_UPLOAD_RATE: f64 = 64.0 * 1024.0;
+
+/// How long a gradient of `values` values may take once it holds a slot: at
+/// [`MIN_UPLOAD_RATE`] (or half `--max-upload-rate` if that is lower, since the coordinator
+/// itself then slows the sender), and never less than the ping timeout.
+pub(super) fn upload_deadline(
+    values: usize,
+    timeout: Duration,
+    upload_rate: Option<f64>,
+) -> Duration {
+    let rate = upload_rate.map_or(MIN_UPLOAD_RATE, |r| (r / 2.0).min(MIN_UPLOAD_RATE));
+    Duration::from_secs_f64(values as f64 * 4.0 / rate).max(timeout)
+}
+
+impl Receiving {
+    /// A gradient under way that has sent no chunk for the ping timeout, or is past `due`,
+    /// gives its slot up with `TooSlow`.
+    pub(super) fn check_pace(
+        &self,
+        last_chunk: Instant,
+        due: Instant,
+        timeout: Duration,
+        slots: usize,
+    ) -> Result<(), End> {
+        if !self.upload.in_progress() {
+            return Ok(());
+        }
+        if Instant::now() > due {
+            return Err(End::refuse(
+                ErrorCode::TooSlow,
+                format!(
+                    "the gradient under way came slower than {} KiB/s, while it holds one of the coordinator's {slots} upload slots",
+                    MIN_UPLOAD_RATE / 1024.0
+                ),
+            ));
+        }
+        let stalled = last_chunk.elapsed();
+        if stalled > timeout {
+            return Err(End::refuse(
+                ErrorCode::TooSlow,
+                format!("no chunk of the gradient under way for {stalled:.0?}, while it holds one of the coordinator's {slots} upload slots"),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// What [`take_frame`] did with a frame.
