@@ -75,8 +75,8 @@ async fn ws(
         Ok(accepted) => accepted,
         Err(refused) => return refused.into_response(),
     };
-    let slot = match state.admission.admit(req.headers(), peer.ip()) {
-        Ok(slot) => slot,
+    let admitted = match state.admission.admit(req.headers(), peer.ip()) {
+        Ok(admitted) => admitted,
         Err(refused) => {
             tracing::info!(%peer, status = %refused.status, message = %refused.message, "upgrade refused");
             return (refused.status, refused.message).into_response();
@@ -103,7 +103,7 @@ async fn ws(
             Err(err) => tracing::debug!(%peer, %err, "upgrade failed"),
         }
         // The address's connection count goes down when the session has ended.
-        drop(slot);
+        drop(admitted);
     });
     tokio::spawn(session);
     response
