@@ -3,6 +3,8 @@
 //! `Hello`; `Welcome` confirms it; its `Weights` and `Gradient`s then use it. The codec is
 //! the same on both sides, so what is lost is exactly the rounding documented here.
 
+use half::slice::HalfFloatSliceExt;
+
 /// Values per int8 chunk: each chunk has its own scale, so one large value only coarsens its
 /// own chunk.
 pub const INT8_CHUNK: usize = 256;
@@ -69,9 +71,13 @@ pub fn encode_payload(out: &mut Vec<u8>, values: &[f32], c: Compression) {
             }
         }
         Compression::F16 => {
-            out.resize(start + values.len() * 2, 0);
-            for (o, x) in out[start..].chunks_exact_mut(2).zip(values) {
-                o.copy_from_slice(&half::f16::from_f32(*x).to_le_bytes());
+            // Converted 8 at a time (F16C where the CPU has it, found at run time; the same
+            // round-to-nearest-even bits as the portable path the wasm worker takes).
+            let mut halves = vec![half::f16::ZERO; values.len()];
+            halves.convert_from_f32_slice(values);
+            out.reserve(values.len() * 2);
+            for h in &halves {
+                out.extend_from_slice(&h.to_le_bytes());
             }
         }
         Compression::Int8 => {
@@ -119,10 +125,15 @@ pub fn decode_payload_append(raw: &[u8], count: usize, out: &mut Vec<f32>, c: Co
             raw.chunks_exact(4)
                 .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
         ),
-        Compression::F16 => out.extend(
-            raw.chunks_exact(2)
-                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()),
-        ),
+        Compression::F16 => {
+            let halves: Vec<half::f16> = raw
+                .chunks_exact(2)
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]]))
+                .collect();
+            let start = out.len();
+            out.resize(start + halves.len(), 0.0);
+            halves.convert_to_f32_slice(&mut out[start..]);
+        }
         Compression::Int8 => {
             for block in raw.chunks(INT8_CHUNK + 4) {
                 let scale = f32::from_le_bytes([block[0], block[1], block[2], block[3]]);
@@ -135,6 +146,43 @@ pub fn decode_payload_append(raw: &[u8], count: usize, out: &mut Vec<f32>, c: Co
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The vectorised f16 conversion (F16C on this CPU) gives exactly the bits of the
+    /// portable software conversion, which the wasm worker uses: verification recomputes on
+    /// what the worker decoded, so the two must agree to the bit. Every f16 bit pattern one
+    /// way; the other way, 2^16 f32 spread over the whole range, with ties, subnormals and
+    /// values that overflow.
+    #[test]
+    fn f16_slices_match_the_portable_conversion_bit_for_bit() {
+        let halves: Vec<u8> = (0..=u16::MAX)
+            .filter(|&b| !half::f16::from_bits(b).is_nan())
+            .flat_map(u16::to_le_bytes)
+            .collect();
+        let mut got = Vec::new();
+        decode_payload_append(&halves, halves.len() / 2, &mut got, Compression::F16);
+        for (b, g) in halves.chunks_exact(2).zip(&got) {
+            let h = half::f16::from_le_bytes([b[0], b[1]]);
+            assert_eq!(g.to_bits(), h.to_f32_const().to_bits(), "{h}");
+        }
+        let mut values: Vec<f32> = (0..=u16::MAX)
+            .map(|i| f32::from_bits(u32::from(i).wrapping_mul(65_537) ^ 0x0040_0000))
+            .filter(|v| v.is_finite())
+            .collect();
+        // Halfway between two f16 values: ties go to even.
+        values.extend([
+            1.0 + 1.0 / 2048.0,
+            1.0 + 3.0 / 2048.0,
+            65_520.0,
+            6.0e-8,
+            3.0e-8,
+        ]);
+        let mut raw = Vec::new();
+        encode_payload(&mut raw, &values, Compression::F16);
+        for (v, b) in values.iter().zip(raw.chunks_exact(2)) {
+            let want = half::f16::from_f32_const(*v).to_bits();
+            assert_eq!(u16::from_le_bytes([b[0], b[1]]), want, "{v}");
+        }
+    }
 
     fn round_trip(values: &[f32], c: Compression) -> Vec<f32> {
         let mut out = Vec::new();
