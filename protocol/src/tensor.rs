@@ -5,6 +5,9 @@
 
 use half::slice::HalfFloatSliceExt;
 
+/// f16 values converted at a time, on the stack (a multiple of the 8 F16C converts at once).
+const F16_BLOCK: usize = 256;
+
 /// Values per int8 chunk: each chunk has its own scale, so one large value only coarsens its
 /// own chunk.
 pub const INT8_CHUNK: usize = 256;
@@ -73,11 +76,15 @@ pub fn encode_payload(out: &mut Vec<u8>, values: &[f32], c: Compression) {
         Compression::F16 => {
             // Converted 8 at a time (F16C where the CPU has it, found at run time; the same
             // round-to-nearest-even bits as the portable path the wasm worker takes).
-            let mut halves = vec![half::f16::ZERO; values.len()];
-            halves.convert_from_f32_slice(values);
+            // A block at a time on the stack: nothing allocated per chunk.
             out.reserve(values.len() * 2);
-            for h in &halves {
-                out.extend_from_slice(&h.to_le_bytes());
+            let mut halves = [half::f16::ZERO; F16_BLOCK];
+            for block in values.chunks(F16_BLOCK) {
+                let halves = &mut halves[..block.len()];
+                halves.convert_from_f32_slice(block);
+                for h in halves.iter() {
+                    out.extend_from_slice(&h.to_le_bytes());
+                }
             }
         }
         Compression::Int8 => {
@@ -126,13 +133,16 @@ pub fn decode_payload_append(raw: &[u8], count: usize, out: &mut Vec<f32>, c: Co
                 .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
         ),
         Compression::F16 => {
-            let halves: Vec<half::f16> = raw
-                .chunks_exact(2)
-                .map(|b| half::f16::from_le_bytes([b[0], b[1]]))
-                .collect();
-            let start = out.len();
-            out.resize(start + halves.len(), 0.0);
-            halves.convert_to_f32_slice(&mut out[start..]);
+            let mut halves = [half::f16::ZERO; F16_BLOCK];
+            let mut floats = [0.0f32; F16_BLOCK];
+            for block in raw.chunks(2 * F16_BLOCK) {
+                let n = block.len() / 2;
+                for (h, b) in halves.iter_mut().zip(block.chunks_exact(2)) {
+                    *h = half::f16::from_le_bytes([b[0], b[1]]);
+                }
+                halves[..n].convert_to_f32_slice(&mut floats[..n]);
+                out.extend_from_slice(&floats[..n]);
+            }
         }
         Compression::Int8 => {
             for block in raw.chunks(INT8_CHUNK + 4) {

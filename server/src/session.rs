@@ -270,7 +270,11 @@ where
     // Any frame counts as a sign of life: browsers answer pings from their network stack, so
     // a background tab with throttled timers still answers and keeps its place.
     let mut last_seen = Instant::now();
-    let mut receiving = Receiving::default();
+    let mut receiving = Receiving::new(upload_deadline(
+        joined.param_count,
+        liveness.timeout,
+        upload_rate,
+    ));
     let start = last_seen.into_std();
     let mut control = TokenBucket::new(CONTROL_BURST, CONTROL_PER_SEC, start);
     // A second's worth of burst; a larger frame is still read, and pays after.
@@ -279,9 +283,6 @@ where
     let mut paused_until: Option<Instant> = None;
     // A chunk that begins a gradient, held while its slot is awaited.
     let mut waiting: Option<(Bytes, SlotWait)> = None;
-    let mut last_chunk = last_seen;
-    // When the gradient holding a slot must be in (see `upload_deadline`).
-    let mut due = last_seen;
     loop {
         tokio::select! {
             biased;
@@ -325,8 +326,8 @@ where
                     paused_until = Some(Instant::from_std(resume));
                 }
                 let Some(frame) = frame else { continue };
-                match take_frame(&frame, &mut receiving, &joined, coordinator).await {
-                    Ok(Taken::Chunk) => last_chunk = Instant::now(),
+                match take_frame(&frame, &mut receiving, slots, &joined, coordinator).await {
+                    Ok(Taken::Chunk) => {}
                     Ok(Taken::NeedsSlot) => {
                         // Not read again until a slot is free: the bytes wait in the kernel.
                         waiting = Some((frame, Box::pin(slots.clone().acquire())));
@@ -336,12 +337,10 @@ where
             }
             slot = wait_for_slot(&mut waiting) => {
                 let (frame, _) = waiting.take().expect("the branch runs only while waiting");
-                receiving.upload.grant(slot);
+                receiving.grant(slot);
                 // The wait was the coordinator's, not the worker's.
                 last_seen = Instant::now();
-                last_chunk = last_seen;
-                due = last_seen + upload_deadline(joined.param_count, liveness.timeout, upload_rate);
-                match take_frame(&frame, &mut receiving, &joined, coordinator).await {
+                match take_frame(&frame, &mut receiving, slots, &joined, coordinator).await {
                     Ok(_) => {}
                     Err(end) => return end,
                 }
@@ -356,7 +355,7 @@ where
                 }
                 // A slot is the coordinator's memory: a gradient that stops coming gives it up.
                 if reading {
-                    if let Err(end) = receiving.check_pace(last_chunk, due, liveness.timeout, slots.slots()) {
+                    if let Err(end) = receiving.check_pace(liveness.timeout, slots.slots()) {
                         return end;
                     }
                 }

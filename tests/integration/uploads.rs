@@ -85,30 +85,44 @@ async fn a_third_gradient_waits_for_a_slot_and_then_counts() {
     server.shutdown.cancel();
 }
 
-/// A worker that sends one chunk and then nothing, while answering pings, is refused with
-/// `TooSlow` once the ping timeout passes without a chunk, and its slot is free again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stalled_gradient_gives_its_slot_up() {
+/// A coordinator with two upload slots and these ping settings, one worker joined, and the
+/// chunk frames of that worker's first gradient, unsent.
+async fn two_slots_and_a_gradient(
+    ping_interval: &str,
+    ping_timeout: &str,
+) -> (server::RunningServer, ManualWorker, Vec<Vec<u8>>) {
     let server = start_server(&[
         "--upload-memory",
         "1",
         "--ping-interval",
-        "200ms",
+        ping_interval,
         "--ping-timeout",
-        "1s",
+        ping_timeout,
         "--eval-interval",
         "1000",
     ])
     .await;
+    let mut worker = ManualWorker::join(server.addr).await;
+    let frames = worker.next_gradient().await;
+    (server, worker, frames)
+}
+
+/// A worker that sends one chunk and then nothing, while answering pings, is refused with
+/// `TooSlow` once the ping timeout passes without a chunk, and its slot is free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_gradient_gives_its_slot_up() {
+    let (server, mut worker, mut frames) = two_slots_and_a_gradient("200ms", "1s").await;
     let addr = server.addr;
-    let mut worker = ManualWorker::join(addr).await;
-    let mut frames = worker.next_gradient().await;
     frames.truncate(1);
     worker.send(frames).await;
     until_gauge(addr, "crowdtrain_upload_slots_free", 1.0).await;
     // Reading answers the coordinator's pings, so this worker is alive, only not sending.
     let message = worker.client.expect_error(ErrorCode::TooSlow).await;
-    assert!(message.contains("upload slots"), "{message}");
+    assert!(
+        message.contains("no chunk of the gradient under way")
+            && message.contains("2 upload slots"),
+        "{message}"
+    );
     until_gauge(addr, "crowdtrain_upload_slots_free", 2.0).await;
     server.shutdown.cancel();
 }
@@ -118,21 +132,9 @@ async fn a_stalled_gradient_gives_its_slot_up() {
 /// 6.2 s for the default MLP's 0.4 MB), and its slot is free again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trickled_gradient_gives_its_slot_up() {
-    let server = start_server(&[
-        "--upload-memory",
-        "1",
-        // Pings it answers only when it reads at the end: few enough not to be a flood.
-        "--ping-interval",
-        "1s",
-        "--ping-timeout",
-        "3s",
-        "--eval-interval",
-        "1000",
-    ])
-    .await;
+    // Pings it answers only when it reads at the end: few enough not to be a flood.
+    let (server, mut worker, frames) = two_slots_and_a_gradient("1s", "3s").await;
     let addr = server.addr;
-    let mut worker = ManualWorker::join(addr).await;
-    let frames = worker.next_gradient().await;
     assert_eq!(frames.len(), 7);
     // A chunk every 1.5 s: never 3 s without one, but 7 chunks would take 9 s.
     let mut pace = tokio::time::interval(std::time::Duration::from_millis(1500));

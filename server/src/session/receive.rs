@@ -11,16 +11,22 @@ use tokio::time::Instant;
 
 use super::{End, GRADIENT_SLACK};
 use crate::coordinator::{CoordinatorHandle, Joined};
-use crate::upload::{Progress, Slot, Upload};
+use crate::upload::{Progress, Slot, Upload, UploadSlots};
 
-/// What a connection has received: the gradient under way, and the count of gradients
-/// against the `Weights` it was sent (a worker's pace is the coordinator's, so this is its
-/// rate limit for gradients).
-#[derive(Debug, Default)]
+/// What a connection has received: the gradient under way with its clocks, and the count
+/// of gradients against the `Weights` it was sent (a worker's pace is the coordinator's, so
+/// this is its rate limit for gradients).
+#[derive(Debug)]
 pub(super) struct Receiving {
-    pub(super) upload: Upload,
+    upload: Upload,
     pub(super) weights_sent: u64,
     gradients_received: u64,
+    /// How long a gradient may hold its slot ([`upload_deadline`]), and when the one under
+    /// way must be in.
+    allowed: Duration,
+    due: Instant,
+    /// When its last chunk came.
+    last_chunk: Instant,
 }
 
 /// The slowest a gradient may arrive once it holds an upload slot, in bytes (of its values,
@@ -41,19 +47,33 @@ pub(super) fn upload_deadline(
 }
 
 impl Receiving {
-    /// A gradient under way that has sent no chunk for the ping timeout, or is past `due`,
-    /// gives its slot up with `TooSlow`.
-    pub(super) fn check_pace(
-        &self,
-        last_chunk: Instant,
-        due: Instant,
-        timeout: Duration,
-        slots: usize,
-    ) -> Result<(), End> {
+    /// `allowed`: how long a gradient may hold its slot.
+    pub(super) fn new(allowed: Duration) -> Self {
+        let now = Instant::now();
+        Self {
+            upload: Upload::default(),
+            weights_sent: 0,
+            gradients_received: 0,
+            allowed,
+            due: now,
+            last_chunk: now,
+        }
+    }
+
+    /// The next gradient goes into `slot`; its clocks start now.
+    pub(super) fn grant(&mut self, slot: Slot) {
+        self.upload.grant(slot);
+        self.last_chunk = Instant::now();
+        self.due = self.last_chunk + self.allowed;
+    }
+
+    /// A gradient under way that has sent no chunk for the ping timeout, or is past its
+    /// time, gives its slot up with `TooSlow`.
+    pub(super) fn check_pace(&self, timeout: Duration, slots: usize) -> Result<(), End> {
         if !self.upload.in_progress() {
             return Ok(());
         }
-        if Instant::now() > due {
+        if Instant::now() > self.due {
             return Err(End::refuse(
                 ErrorCode::TooSlow,
                 format!(
@@ -62,7 +82,7 @@ impl Receiving {
                 ),
             ));
         }
-        let stalled = last_chunk.elapsed();
+        let stalled = self.last_chunk.elapsed();
         if stalled > timeout {
             return Err(End::refuse(
                 ErrorCode::TooSlow,
@@ -83,11 +103,12 @@ pub(super) enum Taken {
 
 pub(super) type SlotWait = Pin<Box<dyn Future<Output = Slot> + Send>>;
 
-/// Decodes a worker's frame and takes its chunk; a whole gradient goes on to the coordinator
-/// with its slot.
+/// Decodes a worker's frame and takes its chunk, into a slot taken from `slots` if one is
+/// free when a gradient begins; a whole gradient goes on to the coordinator with its slot.
 pub(super) async fn take_frame(
     frame: &Bytes,
     receiving: &mut Receiving,
+    slots: &UploadSlots,
     joined: &Joined,
     coordinator: &CoordinatorHandle,
 ) -> Result<Taken, End> {
@@ -101,10 +122,12 @@ pub(super) async fn take_frame(
         }
         Err(err) => return Err(End::refuse(err.code(), err.to_string())),
     };
-    let upload = &mut receiving.upload;
-    if !upload.in_progress() {
-        if !upload.has_slot() {
-            return Ok(Taken::NeedsSlot);
+    if !receiving.upload.in_progress() {
+        if !receiving.upload.has_slot() {
+            match slots.try_acquire() {
+                Some(slot) => receiving.grant(slot),
+                None => return Ok(Taken::NeedsSlot),
+            }
         }
         receiving.gradients_received += 1;
         let (sent, received) = (receiving.weights_sent, receiving.gradients_received);
@@ -115,6 +138,8 @@ pub(super) async fn take_frame(
             ));
         }
     }
+    receiving.last_chunk = Instant::now();
+    let upload = &mut receiving.upload;
     match upload.take(&chunk, joined) {
         Ok(Progress::More) => {}
         Ok(Progress::Done(gradient, norm)) => {

@@ -80,6 +80,16 @@ impl UploadSlots {
         self.inner.waiting.load(Ordering::Relaxed)
     }
 
+    /// A free slot now, if there is one. Released slots go to waiters first, so this never
+    /// overtakes a session already waiting.
+    pub fn try_acquire(&self) -> Option<Slot> {
+        let permit = Arc::clone(&self.inner.permits).try_acquire_owned().ok()?;
+        Some(Slot {
+            _permit: permit,
+            slots: self.clone(),
+        })
+    }
+
     /// Waits for a free slot. Waiters are served in the order they asked, as long as the
     /// future is kept (dropping it gives up its place).
     pub async fn acquire(self) -> Slot {
@@ -162,9 +172,10 @@ mod tests {
     #[tokio::test]
     async fn a_third_upload_waits_until_a_slot_is_given_back() {
         let slots = UploadSlots::new(0, 1000);
-        let a = slots.clone().acquire().await;
+        let a = slots.try_acquire().expect("two free");
         let b = slots.clone().acquire().await;
         assert_eq!(slots.available(), 0);
+        assert!(slots.try_acquire().is_none());
         let mut third = Box::pin(slots.clone().acquire());
         assert!(futures_util::poll!(&mut third).is_pending());
         assert_eq!(slots.waiting(), 1);
