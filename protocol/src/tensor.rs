@@ -92,27 +92,68 @@ pub fn encode_payload(out: &mut Vec<u8>, values: &[f32], c: Compression) {
             for chunk in values.chunks(INT8_CHUNK) {
                 // NaN or infinity make the scale non-finite, which decoding turns back into
                 // non-finite values: the receiver's validation still sees them.
-                let max = chunk.iter().fold(0.0f32, |m, x| {
-                    if x.abs() > m || x.is_nan() {
-                        x.abs()
-                    } else {
-                        m
-                    }
-                });
-                let scale = max / 127.0;
+                let scale = abs_max(chunk) / 127.0;
                 out.extend_from_slice(&scale.to_le_bytes());
                 let inv = if scale > 0.0 && scale.is_finite() {
                     1.0 / scale
                 } else {
                     0.0
                 };
-                out.extend(
-                    chunk
-                        .iter()
-                        .map(|x| (x * inv).round().clamp(-127.0, 127.0) as i8 as u8),
-                );
+                out.extend(chunk.iter().map(|x| quantize(*x, inv)));
             }
         }
+    }
+}
+
+/// The largest `|x|` in `chunk`, or NaN if any value is NaN. Kept in 8 lanes, which the
+/// compiler turns into vector compares: the result does not depend on the order (the
+/// maximum is associative, and a NaN, once in a lane, stays).
+fn abs_max(chunk: &[f32]) -> f32 {
+    // `a` unless `m` is already NaN or at least `a`: a NaN `a` always goes in.
+    fn max(m: f32, a: f32) -> f32 {
+        if a > m || a.is_nan() {
+            a
+        } else {
+            m
+        }
+    }
+    let mut lanes = [0.0f32; 8];
+    let mut blocks = chunk.chunks_exact(8);
+    for block in &mut blocks {
+        for (m, x) in lanes.iter_mut().zip(block) {
+            *m = max(*m, x.abs());
+        }
+    }
+    let rest = blocks.remainder().iter().fold(0.0, |m, x| max(m, x.abs()));
+    lanes.into_iter().fold(rest, max)
+}
+
+/// `round(x * inv)` (half away from zero) clamped to -127..=127, as two's-complement bits.
+/// `f32::round` is a libm call per value on baseline x86-64, and `as i32` a saturating
+/// conversion the compiler keeps scalar; this is the same function in operations that
+/// vectorise. Adding 2^23 to `|y| ≤ 128` leaves `|y|` rounded to nearest, ties to even, in
+/// the sum's low mantissa bits; `|y|` minus that integer is exact (Sterbenz), so a tie that
+/// went down to even shows as exactly 0.5 and goes up instead. A NaN `y` gives 0, as
+/// `NaN.round() as i8` does.
+fn quantize(x: f32, inv: f32) -> u8 {
+    const TWO_23: f32 = 8_388_608.0;
+    let y = x * inv;
+    let a = y.abs();
+    let a = if a <= 128.0 {
+        a
+    } else if a > 128.0 {
+        128.0
+    } else {
+        0.0
+    };
+    let shifted = a + TWO_23;
+    let even = shifted.to_bits() - TWO_23.to_bits();
+    let tie_went_down = a - (shifted - TWO_23) == 0.5;
+    let magnitude = (even + u32::from(tie_went_down)).min(127) as u8;
+    if y.is_sign_negative() {
+        magnitude.wrapping_neg()
+    } else {
+        magnitude
     }
 }
 
@@ -191,6 +232,90 @@ mod tests {
         for (v, b) in values.iter().zip(raw.chunks_exact(2)) {
             let want = half::f16::from_f32_const(*v).to_bits();
             assert_eq!(u16::from_le_bytes([b[0], b[1]]), want, "{v}");
+        }
+    }
+
+    /// int8 as first written, one value at a time with `f32::round`: the reference the
+    /// vectorised encoding must match byte for byte.
+    fn int8_reference(values: &[f32]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for chunk in values.chunks(INT8_CHUNK) {
+            let max = chunk.iter().fold(0.0f32, |m, x| {
+                if x.abs() > m || x.is_nan() {
+                    x.abs()
+                } else {
+                    m
+                }
+            });
+            let scale = max / 127.0;
+            out.extend_from_slice(&scale.to_le_bytes());
+            let inv = if scale > 0.0 && scale.is_finite() {
+                1.0 / scale
+            } else {
+                0.0
+            };
+            out.extend(
+                chunk
+                    .iter()
+                    .map(|x| (x * inv).round().clamp(-127.0, 127.0) as i8 as u8),
+            );
+        }
+        out
+    }
+
+    /// Every chunk below encodes to exactly the reference's bytes (a NaN scale only has to
+    /// be NaN: which NaN's bits it carries depends on the order the maximum was taken in).
+    #[test]
+    fn int8_matches_the_one_value_at_a_time_reference() {
+        let mut chunks: Vec<Vec<f32>> = Vec::new();
+        // Scale 1 (127 in every chunk): every tie k + 0.5, the values just either side of
+        // it, ±0 and ±127.
+        let mut ties = Vec::new();
+        for k in -127..127 {
+            let t = k as f32 + 0.5;
+            ties.extend([t, t.next_down(), t.next_up()]);
+        }
+        ties.extend([-127.0, 0.0, -0.0, 0.49999997, -0.49999997]);
+        for part in ties.chunks(INT8_CHUNK - 1) {
+            chunks.push([&[127.0], part].concat());
+        }
+        chunks.push(vec![127.5, -127.5, 127.0, 126.5, -0.5]);
+        // Pseudo-random values over many magnitudes, in whole and partial chunks.
+        let mut seed = 0x2545_f491_u32;
+        for exp in [-140i32, -126, -60, -20, -3, 0, 3, 20, 60, 126] {
+            let len = [INT8_CHUNK, 7, 1, 200][(exp.unsigned_abs() % 4) as usize];
+            let chunk = (0..len)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 17;
+                    seed ^= seed << 5;
+                    (seed as f32 / u32::MAX as f32 - 0.5) * 2f32.powi(exp)
+                })
+                .collect();
+            chunks.push(chunk);
+        }
+        // Subnormal maxima (a scale of 0, or one whose inverse overflows), zeros, NaN, ±inf.
+        let tiny = f32::from_bits(1);
+        chunks.extend([
+            vec![tiny, -tiny, 0.0],
+            vec![f32::from_bits(200), -f32::from_bits(77), tiny],
+            vec![0.0; 9],
+            vec![1.0, f32::NAN, -3.0, f32::INFINITY],
+            vec![f32::INFINITY, 2.0, -1.0],
+            vec![f32::NEG_INFINITY, f32::MAX, f32::MIN],
+            vec![f32::MAX, 1.0, -f32::MAX, 0.5],
+        ]);
+        for chunk in &chunks {
+            let mut got = Vec::new();
+            encode_payload(&mut got, chunk, Compression::Int8);
+            let want = int8_reference(chunk);
+            let scale = |b: &[u8]| f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            let (g, w) = (scale(&got), scale(&want));
+            assert!(
+                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                "scale {g} vs {w} for {chunk:?}"
+            );
+            assert_eq!(got[4..], want[4..], "{chunk:?}");
         }
     }
 
