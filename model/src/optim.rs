@@ -66,7 +66,9 @@ pub trait Optimizer: std::fmt::Debug {
     fn step(&mut self, params: &mut [f32], grads: &[f32]);
     /// Whether [`Optimizer::step`] with `grads` would leave every parameter (and the
     /// optimizer's own state) finite. Changes nothing: a coordinator asks before stepping,
-    /// so a step that would break the model is never taken.
+    /// so a step that would break the model is never taken. It runs over every parameter
+    /// each round, so implementations fold with `&` rather than stop at the first failure:
+    /// a loop without an exit is one the compiler vectorises.
     fn would_stay_finite(&self, params: &[f32], grads: &[f32]) -> bool;
     /// Everything a later [`Optimizer::restore`] needs to continue bit for bit: the step
     /// count and the named state tensors (none for SGD, `velocity` for momentum, `m` and `v`
@@ -136,7 +138,7 @@ impl Optimizer for Sgd {
         params
             .iter()
             .zip(grads)
-            .all(|(&p, &g)| (p - self.lr * g).is_finite())
+            .fold(true, |ok, (&p, &g)| ok & (p - self.lr * g).is_finite())
     }
 
     fn state(&self) -> OptimizerState {
@@ -183,9 +185,9 @@ impl Optimizer for Momentum {
             .iter()
             .zip(&self.velocity)
             .zip(grads)
-            .all(|((&p, &v), &g)| {
+            .fold(true, |ok, ((&p, &v), &g)| {
                 let v = self.momentum * v + g;
-                v.is_finite() && (p - self.lr * v).is_finite()
+                ok & v.is_finite() & (p - self.lr * v).is_finite()
             })
     }
 
@@ -262,12 +264,12 @@ impl Optimizer for Adam {
             .zip(&self.m)
             .zip(&self.v)
             .zip(grads)
-            .all(|(((&p, &m), &v), &g)| {
+            .fold(true, |ok, (((&p, &m), &v), &g)| {
                 let m = b1 * m + (1.0 - b1) * g;
                 let v = b2 * v + (1.0 - b2) * g * g;
-                m.is_finite()
-                    && v.is_finite()
-                    && (p - step * m / ((v / c2).sqrt() + self.eps)).is_finite()
+                ok & m.is_finite()
+                    & v.is_finite()
+                    & (p - step * m / ((v / c2).sqrt() + self.eps)).is_finite()
             })
     }
 
