@@ -161,7 +161,11 @@ async fn run(
 
     let connect_start = Instant::now();
     let tasks: Vec<_> = (0..workers)
-        .map(|k| tokio::spawn(worker(addr, k, total_rounds, compression)))
+        .map(|k| {
+            // Worker 0 also reads both processes' CPU time when the timed rounds begin and end.
+            let probe = (k == 0).then_some(pid);
+            tokio::spawn(worker(addr, k, total_rounds, compression, probe))
+        })
         .collect();
     let mut timelines = Vec::with_capacity(workers);
     for task in tasks {
@@ -184,6 +188,15 @@ async fn run(
     round_ms.sort_by(f64::total_cmp);
     let rounds_per_s = rounds as f64 / elapsed;
     let peak_rss_mb = peak_rss_kb(pid)? as f64 / 1024.0;
+    let cpu = &timelines[0].cpu;
+    let (coordinator_cpu_s, workers_cpu_s) = match cpu[..] {
+        [start, end] => (
+            end.coordinator - start.coordinator,
+            end.workers - start.workers,
+        ),
+        _ => bail!("worker 0 read the CPU times {} times, not 2", cpu.len()),
+    };
+    let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
 
     let final_params = fetch_params(addr, hidden).await?;
     let (checksum_ok, checksum_max_diff) =
@@ -209,6 +222,11 @@ async fn run(
         "ingest_MBps": round2(workers as f64 * params as f64 * 4.0 * rounds_per_s / 1e6),
         "round_ms_median": round2(round_ms[round_ms.len() / 2]),
         "coordinator_peak_rss_MB": round2(peak_rss_mb),
+        // CPU seconds over the timed rounds: the coordinator's, and this process's (the K
+        // workers), and how busy that kept the machine's cores.
+        "coordinator_cpu_s": round2(coordinator_cpu_s),
+        "workers_cpu_s": round2(workers_cpu_s),
+        "cpu_busy_pct": round2(100.0 * (coordinator_cpu_s + workers_cpu_s) / (elapsed * cores)),
         "connect_s": round2(connect_s),
         "checksum_ok": checksum_ok,
         "checksum_max_abs_diff": checksum_max_diff,
@@ -225,6 +243,36 @@ struct Timeline {
     joined: Instant,
     /// When the weights of each round arrived.
     arrivals: Vec<Instant>,
+    /// CPU times when the timed rounds began and ended (worker 0 only).
+    cpu: Vec<CpuTimes>,
+}
+
+/// CPU seconds (user + system) used so far by the coordinator process and by this one.
+#[derive(Debug, Clone, Copy)]
+struct CpuTimes {
+    coordinator: f64,
+    workers: f64,
+}
+
+impl CpuTimes {
+    fn read(coordinator: u32) -> anyhow::Result<Self> {
+        Ok(Self {
+            coordinator: cpu_seconds(&coordinator.to_string())?,
+            workers: cpu_seconds("self")?,
+        })
+    }
+}
+
+/// utime + stime of a process, from `/proc/<pid>/stat` (fields 14 and 15, after the
+/// parenthesised command name), in clock ticks of USER_HZ, which Linux fixes at 100.
+fn cpu_seconds(pid: &str) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after_name = stat.rsplit_once(')').context("no command name")?.1;
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // after_name starts at field 3 (state), so fields 14 and 15 are at 11 and 12.
+    let ticks: u64 = fields.get(11).context("no utime")?.parse::<u64>()?
+        + fields.get(12).context("no stime")?.parse::<u64>()?;
+    Ok(ticks as f64 / 100.0)
 }
 
 /// One synthetic worker: answers rounds 0..total with `w · 0.001 + k`.
@@ -233,6 +281,7 @@ async fn worker(
     k: usize,
     total: u64,
     compression: Compression,
+    probe: Option<u32>,
 ) -> anyhow::Result<Timeline> {
     // Nagle off, as the native worker does: a gradient's chunks go out back to back.
     let url = format!("ws://{addr}/ws");
@@ -247,6 +296,7 @@ async fn worker(
     let mut timeline = Timeline {
         joined: Instant::now(),
         arrivals: Vec::new(),
+        cpu: Vec::new(),
     };
     // The weights arrive in chunks; like a real worker, it answers once all are in.
     let mut weights = Vec::new();
@@ -265,6 +315,11 @@ async fn worker(
                     continue;
                 }
                 timeline.arrivals.push(Instant::now());
+                if let Some(pid) = probe {
+                    if w.round.0 == WARMUP_ROUNDS || w.round.0 == total {
+                        timeline.cpu.push(CpuTimes::read(pid)?);
+                    }
+                }
                 if w.round.0 >= total {
                     return Ok(timeline);
                 }
