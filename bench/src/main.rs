@@ -11,6 +11,8 @@
 //! count is as close to `--params` as the 784-H-10 shape allows: within 398 parameters (half a
 //! hidden unit of 795), so 100,180 for 100k (+0.18 %) and 1,000,120 for 1M (+0.012 %).
 
+mod procfs;
+
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -23,6 +25,8 @@ use protocol::{
 };
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio_tungstenite::tungstenite::Message;
+
+use procfs::{peak_rss_kb, CpuTimes};
 
 const LR: f32 = 0.1;
 const WARMUP_ROUNDS: u64 = 2;
@@ -247,34 +251,6 @@ struct Timeline {
     cpu: Vec<CpuTimes>,
 }
 
-/// CPU seconds (user + system) used so far by the coordinator process and by this one.
-#[derive(Debug, Clone, Copy)]
-struct CpuTimes {
-    coordinator: f64,
-    workers: f64,
-}
-
-impl CpuTimes {
-    fn read(coordinator: u32) -> anyhow::Result<Self> {
-        Ok(Self {
-            coordinator: cpu_seconds(&coordinator.to_string())?,
-            workers: cpu_seconds("self")?,
-        })
-    }
-}
-
-/// utime + stime of a process, from `/proc/<pid>/stat` (fields 14 and 15, after the
-/// parenthesised command name), in clock ticks of USER_HZ, which Linux fixes at 100.
-fn cpu_seconds(pid: &str) -> anyhow::Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let after_name = stat.rsplit_once(')').context("no command name")?.1;
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    // after_name starts at field 3 (state), so fields 14 and 15 are at 11 and 12.
-    let ticks: u64 = fields.get(11).context("no utime")?.parse::<u64>()?
-        + fields.get(12).context("no stime")?.parse::<u64>()?;
-    Ok(ticks as f64 / 100.0)
-}
-
 /// One synthetic worker: answers rounds 0..total with `w · 0.001 + k`.
 async fn worker(
     addr: std::net::SocketAddr,
@@ -420,14 +396,4 @@ async fn fetch_params(addr: std::net::SocketAddr, hidden: usize) -> anyhow::Resu
     let mlp = model::Network::mlp(&[784, hidden, 10])?;
     let (params, _) = server::tensors_file::decode_params(&raw[body_at..], mlp.layout())?;
     Ok(params)
-}
-
-/// Peak resident set (VmHWM) of a process, in KiB.
-fn peak_rss_kb(pid: u32) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .context("no VmHWM")
 }
