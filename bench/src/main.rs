@@ -114,6 +114,8 @@ async fn run(
         // Every synthetic worker dials from 127.0.0.1.
         "--max-per-ip".into(),
         workers.max(1).to_string(),
+        "--upload-slots-per-ip".into(),
+        workers.max(1).to_string(),
         // No evaluation and no deadline: measure coordination only.
         "--eval-interval".into(),
         "1000000000".into(),

@@ -90,7 +90,7 @@ fn gauge(e: &mut DescriptorEncoder<'_>, name: &str, help: &str, value: f64) -> F
     g.encode(e.encode_descriptor(name, help, None, g.metric_type())?)
 }
 
-/// `--upload-memory` at work: slots, slots free, and sessions waiting for one.
+/// `--upload-memory` at work: slots, slots free, one address's share, and sessions waiting.
 #[derive(Debug)]
 struct FromSlots(UploadSlots);
 
@@ -111,8 +111,14 @@ impl Collector for FromSlots {
         )?;
         gauge(
             &mut e,
+            "upload_slots_per_ip",
+            "Upload slots one address may hold at once (--upload-slots-per-ip)",
+            s.per_address() as f64,
+        )?;
+        gauge(
+            &mut e,
             "uploads_waiting",
-            "Workers whose gradient waits, unread, for an upload slot",
+            "Workers whose gradient waits, unread, for an upload slot (or for their address's turn)",
             s.waiting() as f64,
         )
     }

@@ -115,9 +115,14 @@ pub async fn start(
     let checkpoints = config.checkpoints.clone();
     let net = data.network(&config.model).map_err(ServerError::Model)?;
     let (liveness, upload_rate) = (config.liveness, config.upload_rate);
-    let slots = UploadSlots::new(config.upload_memory, net.trainable_count());
+    let slots = UploadSlots::new(
+        config.upload_memory,
+        net.trainable_count(),
+        config.upload_slots_per_ip,
+    );
     info!(
         slots = slots.slots(),
+        per_address = slots.per_address(),
         upload_memory_mib = config.upload_memory >> 20,
         "gradients received at once"
     );

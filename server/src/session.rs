@@ -94,6 +94,7 @@ pub async fn run<S, E>(
                 &mut inbox,
                 joined,
                 &limits,
+                peer,
             )
             .await;
             (Some(joined), end)
@@ -253,6 +254,7 @@ async fn serve<S, E>(
     inbox: &mut mpsc::Receiver<Outbound>,
     joined: Joined,
     limits: &Limits,
+    peer: IpAddr,
 ) -> End
 where
     S: Stream<Item = Result<Message, E>> + Sink<Message> + Unpin,
@@ -270,11 +272,8 @@ where
     // Any frame counts as a sign of life: browsers answer pings from their network stack, so
     // a background tab with throttled timers still answers and keeps its place.
     let mut last_seen = Instant::now();
-    let mut receiving = Receiving::new(upload_deadline(
-        joined.param_count,
-        liveness.timeout,
-        upload_rate,
-    ));
+    let allowed = upload_deadline(joined.param_count, liveness.timeout, upload_rate);
+    let mut receiving = Receiving::new(peer, allowed);
     let start = last_seen.into_std();
     let mut control = TokenBucket::new(CONTROL_BURST, CONTROL_PER_SEC, start);
     // A second's worth of burst; a larger frame is still read, and pays after.
@@ -330,7 +329,8 @@ where
                     Ok(Taken::Chunk) => {}
                     Ok(Taken::NeedsSlot) => {
                         // Not read again until a slot is free: the bytes wait in the kernel.
-                        waiting = Some((frame, Box::pin(slots.clone().acquire())));
+                        let wait = slots.clone().acquire(receiving.peer);
+                        waiting = Some((frame, Box::pin(wait)));
                     }
                     Err(end) => return end,
                 }

@@ -1,5 +1,5 @@
-//! `--upload-memory`: gradients take turns for the coordinator's upload slots, and a gradient
-//! that stops arriving gives its slot up. Real workers (the shared worker core over real
+//! `--upload-memory`: gradients take turns for the coordinator's upload slots, one address
+//! holds at most its share of them, and a gradient that stops arriving gives its slot up. Real workers (the shared worker core over real
 //! WebSockets), the real coordinator, its `/metrics`.
 
 use protocol::ErrorCode;
@@ -27,9 +27,10 @@ async fn until_gauge(addr: std::net::SocketAddr, name: &str, value: f64) {
     .await;
 }
 
-/// Two slots (the default MLP's gradient is 0.4 MB, the budget 1 MiB), three workers: the
-/// third gradient is not read while two are under way, and goes on as soon as one of them
-/// is done. Every gradient counts; the round closes with all three.
+/// Two slots (the default MLP's gradient is 0.4 MB, the budget 1 MiB), three workers (all on
+/// 127.0.0.1, which may hold both here): the third gradient is not read while two are under
+/// way, and goes on as soon as one of them is done. Every gradient counts; the round closes
+/// with all three.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_third_gradient_waits_for_a_slot_and_then_counts() {
     let server = start_server(&[
@@ -37,6 +38,8 @@ async fn a_third_gradient_waits_for_a_slot_and_then_counts() {
         "3",
         "--upload-memory",
         "1",
+        "--upload-slots-per-ip",
+        "2",
         "--eval-interval",
         "1000",
     ])
@@ -81,6 +84,60 @@ async fn a_third_gradient_waits_for_a_slot_and_then_counts() {
     let s = wait_status(&mut status, "the round", |s| s.round >= 1).await;
     assert_eq!(s.gradients_accepted, 3);
     assert_eq!(s.gradients_rejected, 0);
+    until_gauge(addr, "crowdtrain_upload_slots_free", 2.0).await;
+    server.shutdown.cancel();
+}
+
+/// Two slots, one per address (the default share: half). Two workers on 127.0.0.1 begin
+/// their gradients and stop; the second waits for its own address's turn, not in the queue
+/// for slots, so a worker on 127.0.0.2 gets the other slot at once and its gradient counts
+/// while 127.0.0.1 still holds its slot. Then the first finishes, the second goes on, and
+/// the round closes with all three.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_cannot_keep_the_others_gradients_out() {
+    let server = start_server(&[
+        "--min-workers",
+        "3",
+        "--upload-memory",
+        "1",
+        "--eval-interval",
+        "1000",
+    ])
+    .await;
+    let addr = server.addr;
+    let mut status = server.status.clone();
+    assert_eq!(gauge(addr, "crowdtrain_upload_slots_per_ip").await, 1.0);
+    let other: std::net::IpAddr = [127, 0, 0, 2].into();
+    let mut workers = vec![
+        ManualWorker::join(addr).await,
+        ManualWorker::join(addr).await,
+        ManualWorker::join_from(addr, other).await,
+    ];
+    let mut gradients = Vec::new();
+    for w in &mut workers {
+        gradients.push(w.next_gradient().await);
+    }
+    let rest_first = gradients[0].split_off(1);
+    let rest_second = gradients[1].split_off(1);
+    workers[0].send(gradients[0].clone()).await;
+    until_gauge(addr, "crowdtrain_upload_slots_free", 1.0).await;
+    workers[1].send(gradients[1].clone()).await;
+    until_gauge(addr, "crowdtrain_uploads_waiting", 1.0).await;
+    assert_eq!(gauge(addr, "crowdtrain_upload_slots_free").await, 1.0);
+    // The other address's gradient is not behind 127.0.0.1's waiter.
+    workers[2].send(gradients[2].clone()).await;
+    let s = wait_status(&mut status, "127.0.0.2's gradient", |s| {
+        s.round_answered >= 1
+    })
+    .await;
+    assert_eq!((s.round_answered, s.round), (1, 0));
+    assert_eq!(gauge(addr, "crowdtrain_uploads_waiting").await, 1.0);
+    // 127.0.0.1's first gradient ends; its second goes on; the round closes with all three.
+    workers[0].send(rest_first).await;
+    until_gauge(addr, "crowdtrain_uploads_waiting", 0.0).await;
+    workers[1].send(rest_second).await;
+    let s = wait_status(&mut status, "the round", |s| s.round >= 1).await;
+    assert_eq!((s.gradients_accepted, s.gradients_rejected), (3, 0));
     until_gauge(addr, "crowdtrain_upload_slots_free", 2.0).await;
     server.shutdown.cancel();
 }

@@ -116,6 +116,26 @@ impl RawClient {
         Self { ws }
     }
 
+    /// Connects from `source` (any of 127.0.0.0/8 is this machine on Linux), so the
+    /// coordinator sees another address than 127.0.0.1.
+    pub async fn connect_from(addr: SocketAddr, source: std::net::IpAddr) -> Self {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket
+            .bind(SocketAddr::new(source, 0))
+            .expect("bind the source");
+        let tcp = guard("connect", socket.connect(addr))
+            .await
+            .expect("tcp connects");
+        let stream = MaybeTlsStream::Plain(tcp);
+        let (ws, _) = guard(
+            "handshake",
+            tokio_tungstenite::client_async(ws_url(addr), stream),
+        )
+        .await
+        .expect("websocket connects");
+        Self { ws }
+    }
+
     pub async fn send_raw(&mut self, msg: Message) {
         self.ws.send(msg).await.expect("send");
     }
@@ -205,7 +225,15 @@ pub struct ManualWorker {
 
 impl ManualWorker {
     pub async fn join(addr: SocketAddr) -> Self {
-        let mut client = RawClient::connect(addr).await;
+        Self::joined(RawClient::connect(addr).await).await
+    }
+
+    /// Joins from `source` (see [`RawClient::connect_from`]).
+    pub async fn join_from(addr: SocketAddr, source: std::net::IpAddr) -> Self {
+        Self::joined(RawClient::connect_from(addr, source).await).await
+    }
+
+    async fn joined(mut client: RawClient) -> Self {
         let core = worker_core::WorkerCore::new(WorkerKind::Native, None);
         client
             .send_raw(Message::Binary(core.hello_frame().into()))

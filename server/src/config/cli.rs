@@ -206,6 +206,11 @@ pub struct Cli {
     #[arg(long, default_value_t = crate::upload::slots::DEFAULT_UPLOAD_MEMORY_MIB)]
     pub upload_memory: usize,
 
+    /// Upload slots one address may hold at once [default: half of them, rounded up]. Raise
+    /// it when many honest workers share one address (a lab behind NAT, or all on localhost).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub upload_slots_per_ip: Option<u32>,
+
     /// Serve https and wss with this PEM certificate chain (leaf first); needs --tls-key.
     #[arg(long)]
     pub tls_cert: Option<PathBuf>,

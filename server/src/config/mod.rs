@@ -101,6 +101,7 @@ pub struct Config {
     pub upload_rate: Option<f64>,
     /// `--upload-memory`, in bytes.
     pub upload_memory: usize,
+    pub upload_slots_per_ip: Option<usize>,
     /// `--tls-cert` and `--tls-key`: serve https/wss.
     pub tls: Option<TlsFiles>,
     pub log_level: String,
@@ -271,6 +272,7 @@ impl TryFrom<Cli> for Config {
             replicate: cli.replicate,
             upload_rate,
             upload_memory: cli.upload_memory << 20,
+            upload_slots_per_ip: cli.upload_slots_per_ip.map(|n| n as usize),
             tls,
             log_level,
             log_format: cli.log_format,

@@ -2,6 +2,7 @@
 //! chunks into an upload slot, and hand a whole gradient to the coordinator.
 
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -18,6 +19,8 @@ use crate::upload::{Progress, Slot, Upload, UploadSlots};
 /// this is its rate limit for gradients).
 #[derive(Debug)]
 pub(super) struct Receiving {
+    /// Whose slots these are: one address holds at most its share of them.
+    pub(super) peer: IpAddr,
     upload: Upload,
     pub(super) weights_sent: u64,
     gradients_received: u64,
@@ -48,9 +51,10 @@ pub(super) fn upload_deadline(
 
 impl Receiving {
     /// `allowed`: how long a gradient may hold its slot.
-    pub(super) fn new(allowed: Duration) -> Self {
+    pub(super) fn new(peer: IpAddr, allowed: Duration) -> Self {
         let now = Instant::now();
         Self {
+            peer,
             upload: Upload::default(),
             weights_sent: 0,
             gradients_received: 0,
@@ -124,7 +128,7 @@ pub(super) async fn take_frame(
     };
     if !receiving.upload.in_progress() {
         if !receiving.upload.has_slot() {
-            match slots.try_acquire() {
+            match slots.try_acquire(receiving.peer) {
                 Some(slot) => receiving.grant(slot),
                 None => return Ok(Taken::NeedsSlot),
             }
