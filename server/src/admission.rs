@@ -7,9 +7,13 @@
 //!   accepts any. Native workers send no `Origin` and are not affected.
 //! - **Connections per address.** At most `--max-per-ip` sockets from one IP at once. A
 //!   guard counts a connection from its upgrade to the end of its session.
+//! - **What an address is.** An IPv4 address; for IPv6, its /64 network ([`address_of`]):
+//!   one subscriber usually gets a whole /64, so counting single IPv6 addresses would give
+//!   one client 2^64 of them. Every per-address rule uses this: connections, upload slots,
+//!   strikes and bans.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Arc, Mutex};
 
 use axum::http::{header, HeaderMap, StatusCode};
@@ -21,6 +25,32 @@ pub enum Origins {
     Own(Vec<String>),
     /// Any origin (`--allowed-origin '*'`).
     Any,
+}
+
+/// The address a peer counts as: an IPv4 address (also when it arrives IPv4-mapped on a
+/// dual-stack socket), IPv6 loopback as itself, any other IPv6 address as its /64 network.
+pub fn address_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return IpAddr::V4(v4);
+            }
+            if v6.is_loopback() {
+                return ip;
+            }
+            let network = u128::from(v6) & !u128::from(u64::MAX);
+            IpAddr::V6(Ipv6Addr::from(network))
+        }
+    }
+}
+
+/// An address as [`address_of`] gave it, for messages: an IPv6 network with its `/64`.
+fn shown(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V6(v6) if !v6.is_loopback() => format!("{v6}/64"),
+        _ => ip.to_string(),
+    }
 }
 
 /// A refused upgrade: the HTTP status and the sentence the client reads.
@@ -80,8 +110,10 @@ impl Admission {
             return Err(Refused {
                 status: StatusCode::TOO_MANY_REQUESTS,
                 message: format!(
-                    "{ip} already has {} connections open (--max-per-ip {})",
-                    n, self.max_per_ip
+                    "{} already has {} connections open (--max-per-ip {})",
+                    shown(ip),
+                    n,
+                    self.max_per_ip
                 ),
             });
         }
@@ -198,5 +230,39 @@ mod tests {
         drop(first);
         assert_eq!(a.open_from(IP), 1);
         assert!(a.admit(&h, IP).is_ok());
+    }
+
+    #[test]
+    fn an_ipv6_address_counts_as_its_64_and_ipv4_as_itself() {
+        let ip = |s: &str| s.parse::<IpAddr>().expect(s);
+        assert_eq!(address_of(ip("203.0.113.7")), ip("203.0.113.7"));
+        assert_eq!(address_of(ip("::ffff:203.0.113.7")), ip("203.0.113.7"));
+        assert_eq!(
+            address_of(ip("2001:db8:1:2:aaaa:bbbb:cccc:dddd")),
+            ip("2001:db8:1:2::")
+        );
+        assert_eq!(
+            address_of(ip("2001:db8:1:2::1")),
+            address_of(ip("2001:db8:1:2:ffff::9"))
+        );
+        assert_ne!(
+            address_of(ip("2001:db8:1:2::1")),
+            address_of(ip("2001:db8:1:3::1"))
+        );
+        // Loopback stays loopback (never banned).
+        assert_eq!(address_of(ip("::1")), ip("::1"));
+        assert!(address_of(ip("::1")).is_loopback());
+        // A refusal names the network.
+        let a = Arc::new(Admission::new(Origins::Any, 1));
+        let net = address_of(ip("2001:db8:1:2::1"));
+        let _held = a.admit(&headers(None, "x"), net).expect("first");
+        let refused = a.admit(&headers(None, "x"), net).expect_err("second");
+        assert!(
+            refused
+                .message
+                .starts_with("2001:db8:1:2::/64 already has 1 connections open"),
+            "{}",
+            refused.message
+        );
     }
 }

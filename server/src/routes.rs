@@ -75,7 +75,9 @@ async fn ws(
         Ok(accepted) => accepted,
         Err(refused) => return refused.into_response(),
     };
-    let admitted = match state.admission.admit(req.headers(), peer.ip()) {
+    // An IPv6 peer counts as its /64 for every per-address rule.
+    let address = crate::admission::address_of(peer.ip());
+    let admitted = match state.admission.admit(req.headers(), address) {
         Ok(admitted) => admitted,
         Err(refused) => {
             tracing::info!(%peer, status = %refused.status, message = %refused.message, "upgrade refused");
@@ -96,7 +98,7 @@ async fn ws(
                     state.coordinator,
                     state.shutdown,
                     state.limits,
-                    peer.ip(),
+                    address,
                 )
                 .await;
             }
