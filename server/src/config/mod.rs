@@ -101,6 +101,7 @@ pub struct Config {
     pub upload_rate: Option<f64>,
     /// `--upload-memory`, in bytes.
     pub upload_memory: usize,
+    /// `--upload-slots-per-ip` (none: half the slots).
     pub upload_slots_per_ip: Option<usize>,
     /// `--tls-cert` and `--tls-key`: serve https/wss.
     pub tls: Option<TlsFiles>,
