@@ -171,7 +171,10 @@ impl Drop for Share {
         let mut addresses = self.slots.addresses.lock().expect("not poisoned");
         // This one, the map's, and any permit of it still alive: the permit of a Slot is
         // dropped before its Share (field order), so 2 means nobody else holds or waits.
-        if Arc::strong_count(&self.semaphore) == 2 {
+        let ours = addresses
+            .get(&self.ip)
+            .is_some_and(|s| Arc::ptr_eq(s, &self.semaphore));
+        if ours && Arc::strong_count(&self.semaphore) == 2 {
             addresses.remove(&self.ip);
         }
     }
