@@ -329,7 +329,7 @@ where
                     Ok(Taken::Chunk) => {}
                     Ok(Taken::NeedsSlot) => {
                         // Not read again until a slot is free: the bytes wait in the kernel.
-                        let wait = slots.clone().acquire(receiving.peer);
+                        let wait = slots.clone().acquire(peer);
                         waiting = Some((frame, Box::pin(wait)));
                     }
                     Err(end) => return end,

@@ -20,7 +20,7 @@ use crate::upload::{Progress, Slot, Upload, UploadSlots};
 #[derive(Debug)]
 pub(super) struct Receiving {
     /// Whose slots these are: one address holds at most its share of them.
-    pub(super) peer: IpAddr,
+    peer: IpAddr,
     upload: Upload,
     pub(super) weights_sent: u64,
     gradients_received: u64,
