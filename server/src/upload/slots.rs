@@ -13,7 +13,6 @@
 //!   gradient is aggregated (or refused). A refused upload gives it back when its session ends.
 //! - Slots keep their buffers: the next gradient is decoded into memory already mapped,
 //!   instead of asking the allocator for (and faulting in) a fresh 4·P bytes each time.
-//!
 //! - One address holds at most `--upload-slots-per-ip` slots (half of them by default), so
 //!   connections from one address, each holding a slot as long as its pace allows, cannot
 //!   keep everyone else's gradients out. A session over that share waits for its own
