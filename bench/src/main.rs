@@ -312,7 +312,9 @@ async fn worker(
                 }
                 ws.flush().await?;
             }
-            CoordinatorToWorker::Shard(_) | CoordinatorToWorker::Frozen { .. } => {}
+            CoordinatorToWorker::Shard(_)
+            | CoordinatorToWorker::Task(_)
+            | CoordinatorToWorker::Frozen { .. } => {}
             CoordinatorToWorker::Error { code, message } => {
                 bail!("worker {k}: {code:?}: {message}")
             }

@@ -12,8 +12,8 @@ use thiserror::Error;
 
 use crate::ids::{Round, WorkerId};
 use crate::message::{
-    CoordinatorToWorker, ErrorCode, GradientChunk, Hello, ModelSpec, Shard, ShardValues, Weights,
-    Welcome, WorkerKind, WorkerToCoordinator,
+    CoordinatorToWorker, ErrorCode, GradientChunk, Hello, ModelSpec, Shard, ShardValues, Task,
+    Weights, Welcome, WorkerKind, WorkerToCoordinator,
 };
 use crate::tensor::Compression;
 use crate::PROTOCOL_VERSION;
@@ -40,6 +40,7 @@ const TAG_SHARD: u8 = 0x82;
 const TAG_WEIGHTS: u8 = 0x83;
 const TAG_ERROR: u8 = 0x84;
 const TAG_FROZEN: u8 = 0x85;
+const TAG_TASK: u8 = 0x86;
 
 /// Why a frame was refused.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -133,6 +134,12 @@ pub fn encode_from_coordinator(msg: &CoordinatorToWorker) -> Vec<u8> {
             }
             w.tensor(&s.mean, Compression::None);
             w.tensor(&s.std, Compression::None);
+            w.buf
+        }
+        CoordinatorToWorker::Task(t) => {
+            let mut w = Writer::new(TAG_TASK, 16);
+            w.u64(t.round.0);
+            w.u64(t.batch);
             w.buf
         }
         CoordinatorToWorker::Weights(m) => {
@@ -295,6 +302,10 @@ pub fn decode_from_coordinator(frame: &[u8]) -> Result<CoordinatorToWorker, Deco
                 std,
             })
         }
+        TAG_TASK => CoordinatorToWorker::Task(Task {
+            round: Round(r.u64()?),
+            batch: r.u64()?,
+        }),
         TAG_WEIGHTS => {
             let round = Round(r.u64()?);
             let (total, offset, params) = chunk_values(&mut r)?;

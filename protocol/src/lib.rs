@@ -27,10 +27,10 @@ pub use codec::{
 pub use ids::{Round, WorkerId};
 pub use message::{
     CoordinatorToWorker, ErrorCode, Gradient, GradientChunk, Hello, ModelSpec, Shard, ShardValues,
-    Weights, Welcome, WorkerKind, WorkerToCoordinator,
+    Task, Weights, Welcome, WorkerKind, WorkerToCoordinator,
 };
 pub use tensor::Compression;
 
 /// Version of the wire format. Every frame starts with it; a peer speaking another version
 /// is refused with [`ErrorCode::VersionMismatch`]. Bump it on any incompatible change.
-pub const PROTOCOL_VERSION: u16 = 4;
+pub const PROTOCOL_VERSION: u16 = 5;

@@ -16,6 +16,9 @@ pub enum WorkerToCoordinator {
 pub enum CoordinatorToWorker {
     Welcome(Welcome),
     Shard(Shard),
+    /// What the answer to the next `Weights` is computed on: sent to one worker just before
+    /// the `Weights` it goes with (whose frames are shared by every worker).
+    Task(Task),
     /// One chunk of the weights (see [`crate::chunk`]).
     Weights(Weights),
     /// One chunk of the model's frozen tensors' values, in layout order: sent once before
@@ -111,6 +114,18 @@ impl ShardValues {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// The work a pull asks for, decided by the coordinator so that it can recompute the answer
+/// (`--verify-fraction`) without knowing anything the worker kept: the gradient on the
+/// weights of `round` over the batch of index `batch` of the worker's shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Task {
+    /// The round of the `Weights` that follow.
+    pub round: Round,
+    /// The batch index: the samples at shard positions `(batch · batch_size + i) mod len`,
+    /// and the dropout seed.
+    pub batch: u64,
 }
 
 /// A chunk of weights version `round` (without the frozen tensors, if the model has any):

@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{Sink, SinkExt, Stream, StreamExt};
-use protocol::codec::is_weights_start;
 use protocol::{
     decode_worker_frame, encode_from_coordinator, CoordinatorToWorker, ErrorCode, WorkerFrame,
 };
@@ -288,8 +287,17 @@ where
             () = shutdown.cancelled() => return End::Shutdown,
             out = inbox.recv() => match out {
                 Some(Outbound::Frames(frames)) => {
-                    receiving.weights_sent += u64::from(frames.first().is_some_and(|f| is_weights_start(f)));
                     if send_all(socket, &frames).await.is_err() {
+                        return End::PeerGone;
+                    }
+                }
+                Some(Outbound::Pull { task, weights }) => {
+                    receiving.weights_sent += 1;
+                    let sent = async {
+                        socket.feed(Message::Binary(task)).await?;
+                        send_all(socket, &weights).await
+                    };
+                    if sent.await.is_err() {
                         return End::PeerGone;
                     }
                 }

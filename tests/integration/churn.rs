@@ -55,6 +55,11 @@ async fn a_dead_worker_does_not_stall_and_a_late_joiner_contributes() {
     late.core
         .handle(CoordinatorToWorker::Welcome(welcome.clone()))
         .expect("welcome");
+    match late.client.recv().await.expect("task") {
+        CoordinatorToWorker::Task(task) => late.core.handle(CoordinatorToWorker::Task(task)),
+        other => panic!("expected the Task of the current Weights, got {other:?}"),
+    }
+    .expect("task");
     match late.client.recv().await.expect("weights") {
         CoordinatorToWorker::Weights(w) => {
             assert!(w.round.0 >= 5, "current weights, round {}", w.round);

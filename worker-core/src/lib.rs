@@ -2,8 +2,10 @@
 //!
 //! A worker's whole job is: say `Hello` (with its resume token after a reconnect), keep the
 //! `Welcome` and `Shard` it is given, and answer every `Weights` with a `Gradient` computed
-//! by [`model`] on the batch that [`model::batch_positions`] picks for its batch index (the
-//! round, or one past the previous index if that is larger). [`WorkerCore`] does exactly that on
+//! by [`model`] on the batch that [`model::batch_positions`] picks for the batch index of the
+//! `Task` sent just before those weights. The coordinator decides every index, so that it can
+//! recompute any answer without knowing what a worker kept across reconnects or across the
+//! coordinator's own restarts. [`WorkerCore`] does exactly that on
 //! decoded frames and returns the frame to send; the transport around it (tokio-tungstenite
 //! in the native `worker`, web-sys in the browser) only moves bytes. Both therefore run the
 //! very same training code.
@@ -14,7 +16,7 @@ use model::{
 };
 use protocol::{
     chunk::ChunkError, decode_from_coordinator, encode_from_worker, encode_gradient, Compression,
-    CoordinatorToWorker, DecodeError, ErrorCode, Gradient, Hello, Round, Shard, ShardValues,
+    CoordinatorToWorker, DecodeError, ErrorCode, Gradient, Hello, Round, Shard, ShardValues, Task,
     Weights, Welcome, WorkerId, WorkerKind, WorkerToCoordinator,
 };
 use thiserror::Error;
@@ -75,6 +77,8 @@ struct Joined {
     frozen_in: Incoming,
     /// What the coordinator confirmed in `Welcome`.
     compression: Compression,
+    /// The `Task` for the `Weights` message under way.
+    task: Option<Task>,
 }
 
 #[derive(Debug)]
@@ -82,10 +86,6 @@ pub struct WorkerCore {
     hello: Hello,
     joined: Option<Joined>,
     resume_token: Option<String>,
-    /// Batch index of the latest gradient: the next is `max(round, last + 1)`, so a worker
-    /// never computes the same batch twice even if it sees one weights version twice (async
-    /// mode), and in synchronous rounds the index is simply the round.
-    last_batch: Option<u64>,
     stats: Stats,
 }
 
@@ -100,7 +100,6 @@ impl WorkerCore {
             },
             joined: None,
             resume_token: None,
-            last_batch: None,
             stats: Stats::default(),
         }
     }
@@ -159,6 +158,7 @@ impl WorkerCore {
         match msg {
             CoordinatorToWorker::Welcome(welcome) => self.on_welcome(welcome).map(|()| None),
             CoordinatorToWorker::Shard(shard) => self.on_shard(shard).map(|()| None),
+            CoordinatorToWorker::Task(task) => self.on_task(task).map(|()| None),
             CoordinatorToWorker::Weights(chunk) => self.on_weights_chunk(chunk),
             CoordinatorToWorker::Frozen {
                 total,
@@ -198,6 +198,7 @@ impl WorkerCore {
             weights_in: Incoming::default(),
             frozen_in: Incoming::default(),
             compression: welcome.compression,
+            task: None,
         });
         self.resume_token = Some(welcome.resume_token);
         self.stats.worker_id = Some(welcome.worker_id);
@@ -226,6 +227,20 @@ impl WorkerCore {
         self.stats.shard_len = data.len();
         joined.shard = Some(data);
         joined.first_index = shard.first_index as usize;
+        Ok(())
+    }
+
+    fn on_task(&mut self, task: Task) -> Result<(), WorkerError> {
+        let joined = self
+            .joined
+            .as_mut()
+            .ok_or(WorkerError::Protocol("Task before Welcome"))?;
+        if joined.weights_in.assembly.in_progress() {
+            return Err(WorkerError::Protocol(
+                "Task in the middle of a Weights message",
+            ));
+        }
+        joined.task = Some(task);
         Ok(())
     }
 
@@ -266,8 +281,16 @@ impl WorkerCore {
     fn on_weights(&mut self, mut weights: Weights) -> Result<Option<Gradient>, WorkerError> {
         let joined = self
             .joined
-            .as_ref()
+            .as_mut()
             .ok_or(WorkerError::Protocol("Weights before Welcome"))?;
+        let task = joined
+            .task
+            .take()
+            .filter(|t| t.round == weights.round)
+            .ok_or(WorkerError::Protocol(
+                "Weights without the Task for their round",
+            ))?;
+        let joined = &*joined;
         self.stats.round = Some(weights.round);
         // With frozen layers, `Weights` carry the trained tensors and `Frozen` the rest.
         let net = &joined.net;
@@ -281,11 +304,7 @@ impl WorkerCore {
         let Some(shard) = joined.shard.as_ref().filter(|s| !s.is_empty()) else {
             return Ok(None);
         };
-        let batch = match self.last_batch {
-            Some(last) => weights.round.0.max(last.saturating_add(1)),
-            None => weights.round.0,
-        };
-        self.last_batch = Some(batch);
+        let batch = task.batch;
         let (x, labels) = shard.batch(batch_positions(shard.len(), batch, joined.batch_size));
         let seed = batch_seed(batch, joined.first_index);
         let (loss, grads) = joined

@@ -31,23 +31,80 @@ fn core_with_shard() -> WorkerCore {
 }
 
 fn weights(round: u64) -> CoordinatorToWorker {
-    CoordinatorToWorker::Weights(Weights::whole(
-        Round(round),
-        vec![0.1, -0.2, 0.3, 0.4, 0.0, 0.0],
-    ))
+    CoordinatorToWorker::Weights(Weights::whole(Round(round), PARAMS.to_vec()))
+}
+
+const PARAMS: [f32; 6] = [0.1, -0.2, 0.3, 0.4, 0.0, 0.0];
+
+fn task(round: u64, batch: u64) -> CoordinatorToWorker {
+    CoordinatorToWorker::Task(Task {
+        round: Round(round),
+        batch,
+    })
+}
+
+/// A `Task` then its `Weights`: one pull, as the coordinator sends it.
+fn pull(core: &mut WorkerCore, round: u64, batch: u64) -> Option<Gradient> {
+    core.handle(task(round, batch)).expect("task");
+    core.handle(weights(round)).expect("weights")
+}
+
+/// What the gradient on batch `batch` of `core_with_shard`'s shard must be.
+fn expected(batch: u64) -> Vec<f32> {
+    let net = Network::new("input 2; dense 2".parse().expect("valid"), 2).expect("net");
+    let data = Dataset::from_parts(
+        Shape::flat(2),
+        Values::U8(vec![10, 20, 30, 40, 50, 60]),
+        vec![0, 1, 0],
+        Normalization::new(vec![0.0], vec![255.0]),
+    )
+    .expect("valid");
+    let (x, labels) = data.batch(batch_positions(3, batch, 1));
+    let (_, grads) = net
+        .loss_and_grad(&PARAMS, x.view(), &labels, batch_seed(batch, 0))
+        .expect("ok");
+    grads
 }
 
 #[test]
-fn batch_index_is_the_round_and_never_repeats() {
+fn the_batch_is_the_one_the_task_names_whatever_came_before() {
     let mut core = core_with_shard();
-    let g0 = core.handle(weights(0)).expect("ok").expect("gradient");
-    // The same version again (async: the buffer did not apply yet): the next batch.
-    let g0_again = core.handle(weights(0)).expect("ok").expect("gradient");
-    assert_ne!(g0.grads, g0_again.grads);
-    assert_eq!(core.last_batch, Some(1));
-    // Rounds ahead of the index win: synchronous workers use the round itself.
-    core.handle(weights(7)).expect("ok");
-    assert_eq!(core.last_batch, Some(7));
+    // The same weights twice with two batches (async, before the buffer applies), then an
+    // older round with a smaller index (a coordinator resumed from a checkpoint): each is
+    // computed on exactly the batch its task names.
+    for (round, batch) in [(0, 0), (0, 1), (7, 7), (3, 2), (3, 2)] {
+        let g = pull(&mut core, round, batch).expect("gradient");
+        assert_eq!((g.round, &g.grads), (Round(round), &expected(batch)));
+    }
+    assert_ne!(expected(0), expected(1), "the batches differ");
+}
+
+#[test]
+fn weights_without_their_task_are_refused() {
+    let mut core = core_with_shard();
+    assert!(matches!(
+        core.handle(weights(0)),
+        Err(WorkerError::Protocol(_))
+    ));
+    // A task is used once.
+    let mut core = core_with_shard();
+    assert!(pull(&mut core, 1, 1).is_some());
+    assert!(core.handle(weights(1)).is_err(), "its task was used");
+    // A task for another round does not serve.
+    let mut core = core_with_shard();
+    core.handle(task(2, 2)).expect("task");
+    assert!(core.handle(weights(3)).is_err());
+    // A task in the middle of a weights message is out of place.
+    let mut core = core_with_shard();
+    core.handle(task(0, 0)).expect("task");
+    let half = CoordinatorToWorker::Weights(Weights {
+        round: Round(0),
+        total: 6,
+        offset: 0,
+        params: PARAMS[..3].to_vec(),
+    });
+    assert_eq!(core.handle(half).expect("first chunk"), None);
+    assert!(core.handle(task(0, 1)).is_err());
 }
 
 #[test]
@@ -68,6 +125,12 @@ fn without_a_shard_weights_are_not_answered_and_fatal_errors_stop() {
         core.handle(weights(0)),
         Err(WorkerError::Protocol(_))
     ));
+    // Joined without a shard: the weights are not answered.
+    let mut core = WorkerCore::new(WorkerKind::Native, None);
+    core.handle(welcome("input 2; dense 2", None))
+        .expect("welcome");
+    core.handle(task(0, 0)).expect("task");
+    assert_eq!(core.handle(weights(0)).expect("no shard yet"), None);
     let mut core = core_with_shard();
     let frame = encode_from_coordinator(&CoordinatorToWorker::Error {
         code: ErrorCode::Late,
@@ -143,6 +206,11 @@ fn f32_shards_are_normalised_and_frozen_layers_are_left_out_of_the_gradient() {
         params: frozen,
     };
     assert_eq!(core.handle(frozen).expect("frozen"), None);
+    core.handle(CoordinatorToWorker::Task(Task {
+        round: Round(0),
+        batch: 0,
+    }))
+    .expect("task");
     let trained = net.trained_part(&params);
     let chunk = |offset: usize, end: usize| {
         CoordinatorToWorker::Weights(Weights {

@@ -7,7 +7,7 @@
 use model::{batch_seed, Dataset, NetSpec, Network, Normalization, Shape, SplitMix64, Values};
 use protocol::{
     Compression, CoordinatorToWorker, ErrorCode, GradientChunk, Hello, ModelSpec, Round, Shard,
-    ShardValues, Weights, Welcome, WorkerId, WorkerKind, WorkerToCoordinator,
+    ShardValues, Task, Weights, Welcome, WorkerId, WorkerKind, WorkerToCoordinator,
 };
 
 pub const SEED: u64 = 2026;
@@ -115,6 +115,10 @@ pub fn coordinator_messages() -> Vec<CoordinatorToWorker> {
             offset: 0,
             params: vec![1.5, -0.25],
         },
+        CoordinatorToWorker::Task(Task {
+            round: Round(u64::MAX),
+            batch: u64::MAX - 1,
+        }),
         CoordinatorToWorker::Weights(Weights {
             round: Round(u64::MAX),
             total: 40_000,

@@ -114,7 +114,13 @@ fn the_worker_core_answers_weights_with_a_gradient_in_the_browser() {
         std: vec![255.0],
     }))
     .expect("shard");
-    // The weights as the coordinator sends them: chunk frames, answered after the last.
+    // The weights as the coordinator sends them: the pull's task, then chunk frames,
+    // answered after the last.
+    let task = protocol::Task {
+        round: protocol::Round(0),
+        batch: 0,
+    };
+    core.handle(CoordinatorToWorker::Task(task)).expect("task");
     let frames = protocol::encode_weights(protocol::Round(0), &params, protocol::Compression::None);
     assert!(frames.len() > 1, "{} frames", frames.len());
     let answers: Vec<_> = frames

@@ -77,6 +77,10 @@ fn all_coordinator_messages() -> Vec<CoordinatorToWorker> {
             offset: 0,
             params: vec![0.5, -1.25, 3.0],
         },
+        CoordinatorToWorker::Task(Task {
+            round: Round(u64::MAX),
+            batch: 0x0102_0304_0506_0708,
+        }),
         CoordinatorToWorker::Weights(Weights::whole(
             Round(12),
             (0..1000).map(|i| i as f32 * 0.25 - 3.0).collect(),

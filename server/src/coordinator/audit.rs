@@ -3,7 +3,8 @@
 //!
 //! A sampled pull keeps what its answer must be checked against: the weights exactly as that
 //! worker decoded them (shared with the trainer's per-version cache, so workers that pulled
-//! the same version share one copy), the version, and the shard it held. Its answer, whenever
+//! the same version share one copy), the version, the shard it held and the batch its `Task`
+//! named. Its answer, whenever
 //! it arrives and however stale (async, hogwild), is recomputed on those. A worker cannot tell
 //! a sampled pull from another.
 //!
@@ -12,11 +13,12 @@
 //! audited (counted).
 
 use std::collections::BTreeMap;
-use std::ops::Range;
 use std::sync::Arc;
 
 use model::SplitMix64;
 use protocol::{Compression, WorkerId};
+
+use super::registry::Pull;
 
 /// Distinct weights (version, compression) audits may keep alive at once.
 pub const MAX_VERSIONS: usize = 4;
@@ -24,10 +26,10 @@ pub const MAX_VERSIONS: usize = 4;
 /// One sampled pull.
 #[derive(Debug, Clone)]
 pub struct Audit {
-    pub version: u64,
+    /// The version, batch and shard the answer must be computed on.
+    pub pull: Pull,
     pub compression: Compression,
     pub weights: Arc<[f32]>,
-    pub shard: Range<usize>,
 }
 
 /// Distinct weights kept: (version, compression) → the weights and how many audits hold them.
@@ -63,23 +65,23 @@ impl Audits {
         self.rng = SplitMix64::new(state);
     }
 
-    /// Weights of `version` were sent to `worker` in `compression`, and it holds `shard`:
-    /// decides whether its answer is recomputed. `weights` gives the weights as it decodes
-    /// them (called only if sampled, and not already kept). A newer pull replaces an older
-    /// one's audit: its answer is the one expected.
+    /// `worker` was sent weights in `compression`, to answer `pull` (`None`: it holds no
+    /// shard, so it will not answer): decides whether its answer is recomputed. `weights`
+    /// gives the weights as it decodes them (called only if sampled, and not already kept).
+    /// A newer pull replaces an older one's audit: its answer is the one expected.
     pub fn sent(
         &mut self,
         worker: WorkerId,
-        (version, compression): (u64, Compression),
-        shard: Option<Range<usize>>,
+        compression: Compression,
+        pull: Option<Pull>,
         weights: impl FnOnce() -> Arc<[f32]>,
     ) {
         self.left(worker);
-        let Some(shard) = shard else { return };
+        let Some(pull) = pull else { return };
         if self.fraction <= 0.0 || self.rng.next_f64() >= self.fraction {
             return;
         }
-        let key = (version, compression.to_u8());
+        let key = (pull.version, compression.to_u8());
         if !self.kept.contains_key(&key) && self.kept.len() >= MAX_VERSIONS {
             self.skipped += 1;
             return;
@@ -90,10 +92,9 @@ impl Audits {
         self.pending.insert(
             worker,
             Audit {
-                version,
+                pull,
                 compression,
                 weights,
-                shard,
             },
         );
     }
@@ -101,7 +102,7 @@ impl Audits {
     /// The audit for `worker`'s answer computed on `version`, if that pull was sampled.
     pub fn take(&mut self, worker: WorkerId, version: u64) -> Option<Audit> {
         match self.pending.get(&worker) {
-            Some(a) if a.version == version => self.remove(worker),
+            Some(a) if a.pull.version == version => self.remove(worker),
             _ => None,
         }
     }
@@ -116,7 +117,7 @@ impl Audits {
 
     fn remove(&mut self, worker: WorkerId) -> Option<Audit> {
         let audit = self.pending.remove(&worker)?;
-        let key = (audit.version, audit.compression.to_u8());
+        let key = (audit.pull.version, audit.compression.to_u8());
         if let Some((_, holders)) = self.kept.get_mut(&key) {
             *holders -= 1;
             if *holders == 0 {
@@ -137,69 +138,68 @@ mod tests {
         move || Arc::from(vec![v; 3])
     }
 
+    /// A pull of `version` on `shard`, on the batch of index `version`.
+    fn on(version: u64, shard: std::ops::Range<usize>) -> Option<Pull> {
+        Some(Pull {
+            version,
+            batch: version,
+            shard,
+        })
+    }
+
     #[test]
     fn a_sampled_pull_is_checked_against_what_was_sent_whenever_it_answers() {
         let mut a = Audits::new(1.0, 1);
-        a.sent(WorkerId(1), (7, F32), Some(0..10), weights(7.0));
+        a.sent(WorkerId(1), F32, on(7, 0..10), weights(7.0));
         assert!(a.take(WorkerId(1), 6).is_none(), "another version's answer");
         let audit = a.take(WorkerId(1), 7).expect("sampled");
         assert_eq!(
-            (audit.version, audit.shard, &audit.weights[..]),
-            (7, 0..10, &[7.0; 3][..])
+            (audit.pull, &audit.weights[..]),
+            (on(7, 0..10).expect("a pull"), &[7.0; 3][..])
         );
         assert!(a.take(WorkerId(1), 7).is_none(), "taken once");
         // A newer pull replaces the older audit; leaving forgets it.
-        a.sent(WorkerId(2), (8, F32), Some(0..10), weights(8.0));
-        a.sent(WorkerId(2), (9, F32), Some(0..10), weights(9.0));
+        a.sent(WorkerId(2), F32, on(8, 0..10), weights(8.0));
+        a.sent(WorkerId(2), F32, on(9, 0..10), weights(9.0));
         assert!(a.take(WorkerId(2), 8).is_none());
         a.left(WorkerId(2));
         assert!(a.take(WorkerId(2), 9).is_none());
         // No shard yet: nothing to recompute on.
-        a.sent(WorkerId(3), (9, F32), None, weights(9.0));
+        a.sent(WorkerId(3), F32, None, weights(9.0));
         assert!(a.take(WorkerId(3), 9).is_none());
     }
 
     #[test]
     fn workers_on_one_version_share_its_weights_and_versions_are_bounded() {
         let mut a = Audits::new(1.0, 1);
-        a.sent(WorkerId(1), (1, F32), Some(0..1), weights(1.0));
-        a.sent(WorkerId(2), (1, F32), Some(0..1), || {
+        a.sent(WorkerId(1), F32, on(1, 0..1), weights(1.0));
+        a.sent(WorkerId(2), F32, on(1, 0..1), || {
             panic!("shared, not rebuilt")
         });
         // The same version in another compression is other weights: not shared.
-        a.sent(
-            WorkerId(11),
-            (1, Compression::Int8),
-            Some(0..1),
-            weights(1.5),
-        );
+        a.sent(WorkerId(11), Compression::Int8, on(1, 0..1), weights(1.5));
         assert_eq!(
             &a.take(WorkerId(11), 1).expect("sampled").weights[..],
             &[1.5; 3]
         );
         for v in 2..=4 {
-            a.sent(
-                WorkerId(v as u32 + 1),
-                (v, F32),
-                Some(0..1),
-                weights(v as f32),
-            );
+            a.sent(WorkerId(v as u32 + 1), F32, on(v, 0..1), weights(v as f32));
         }
         // Four versions outstanding: a fifth is not audited, a kept one still is.
-        a.sent(WorkerId(9), (5, F32), Some(0..1), weights(5.0));
+        a.sent(WorkerId(9), F32, on(5, 0..1), weights(5.0));
         assert!(a.take(WorkerId(9), 5).is_none());
         assert_eq!(a.skipped(), 1);
-        a.sent(WorkerId(10), (4, F32), Some(0..1), || panic!("shared"));
+        a.sent(WorkerId(10), F32, on(4, 0..1), || panic!("shared"));
         assert!(a.take(WorkerId(10), 4).is_some());
         // Version 1's two holders answer, or leave: its weights are let go, and room is made.
         assert!(a.take(WorkerId(1), 1).is_some());
-        a.sent(WorkerId(9), (5, F32), Some(0..1), weights(5.0));
+        a.sent(WorkerId(9), F32, on(5, 0..1), weights(5.0));
         assert!(
             a.take(WorkerId(9), 5).is_none(),
             "version 1 still held by worker 2"
         );
         a.left(WorkerId(2));
-        a.sent(WorkerId(9), (5, F32), Some(0..1), weights(5.0));
+        a.sent(WorkerId(9), F32, on(5, 0..1), weights(5.0));
         assert_eq!(
             &a.take(WorkerId(9), 5).expect("room").weights[..],
             &[5.0; 3]
@@ -212,7 +212,7 @@ mod tests {
         let mut a = Audits::new(0.2, 5);
         let mut sampled = 0;
         for v in 0..10_000u64 {
-            a.sent(WorkerId(1), (v, F32), Some(0..1), weights(0.0));
+            a.sent(WorkerId(1), F32, on(v, 0..1), weights(0.0));
             sampled += usize::from(a.take(WorkerId(1), v).is_some());
         }
         assert!(
@@ -220,8 +220,6 @@ mod tests {
             "{sampled} of 10,000 at 0.2"
         );
         let mut none = Audits::new(0.0, 5);
-        none.sent(WorkerId(1), (0, F32), Some(0..1), || {
-            panic!("never sampled")
-        });
+        none.sent(WorkerId(1), F32, on(0, 0..1), || panic!("never sampled"));
     }
 }

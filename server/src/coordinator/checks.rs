@@ -4,12 +4,12 @@
 //! for bad input.
 
 use std::net::IpAddr;
-use std::ops::Range;
 use std::time::Instant;
 
 use protocol::{Compression, ErrorCode, Gradient, WorkerId};
 use tracing::{debug, info, warn};
 
+use super::registry::Pull;
 use super::replicas::Fate;
 use super::schedule::{Action, Contribution};
 use super::tally::Note;
@@ -88,14 +88,16 @@ impl Coordinator {
             Fate::Agreed => true,
             Fate::Disputed => {
                 debug!(%worker, round = %gradient.round, "replica disputed or left alone; recomputing");
+                // Only the current version's weights are at hand: an answer to a round that
+                // already closed is refused as late by the schedule anyway.
                 let current = gradient.round.0 == self.trainer.version();
-                match (
-                    self.registry.computing_on(worker),
-                    self.registry.compression(worker),
-                ) {
-                    (Some(shard), Some(compression)) if current => {
+                let pull = self.registry.pull(worker).cloned();
+                match (pull, self.registry.compression(worker)) {
+                    (Some(pull), Some(compression))
+                        if current && pull.version == gradient.round.0 =>
+                    {
                         let weights = self.trainer.weights_as_seen(compression);
-                        self.recompute(worker, gradient, &weights, shard, compression)
+                        self.recompute(worker, gradient, &weights, pull, compression)
                     }
                     _ => true,
                 }
@@ -143,40 +145,30 @@ impl Coordinator {
             worker,
             gradient,
             &audit.weights,
-            audit.shard,
+            audit.pull,
             audit.compression,
         )
     }
 
-    /// Recomputes `gradient` on `weights` (as `worker` decoded them) and the batch of
-    /// `shard`, and compares. A mismatch drops it with a `Mismatch` error and a strike.
+    /// Recomputes `gradient` on `weights` (as `worker` decoded them) and the batch its pull's
+    /// `Task` named, and compares. A mismatch drops it with a `Mismatch` error and a strike.
     fn recompute(
         &mut self,
         worker: WorkerId,
         gradient: &Gradient,
         weights: &[f32],
-        shard: Range<usize>,
+        pull: Pull,
         compression: Compression,
     ) -> bool {
-        let mut claim = Claim {
+        let claim = Claim {
             weights,
-            shard,
-            batch_index: gradient.round.0,
+            shard: pull.shard,
+            batch_index: pull.batch,
             batch_size: self.config.batch_size as usize,
             compression,
             grads: &gradient.grads,
         };
-        let mlp = self.trainer.net();
-        let mut outcome = verify(mlp, &self.train, &claim);
-        if matches!(outcome, Ok(Err(_))) {
-            // A worker sent the same round twice (an update that was not applied) computes
-            // on the next batch index: recheck that before a strike.
-            claim.batch_index += 1;
-            if let Ok(Ok(())) = verify(mlp, &self.train, &claim) {
-                outcome = Ok(Ok(()));
-            }
-        }
-        match outcome {
+        match verify(self.trainer.net(), &self.train, &claim) {
             Ok(Ok(())) => {
                 self.metrics.verified(true);
                 self.registry.note(worker, Note::Verified);

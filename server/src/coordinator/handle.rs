@@ -31,6 +31,8 @@ pub type Frames = Arc<[Bytes]>;
 pub enum Outbound {
     /// Send these binary frames, in order.
     Frames(Frames),
+    /// A pull: this worker's `Task` frame, then the weights' frames (shared by everyone).
+    Pull { task: Bytes, weights: Frames },
     /// Send this refusal as an error frame, then close the session.
     Close(Refusal),
 }
@@ -39,6 +41,16 @@ impl Outbound {
     /// A message of one frame.
     pub fn frame(frame: impl Into<Bytes>) -> Self {
         Self::Frames(Arc::from([frame.into()]))
+    }
+
+    /// The frames to send, in order (none for `Close`).
+    pub fn frames(&self) -> impl Iterator<Item = &Bytes> {
+        let (first, rest): (Option<&Bytes>, &[Bytes]) = match self {
+            Self::Frames(frames) => (None, frames),
+            Self::Pull { task, weights } => (Some(task), weights),
+            Self::Close(_) => (None, &[]),
+        };
+        first.into_iter().chain(rest)
     }
 }
 

@@ -49,6 +49,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use model::{Dataset, Evaluation};
+use protocol::{encode_from_coordinator, CoordinatorToWorker, Round, Task, WorkerId};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
@@ -319,25 +320,7 @@ impl Coordinator {
             match action {
                 Action::Rebalance => self.registry.rebalance(&self.train),
                 Action::Weights(id) if self.holding(id) => {}
-                Action::Weights(id) => {
-                    if let Some(compression) = self.registry.compression(id) {
-                        if let Some(frozen) = self.trainer.frozen(compression) {
-                            self.registry.send_frozen_once(id, frozen);
-                        }
-                        let frame = self.trainer.weights(compression);
-                        self.registry.send(id, Outbound::Frames(frame));
-                        self.registry.weights_sent(id, self.now);
-                        let version = self.trainer.version();
-                        let trainer = &mut self.trainer;
-                        self.audits.sent(
-                            id,
-                            (version, compression),
-                            self.registry.computing_on(id),
-                            || trainer.weights_as_seen(compression),
-                        );
-                        self.schedule.sent(id, version);
-                    }
-                }
+                Action::Weights(id) => self.send_weights(id),
                 Action::Accepted(id) => {
                     self.metrics.accepted();
                     self.registry.note(id, Note::Accepted);
@@ -353,6 +336,40 @@ impl Coordinator {
                 Action::Extended => self.metrics.extended(),
             }
         }
+    }
+
+    /// A pull: the frozen tensors if this connection lacks them, then the `Task` (the batch
+    /// the coordinator chose for it) and the current weights, as one message; the audit
+    /// sampler decides, unseen, whether the answer is recomputed.
+    fn send_weights(&mut self, id: WorkerId) {
+        let Some(compression) = self.registry.compression(id) else {
+            return;
+        };
+        if let Some(frozen) = self.trainer.frozen(compression) {
+            self.registry.send_frozen_once(id, frozen);
+        }
+        let version = self.trainer.version();
+        let Some(batch) = self.registry.pulled(id, version, self.now) else {
+            return;
+        };
+        let task = encode_from_coordinator(&CoordinatorToWorker::Task(Task {
+            round: Round(version),
+            batch,
+        }));
+        let weights = self.trainer.weights(compression);
+        self.registry.send(
+            id,
+            Outbound::Pull {
+                task: task.into(),
+                weights,
+            },
+        );
+        let trainer = &mut self.trainer;
+        let pull = self.registry.pull(id).cloned();
+        self.audits.sent(id, compression, pull, || {
+            trainer.weights_as_seen(compression)
+        });
+        self.schedule.sent(id, version);
     }
 
     /// Removes dropped workers and lets the schedule close and open rounds, until stable.
@@ -393,6 +410,8 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod drive;
+#[cfg(test)]
+mod honest_tests;
 #[cfg(test)]
 mod sequence_tests;
 #[cfg(test)]

@@ -36,9 +36,11 @@ struct Worker {
     compression: Compression,
     /// The shard this connection holds (what was last sent on it).
     shard: Option<Range<usize>>,
-    /// The shard it held when it was last sent weights: what its answer was computed on,
-    /// even if an extension re-cut the shards since.
-    computing_on: Option<Range<usize>>,
+    /// What its answer to the weights it was last sent is computed on, even if an extension
+    /// re-cut the shards since.
+    pull: Option<Pull>,
+    /// The batch index of its latest pull: the next one is `max(version, this + 1)`.
+    last_batch: Option<u64>,
     /// What its gradients came to.
     tally: Tally,
     /// Workers sharing its shard (`--replicate`), itself included.
@@ -53,6 +55,15 @@ struct Worker {
     samples: u64,
     /// Whether this connection holds the frozen tensors' current values.
     has_frozen: bool,
+}
+
+/// What a worker's answer to one pull is computed on: the weights of `version`, and the
+/// batch of index `batch` of `shard` (told to it in the pull's `Task`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pull {
+    pub version: u64,
+    pub batch: u64,
+    pub shard: Range<usize>,
 }
 
 /// A worker let in by [`Registry::admit`].
@@ -172,10 +183,12 @@ impl Registry {
             accepted: gradients,
             ..Tally::default()
         };
+        let mut last_batch = None;
         // Still connected (the old socket has not noticed it is dead): replace it.
         let replaced = match self.workers.remove(&id) {
             Some(old) => {
                 tally = old.tally;
+                last_batch = old.last_batch;
                 let msg = "this worker resumed on another connection";
                 let _ = old
                     .outbox
@@ -196,7 +209,8 @@ impl Registry {
                 compression: hello.compression,
                 shard: None,
                 has_frozen: false,
-                computing_on: None,
+                pull: None,
+                last_batch,
                 tally,
                 replicas: 1,
                 peer,
@@ -295,10 +309,7 @@ impl Registry {
         let Some(worker) = self.workers.get(&id) else {
             return;
         };
-        let bytes = match &msg {
-            Outbound::Frames(frames) => frames.iter().map(|f| f.len() as u64).sum(),
-            Outbound::Close(_) => 0,
-        };
+        let bytes: u64 = msg.frames().map(|f| f.len() as u64).sum();
         match worker.outbox.try_send(msg) {
             Ok(()) => self.bytes_out += bytes,
             Err(mpsc::error::TrySendError::Full(_)) => {

@@ -2,12 +2,11 @@
 //! computed on, and `--replicate`'s groups.
 
 use std::collections::BTreeMap;
-use std::ops::Range;
 
 use model::{Dataset, Values};
 use protocol::{encode_from_coordinator, CoordinatorToWorker, Shard, ShardValues, WorkerId};
 
-use super::{GroupKey, Outbound, Registry};
+use super::{GroupKey, Outbound, Pull, Registry};
 use crate::coordinator::Frames;
 
 impl Registry {
@@ -35,17 +34,29 @@ impl Registry {
         }
     }
 
-    /// `id` was just sent weights: its answer will be computed on the shard it holds now.
-    pub fn weights_sent(&mut self, id: WorkerId, now: std::time::Instant) {
-        if let Some(w) = self.workers.get_mut(&id) {
-            w.computing_on = w.shard.clone();
-            w.weights_sent_at = Some(now);
-        }
+    /// `id` is being sent the weights of `version`: decides the batch its answer is computed
+    /// on (`version`, or one past its previous batch if that is larger, so that the same
+    /// weights sent twice never give the same batch), on the shard it holds now. Returns
+    /// the batch index, for its `Task`.
+    pub fn pulled(&mut self, id: WorkerId, version: u64, now: std::time::Instant) -> Option<u64> {
+        let w = self.workers.get_mut(&id)?;
+        let batch = match w.last_batch {
+            Some(last) => version.max(last.saturating_add(1)),
+            None => version,
+        };
+        w.last_batch = Some(batch);
+        w.pull = w.shard.clone().map(|shard| Pull {
+            version,
+            batch,
+            shard,
+        });
+        w.weights_sent_at = Some(now);
+        Some(batch)
     }
 
-    /// The shard `id`'s answer to its latest weights was computed on.
-    pub fn computing_on(&self, id: WorkerId) -> Option<Range<usize>> {
-        self.workers.get(&id)?.computing_on.clone()
+    /// What `id`'s answer to its latest weights is computed on; `None` before it had a shard.
+    pub fn pull(&self, id: WorkerId) -> Option<&Pull> {
+        self.workers.get(&id)?.pull.as_ref()
     }
 
     /// Re-cuts `train` over the connected workers (ascending id) and sends each worker
@@ -98,7 +109,7 @@ impl Registry {
     /// on, its compression), and the group's size; `None` if it has no partner.
     pub fn replica_group(&self, id: WorkerId) -> Option<(GroupKey, usize)> {
         let w = self.workers.get(&id)?;
-        let shard = w.computing_on.clone()?;
+        let shard = w.pull.as_ref()?.shard.clone();
         (w.replicas > 1).then_some(((shard, w.compression), w.replicas))
     }
 }

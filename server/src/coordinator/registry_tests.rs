@@ -189,17 +189,54 @@ fn an_answer_is_checked_against_the_shard_held_when_the_weights_were_sent() {
     let a = r
         .admit(&hello(None, None), outbox(8).0, LOCAL, t())
         .expect("in");
+    let shard = |r: &Registry| r.pull(a.id).map(|p| p.shard.clone());
+    assert_eq!(r.pulled(a.id, 0, t()), Some(0));
+    assert_eq!(shard(&r), None, "no shard yet: nothing to compute on");
     r.rebalance(&train);
-    r.weights_sent(a.id, Instant::now());
-    assert_eq!(r.computing_on(a.id), Some(0..10));
+    r.pulled(a.id, 1, t());
+    assert_eq!(shard(&r), Some(0..10));
     // A newcomer mid-round re-cuts the shards; `a` is still computing on its old one.
     let _b = r
         .admit(&hello(None, None), outbox(8).0, LOCAL, t())
         .expect("in");
     r.rebalance(&train);
-    assert_eq!(r.computing_on(a.id), Some(0..10));
-    r.weights_sent(a.id, Instant::now());
-    assert_eq!(r.computing_on(a.id), Some(0..5));
+    assert_eq!(shard(&r), Some(0..10));
+    r.pulled(a.id, 2, t());
+    assert_eq!(shard(&r), Some(0..5));
+}
+
+#[test]
+fn the_batch_of_a_pull_is_its_version_and_never_repeats_on_one_identity() {
+    let mut r = Registry::new(None, 10, 3);
+    let train = Dataset::new(2, (0..20).collect(), vec![0, 1, 0, 1, 0, 1, 0, 1, 0, 1]).expect("ok");
+    let a = r
+        .admit(&hello(None, None), outbox(8).0, LOCAL, t())
+        .expect("in");
+    r.rebalance(&train);
+    let pull = |r: &mut Registry, version| {
+        r.pulled(a.id, version, t());
+        let p = r.pull(a.id).expect("a pull");
+        (p.version, p.batch)
+    };
+    assert_eq!(pull(&mut r, 4), (4, 4));
+    // The same version again (async before the buffer applies, a refused update): the next
+    // batches, however many times.
+    assert_eq!(pull(&mut r, 4), (4, 5));
+    assert_eq!(pull(&mut r, 4), (4, 6));
+    assert_eq!(pull(&mut r, 9), (9, 9));
+    // Resumed while its old connection is still open: the identity goes on where it was.
+    let b = r
+        .admit(&hello(None, Some(&a.token)), outbox(8).0, LOCAL, t())
+        .expect("resumed");
+    assert_eq!((b.id, b.replaced), (a.id, true));
+    r.rebalance(&train);
+    assert_eq!(pull(&mut r, 9), (9, 10));
+    // Gone and back: the coordinator starts it again from the version it is sent.
+    r.remove(a.id, t());
+    r.admit(&hello(None, Some(&a.token)), outbox(8).0, LOCAL, t())
+        .expect("resumed");
+    r.rebalance(&train);
+    assert_eq!(pull(&mut r, 9), (9, 9));
 }
 
 #[test]
@@ -224,7 +261,7 @@ fn replicate_gives_groups_of_one_compression_the_same_shard() {
     }
     r.rebalance(&train);
     for (id, _) in &ids {
-        r.weights_sent(*id, Instant::now());
+        r.pulled(*id, 0, t());
     }
     let group = |i: usize| r.replica_group(ids[i].0);
     // f32: workers 0 and 2 share a shard; 4 is alone (no partner). int8: 1 and 3.
@@ -237,7 +274,7 @@ fn replicate_gives_groups_of_one_compression_the_same_shard() {
     // Three groups cut the split in three.
     let shards: std::collections::BTreeSet<_> = ids
         .iter()
-        .filter_map(|(id, _)| r.computing_on(*id))
+        .filter_map(|(id, _)| Some(r.pull(*id)?.shard.clone()))
         .collect::<Vec<_>>()
         .into_iter()
         .map(|s| (s.start, s.end))

@@ -28,15 +28,15 @@ impl Client {
         let mut out = Vec::new();
         while let Ok(msg) = self.rx.try_recv() {
             match msg {
-                Outbound::Frames(frames) => out.extend(
-                    frames
-                        .iter()
-                        .map(|f| decode_from_coordinator(f).expect("valid frame")),
-                ),
                 Outbound::Close(r) => out.push(CoordinatorToWorker::Error {
                     code: r.code,
                     message: r.message,
                 }),
+                frames => out.extend(
+                    frames
+                        .frames()
+                        .map(|f| decode_from_coordinator(f).expect("valid frame")),
+                ),
             }
         }
         out
@@ -487,8 +487,8 @@ fn compression_is_negotiated_per_worker_and_encoded_once_per_version() {
         );
         reply_rx.try_recv().expect("answered").expect("admitted");
         let mut frames = Vec::new();
-        while let Ok(Outbound::Frames(f)) = rx.try_recv() {
-            frames.extend(f.iter().cloned());
+        while let Ok(msg) = rx.try_recv() {
+            frames.extend(msg.frames().cloned());
         }
         (frames, rx)
     };
