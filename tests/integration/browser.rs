@@ -326,6 +326,29 @@ async fn tabs_reconnect_by_themselves_after_a_coordinator_restart() {
     stop(restarted).await;
 }
 
+/// `kill -9` of the real coordinator with two tabs training, then `--resume` on the same
+/// port from a checkpoint older than the tabs' last batches: the tabs come back by
+/// themselves as themselves, and the coordinator, recomputing every answer, strikes neither.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tabs_are_not_struck_after_a_kill_9_and_a_resume() {
+    let _heavy = HEAVY.lock().await;
+    let mut run = crate::durability::kill_9_and_resume(|addr| {
+        [Browser::open(&page(addr)), Browser::open(&page(addr))]
+    })
+    .await;
+    let s = run.assert_nobody_struck().await;
+    let ids = |s: &serde_json::Value| -> Vec<u64> {
+        let list = s["worker_list"].as_array().expect("list");
+        list.iter().map(|w| w["id"].as_u64().expect("id")).collect()
+    };
+    assert_eq!(ids(&s), ids(&run.before), "the tabs kept their worker ids");
+    assert!(s["resumed"].as_u64().expect("count") >= 2, "{s}");
+    for tab in run.terminate().await {
+        tab.close().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reloading_a_tab_keeps_its_worker_id() {
     let _heavy = HEAVY.lock().await;

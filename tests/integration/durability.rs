@@ -222,26 +222,45 @@ fn is_round(line: &str) -> Option<u64> {
         .flatten()
 }
 
-/// kill -9 of a real coordinator mid-run, then `--resume` on the same port: it continues
-/// from the newest checkpoint, the workers come back by themselves with their ids, and
-/// accuracy does not fall back.
-#[cfg(unix)]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn after_kill_9_a_resumed_coordinator_continues_and_workers_come_back() {
-    const EVERY: u64 = 5;
-    let _heavy = HEAVY.lock().await;
+/// What a `kill -9` and a `--resume` came to (see [`kill_9_and_resume`]).
+pub struct Resumed<W> {
+    pub workers: W,
+    pub addr: std::net::SocketAddr,
+    pub child: tokio::process::Child,
+    pub lines: UnboundedReceiver<String>,
+    /// The status a few rounds before the kill.
+    pub before: serde_json::Value,
+    /// The last round the killed process logged, and its newest durable checkpoint.
+    pub killed_at: u64,
+    pub durable: u64,
+    /// The version the new process resumed from.
+    pub version: u64,
+    _checkpoints: tempfile::TempDir,
+}
+
+/// Checkpoints every this many rounds in [`kill_9_and_resume`].
+const EVERY: u64 = 5;
+
+/// A real coordinator (`--min-workers 2`, checkpoints every [`EVERY`] rounds, every answer
+/// recomputed) with the workers `start` puts on it, killed with SIGKILL past round 23 between
+/// two checkpoints, and started again on the same port with `--resume`. The workers must come
+/// back by themselves.
+pub async fn kill_9_and_resume<W>(start: impl FnOnce(std::net::SocketAddr) -> W) -> Resumed<W> {
     let dir = tempfile::tempdir().expect("temp dir");
     let ckpt = dir.path().to_str().expect("utf-8");
+    let every = EVERY.to_string();
     let flags = [
         "--min-workers",
         "2",
         "--checkpoint-dir",
         ckpt,
         "--checkpoint-every",
-        "5",
+        &every,
+        "--verify-fraction",
+        "1",
     ];
     let (mut child, addr, mut lines) = spawn_coordinator_at(BIN.as_ref(), None, 0, &flags).await;
-    let workers: Vec<_> = (0..2).map(|_| reconnecting_worker(ws_url(addr))).collect();
+    let workers = start(addr);
     // The newest checkpoint the killed process said was written (durable: logged after its
     // rename and fsyncs).
     let mut durable = 0;
@@ -255,12 +274,19 @@ async fn after_kill_9_a_resumed_coordinator_continues_and_workers_come_back() {
         l.contains("checkpoint written")
     })
     .await;
-    let line = until_line(&mut lines, "round 23", |l| {
+    until_line(&mut lines, "round 20", |l| {
         written(l);
-        is_round(l).is_some_and(|r| r >= 23)
+        is_round(l).is_some_and(|r| r >= 20)
     })
     .await;
     let before = get_status_json(addr).await;
+    // Killed just after a round that follows a checkpoint, as far from the next one as can
+    // be: the workers have computed batches past any checkpoint it can resume from.
+    let line = until_line(&mut lines, "round 23", |l| {
+        written(l);
+        is_round(l).is_some_and(|r| r >= 23 && r % EVERY == 1)
+    })
+    .await;
     let seen = is_round(&line).expect("a round line");
     child.start_kill().expect("SIGKILL");
     child.wait().await.expect("killed");
@@ -270,6 +296,87 @@ async fn after_kill_9_a_resumed_coordinator_continues_and_workers_come_back() {
         written(&line);
         killed_at = killed_at.max(is_round(&line).unwrap_or(0));
     }
+    let resume: Vec<&str> = flags.iter().copied().chain(["--resume"]).collect();
+    let (child, addr2, mut lines) =
+        spawn_coordinator_at(BIN.as_ref(), None, addr.port(), &resume).await;
+    assert_eq!(addr2, addr);
+    let line = until_line(&mut lines, "the resume line", |l| {
+        l.contains("resumed from a checkpoint")
+    })
+    .await;
+    let version = field(&line, "version").expect("version");
+    assert!(
+        version < killed_at,
+        "the workers had gone past the checkpoint: resumed from {version}, killed at {killed_at}"
+    );
+    Resumed {
+        workers,
+        addr,
+        child,
+        lines,
+        before,
+        killed_at,
+        durable,
+        version,
+        _checkpoints: dir,
+    }
+}
+
+impl<W> Resumed<W> {
+    /// Trains 20 rounds past the round the killed process had reached (so past every batch
+    /// its workers had computed), and checks that the coordinator recomputed the workers'
+    /// answers all along and never found one that differs: no strike, no ban.
+    pub async fn assert_nobody_struck(&mut self) -> serde_json::Value {
+        let until = self.killed_at + 20;
+        until_line(&mut self.lines, "20 rounds past the kill", |l| {
+            is_round(l).is_some_and(|r| r >= until)
+        })
+        .await;
+        let s = get_status_json(self.addr).await;
+        assert_eq!(s["verification_mismatches"], 0, "{s}");
+        assert_eq!(s["bans"], serde_json::json!([]), "{s}");
+        let workers = s["worker_list"].as_array().expect("list");
+        assert!(workers.iter().all(|w| w["strikes"] == 0), "{s}");
+        // Answers were recomputed all along: at least one a round since the kill (the
+        // counters resumed from the checkpoint's, which are at most those before the kill).
+        let verified = s["gradients_verified"].as_u64().expect("count");
+        let before = self.before["gradients_verified"].as_u64().expect("count");
+        assert!(verified >= before + (until - self.killed_at), "{s}");
+        println!(
+            "resumed from {} after a kill at round {}: {verified} answers recomputed, none differed",
+            self.version, self.killed_at
+        );
+        s
+    }
+
+    /// SIGTERM: a clean exit.
+    pub async fn terminate(mut self) -> W {
+        let pid = self.child.id().expect("running");
+        let term = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(term.success());
+        let exit = guard("exit", self.child.wait()).await.expect("wait");
+        assert!(exit.success(), "{exit}");
+        self.workers
+    }
+}
+
+/// kill -9 of a real coordinator mid-run, then `--resume` on the same port: it continues
+/// from the newest checkpoint, the workers come back by themselves with their ids, accuracy
+/// does not fall back, and the coordinator, recomputing every answer, strikes nobody
+/// (the workers had computed batches past the checkpoint).
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_kill_9_a_resumed_coordinator_continues_and_workers_come_back() {
+    let _heavy = HEAVY.lock().await;
+    let mut run = kill_9_and_resume(|addr| {
+        (0..2)
+            .map(|_| reconnecting_worker(ws_url(addr)))
+            .collect::<Vec<_>>()
+    })
+    .await;
     let ids = |s: &serde_json::Value| -> BTreeSet<u64> {
         s["worker_list"]
             .as_array()
@@ -278,22 +385,13 @@ async fn after_kill_9_a_resumed_coordinator_continues_and_workers_come_back() {
             .map(|w| w["id"].as_u64().expect("id"))
             .collect()
     };
-    let (ids_before, accuracy_before) = (ids(&before), before["test_accuracy"].as_f64());
-
-    let resume: Vec<&str> = flags.iter().copied().chain(["--resume"]).collect();
-    let (mut child, addr2, mut lines) =
-        spawn_coordinator_at(BIN.as_ref(), None, addr.port(), &resume).await;
-    assert_eq!(addr2, addr);
-    let line = until_line(&mut lines, "the resume line", |l| {
-        l.contains("resumed from a checkpoint")
-    })
-    .await;
-    let version = field(&line, "version").expect("version");
+    let (ids_before, accuracy_before) = (ids(&run.before), run.before["test_accuracy"].as_f64());
+    let (killed_at, durable, version) = (run.killed_at, run.durable, run.version);
     let lost = killed_at - version;
     println!(
         "killed at round {killed_at}, newest durable {durable}, resumed from {version}: {lost} rounds lost"
     );
-    assert!(version.is_multiple_of(EVERY), "{line}");
+    assert!(version.is_multiple_of(EVERY), "{version}");
     // It resumed from the newest durable checkpoint (or one durable a moment before the kill
     // without having logged it yet), never an older one.
     assert!(
@@ -304,7 +402,7 @@ async fn after_kill_9_a_resumed_coordinator_continues_and_workers_come_back() {
     // while the newest one was still being written (more on a loaded machine; see
     // docs/BENCHMARKS.md); this bound only catches a resume from far behind.
     assert!(lost <= 4 * EVERY, "{lost} rounds lost");
-    until_line(&mut lines, "ten more rounds", |l| {
+    until_line(&mut run.lines, "ten more rounds", |l| {
         is_round(l).is_some_and(|r| r >= version + 10)
     })
     .await;
@@ -313,7 +411,7 @@ async fn after_kill_9_a_resumed_coordinator_continues_and_workers_come_back() {
     // lucky instant.
     let after = guard("both workers back as themselves", async {
         loop {
-            let status = get_status_json(addr).await;
+            let status = get_status_json(run.addr).await;
             if ids(&status) == ids_before {
                 return status;
             }
@@ -328,15 +426,8 @@ async fn after_kill_9_a_resumed_coordinator_continues_and_workers_come_back() {
         accuracy_after >= accuracy_before.expect("evaluated") - 0.02,
         "accuracy fell back"
     );
-    let pid = child.id().expect("running");
-    let term = std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .expect("kill");
-    assert!(term.success());
-    let exit = guard("exit", child.wait()).await.expect("wait");
-    assert!(exit.success(), "{exit}");
-    for (task, cancel) in workers {
+    run.assert_nobody_struck().await;
+    for (task, cancel) in run.terminate().await {
         cancel.cancel();
         let sessions = guard("worker", task).await.expect("task");
         assert!(sessions >= 2, "it reconnected");
