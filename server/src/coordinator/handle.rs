@@ -79,6 +79,8 @@ pub enum Event {
     /// A session was closed for bad input (undecodable frame, wrong shape, NaN, ...), before
     /// or after joining. Counted; the worker itself leaves with its own `Leave`.
     Rejected { refusal: Refusal, peer: IpAddr },
+    /// An evaluation run off the coordinator's task came back.
+    Evaluated(super::evaluation::Evaluated),
     /// The history of the run so far (a dashboard connecting).
     History {
         reply: oneshot::Sender<Vec<super::history::Point>>,

@@ -16,7 +16,7 @@ pub struct Point {
     pub round: u64,
     pub unix_ms: u64,
     pub train_loss: f64,
-    /// Set on rounds that were evaluated.
+    /// Set on rounds that were evaluated, once the evaluation is back.
     pub test_accuracy: Option<f64>,
     pub workers: usize,
     /// The round's participants (answered + missed; async: the gradients in the update).
@@ -41,6 +41,13 @@ impl History {
             self.0.pop_front();
         }
         self.0.push_back(point);
+    }
+
+    /// The update of `round` scored `accuracy` (evaluations come back after their update).
+    pub fn evaluated(&mut self, round: u64, accuracy: f64) {
+        if let Some(p) = self.0.iter_mut().rev().find(|p| p.round == round) {
+            p.test_accuracy = Some(accuracy);
+        }
     }
 
     pub fn points(&self) -> Vec<Point> {

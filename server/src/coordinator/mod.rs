@@ -29,6 +29,7 @@ pub mod bans;
 mod checkpoints;
 mod checks;
 pub mod clip;
+pub mod evaluation;
 pub mod handle;
 pub mod history;
 pub mod identities;
@@ -58,6 +59,7 @@ pub use self::admin::Command;
 use self::audit::Audits;
 pub use self::checkpoints::Checkpoints;
 use self::clip::NormBound;
+pub use self::evaluation::{EvalJob, Evaluated, Evaluations};
 pub use self::handle::{
     CoordinatorHandle, Event, Frames, Joined, Outbound, Outcome, Published, SessionId, Stopped,
     WeightsSnapshot, EVENT_CHANNEL_CAPACITY, OUTBOX_CAPACITY,
@@ -87,6 +89,8 @@ pub struct Coordinator {
     train: Dataset,
     outcome: Option<Outcome>,
     last_eval: Option<Evaluation>,
+    /// Evaluations due, running off this task, and their order.
+    evaluations: Evaluations,
     worker_list: Arc<Vec<WorkerStatus>>,
     /// The operator paused training; in async modes, the workers waiting for weights.
     paused: Option<std::collections::BTreeSet<protocol::WorkerId>>,
@@ -169,6 +173,7 @@ impl Coordinator {
             train: data.train,
             outcome: None,
             last_eval: None,
+            evaluations: Evaluations::default(),
             worker_list: Arc::default(),
             checkpoints: None,
             now: now(),
@@ -208,10 +213,23 @@ impl Coordinator {
         self.status_tx.borrow().clone()
     }
 
+    /// The next evaluation to run off the coordinator's task, once; its result comes back
+    /// as [`Event::Evaluated`].
+    pub fn poll_evaluation(&mut self) -> Option<EvalJob> {
+        self.evaluations.poll()
+    }
+
     /// Processes events and round deadlines until shutdown (or until training is done,
     /// which triggers shutdown).
     pub async fn run(mut self) -> Outcome {
         loop {
+            while let Some(job) = self.poll_evaluation() {
+                let events = self.events_tx.clone();
+                tokio::task::spawn_blocking(move || {
+                    // Gone only if the coordinator stopped: nobody is waiting then.
+                    let _ = events.blocking_send(Event::Evaluated(job.run()));
+                });
+            }
             let deadline = self.schedule.deadline().map(tokio::time::Instant::from_std);
             tokio::select! {
                 biased;
@@ -283,6 +301,7 @@ impl Coordinator {
             Event::History { reply } => {
                 let _ = reply.send(self.history.points());
             }
+            Event::Evaluated(evaluated) => self.evaluated(evaluated),
         }
         self.settle(now);
         self.publish();
@@ -414,5 +433,7 @@ pub mod drive;
 mod honest_tests;
 #[cfg(test)]
 mod sequence_tests;
+#[cfg(test)]
+mod test_swarm;
 #[cfg(test)]
 mod tests;

@@ -12,6 +12,7 @@ use protocol::{encode_weights, Compression, Round};
 use tokio::sync::watch;
 use tracing::warn;
 
+use super::evaluation::EvalJob;
 use super::handle::{Frames, WeightsSnapshot};
 
 #[derive(Debug)]
@@ -21,7 +22,7 @@ pub struct Trainer {
     optimizer: Box<dyn Optimizer + Send>,
     /// Updates applied = version of `params`.
     version: u64,
-    test: Dataset,
+    test: Arc<Dataset>,
     /// The current weights, encoded once per version and compression and shared by every
     /// outbox: uncompressed eagerly (for `/api/params`), f16 and int8 on first use.
     frames: [Option<Frames>; 3],
@@ -54,7 +55,7 @@ impl Trainer {
             params,
             optimizer,
             version: 0,
-            test,
+            test: Arc::new(test),
             frames: [Some(frame), None, None],
             seen: [None, None, None],
             trained_frames: [None, None, None],
@@ -230,7 +231,13 @@ impl Trainer {
         seen
     }
 
-    /// Test-split loss and accuracy of the current weights.
+    /// The current weights, copied, to be scored off the coordinator's task.
+    pub fn evaluation_job(&self) -> EvalJob {
+        let test = Arc::clone(&self.test);
+        EvalJob::new(self.version, self.net.clone(), self.params.clone(), test)
+    }
+
+    /// Test-split loss and accuracy of the current weights, here and now.
     pub fn evaluate(&self) -> Option<Evaluation> {
         evaluate(&self.net, &self.params, &self.test)
             .inspect_err(|err| warn!(%err, "evaluation failed"))

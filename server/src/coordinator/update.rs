@@ -1,9 +1,12 @@
 //! What applying an update means for the run: the optimizer step (refused if it would break
-//! the model), the round's metrics and log line, evaluation when due, and the stop
-//! conditions (`--max-rounds`, `--target-accuracy`).
+//! the model), the round's metrics and log line, evaluation when due (and its result when it
+//! comes back), and the stop conditions (`--max-rounds`, `--target-accuracy`).
 
 use tracing::{info, warn};
 
+use model::Evaluation;
+
+use super::evaluation::Evaluated;
 use super::handle::Outcome;
 use super::history::Point;
 use super::metrics::LogValue;
@@ -28,16 +31,20 @@ impl Coordinator {
         self.registry.mark_changed();
         let since = self.metrics.updated(update, version - 1);
         let last = self.config.max_rounds.is_some_and(|max| version >= max);
-        let evaluation = if version.is_multiple_of(self.config.eval_interval) || last {
+        // The run's last evaluation is done here: nothing is left to wait for it. The others
+        // run off this task while rounds go on (see `evaluation.rs`).
+        let evaluation = if last {
             self.trainer.evaluate()
         } else {
+            if version.is_multiple_of(self.config.eval_interval) {
+                self.evaluations.due(self.trainer.evaluation_job());
+            }
             None
         };
+        self.record(update, version);
         if let Some(e) = evaluation {
-            self.metrics.evaluated(version, e);
-            self.last_eval = Some(e);
+            self.scored(version, e);
         }
-        self.record(update, version, evaluation.map(|e| e.accuracy));
         self.checkpoint_if_due();
         info!(
             round = version,
@@ -51,34 +58,69 @@ impl Coordinator {
             train_loss = format_args!("{:.4}", update.mean_loss),
             lr = self.config.optimizer.lr(),
             round_ms = format_args!("{:.1}", update.duration.as_secs_f64() * 1e3),
-            test_accuracy = %LogValue(evaluation.map(|e| e.accuracy)),
-            test_loss = %LogValue(evaluation.map(|e| e.loss)),
             "round"
         );
-        let reached_target = match (evaluation, self.config.target_accuracy) {
-            (Some(e), Some(target)) => e.accuracy >= target,
-            _ => false,
-        };
-        if last || reached_target {
-            info!(
-                round = version,
-                reached_target,
-                test_accuracy = ?self.last_eval.map(|e| e.accuracy),
-                "training finished"
-            );
-            self.outcome = Some(Outcome {
-                rounds: version,
-                evaluation: self.last_eval,
-                reached_target,
-                checkpoint_error: None,
-            });
-            self.shutdown.cancel();
+        if last {
+            self.finish(version, evaluation);
         }
         self.replace_pending();
     }
 
+    /// An evaluation came back from off the task.
+    pub(super) fn evaluated(&mut self, evaluated: Evaluated) {
+        if !self.evaluations.done(evaluated.version) {
+            return;
+        }
+        match evaluated.result {
+            Ok(e) => {
+                self.scored(evaluated.version, e);
+                let reached = self.config.target_accuracy.is_some_and(|t| e.accuracy >= t);
+                if reached && self.outcome.is_none() {
+                    self.finish(self.trainer.version(), Some(e));
+                }
+            }
+            Err(err) => warn!(round = evaluated.version, %err, "evaluation failed"),
+        }
+    }
+
+    /// Version `version` scored `e` on the test split.
+    fn scored(&mut self, version: u64, e: Evaluation) {
+        self.metrics.evaluated(version, e);
+        self.last_eval = Some(e);
+        self.history.evaluated(version, e.accuracy);
+        info!(
+            round = version,
+            test_accuracy = %LogValue(Some(e.accuracy)),
+            test_loss = %LogValue(Some(e.loss)),
+            "evaluated"
+        );
+    }
+
+    /// Training is over at `version` (`--max-rounds`, or an evaluation reached
+    /// `--target-accuracy`).
+    fn finish(&mut self, version: u64, evaluation: Option<Evaluation>) {
+        let reached_target = match (evaluation, self.config.target_accuracy) {
+            (Some(e), Some(target)) => e.accuracy >= target,
+            _ => false,
+        };
+        info!(
+            round = version,
+            evaluated_round = ?self.metrics.saved().1.map(|(v, _)| v),
+            reached_target,
+            test_accuracy = ?self.last_eval.map(|e| e.accuracy),
+            "training finished"
+        );
+        self.outcome = Some(Outcome {
+            rounds: version,
+            evaluation: self.last_eval,
+            reached_target,
+            checkpoint_error: None,
+        });
+        self.shutdown.cancel();
+    }
+
     /// A point of the run's history for this update.
-    fn record(&mut self, update: &Update, version: u64, test_accuracy: Option<f64>) {
+    fn record(&mut self, update: &Update, version: u64) {
         let c = self.metrics.counters();
         let point = Point {
             round: version,
@@ -86,7 +128,7 @@ impl Coordinator {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
             train_loss: update.mean_loss,
-            test_accuracy,
+            test_accuracy: None,
             workers: self.registry.len(),
             participants: update.answered + update.missed,
             skipped: self.schedule.standing().skipped,
