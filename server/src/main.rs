@@ -1,16 +1,42 @@
 //! `coordinator`: parse flags, set up logging, bind, train until done or told to stop.
 
+use std::process::ExitCode;
+
 use anyhow::Context;
 use server::config::{Command, LogFormat};
 use server::Config;
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     server::allocator::use_one_arena();
-    tokio::runtime::Builder::new_multi_thread()
+    let ran = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .context("starting the runtime")?
-        .block_on(run())
+        .context("starting the runtime")
+        .and_then(|runtime| runtime.block_on(run()));
+    match ran {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {}", one_line(&err));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `err` and its causes on one line, each said once: a cause whose message the error above it
+/// already quotes (`--data x.csv: line 3: ...` over `line 3: ...`) is left out.
+fn one_line(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let said = cause.to_string();
+        if line.contains(&said) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&said);
+    }
+    line
 }
 
 async fn run() -> anyhow::Result<()> {

@@ -196,17 +196,33 @@ async fn an_image_folder_trains_with_a_toml_spec() {
     assert_eq!(*status.classes, ["blue", "green", "red"]);
 }
 
-/// Runs the binary, which must exit non-zero at once; returns its stderr.
+/// Runs the binary, which must exit non-zero at once; returns its stderr, which must be one
+/// `error: ...` (a parser's own snippet may follow it) that says each thing once.
 async fn refused(args: &[&str]) -> String {
     let run = tokio::process::Command::new(BIN)
         .args(["--port", "0"])
         .args(args)
+        .env("RUST_BACKTRACE", "1")
         .kill_on_drop(true)
         .output();
     let out = guard("the coordinator to refuse", run).await.expect("runs");
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(!out.status.success(), "it must not start: {stderr}");
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    let errors = stderr.lines().filter(|l| l.starts_with("error: ")).count();
+    assert_eq!(errors, 1, "said once: {stderr}");
+    assert!(!stderr.contains("Caused by"), "{stderr}");
+    assert!(!stderr.contains("backtrace"), "{stderr}");
     stderr
+}
+
+/// `stderr` says `what`, once.
+fn says_once(stderr: &str, what: &str) {
+    assert_eq!(
+        stderr.matches(what).count(),
+        1,
+        "{what:?} once in: {stderr}"
+    );
 }
 
 #[tokio::test]
@@ -217,44 +233,35 @@ async fn bad_data_and_bad_specs_are_refused_at_start_with_the_entry_named() {
     let csv = csv.to_str().expect("utf-8");
 
     let stderr = refused(&["--data", csv, "--model", "cnn"]).await;
-    assert!(
-        stderr.contains("layer 0 (conv2d 16 k5 s1 p0) cannot take its input of shape 4: conv2d needs an image input"),
-        "{stderr}"
-    );
+    says_once(&stderr, "layer 0 (conv2d 16 k5 s1 p0) cannot take its input of shape 4: conv2d needs an image input");
     let ragged = dir.path().join("ragged.csv");
     std::fs::write(&ragged, "a,b,label\n1,2,0\n3,4,1\n5,6\n").expect("write");
     let stderr = refused(&["--data", ragged.to_str().expect("utf-8")]).await;
-    assert!(
-        stderr.contains("ragged.csv: line 4: 2 fields, but the header has 3"),
-        "{stderr}"
+    says_once(
+        &stderr,
+        "ragged.csv: line 4: 2 fields, but the header has 3",
     );
 
     let spec = dir.path().join("bad.toml");
     std::fs::write(&spec, "[[layers]]\ntype = \"conv3d\"\n").expect("write");
     let stderr = refused(&["--model", spec.to_str().expect("utf-8")]).await;
-    assert!(
-        stderr.contains("bad.toml: layer 0 (conv3d): unknown type `conv3d`"),
-        "{stderr}"
-    );
+    says_once(&stderr, "bad.toml: layer 0 (conv3d): unknown type `conv3d`");
     std::fs::write(
         &spec,
         "[[layers]]\ntype = \"dense\"\nunits = 10\nkernel = 3\n",
     )
     .expect("write");
     let stderr = refused(&["--model", spec.to_str().expect("utf-8")]).await;
-    assert!(
-        stderr.contains("`kernel` does not apply to dense"),
-        "{stderr}"
-    );
+    says_once(&stderr, "`kernel` does not apply to dense");
     std::fs::write(&spec, "[[layers]]\ntype = \"dense\"\nunits = 7\n").expect("write");
     let stderr = refused(&["--model", spec.to_str().expect("utf-8")]).await;
-    assert!(
-        stderr.contains("the last layer produces 7 values, but the data has 10 classes"),
-        "{stderr}"
+    says_once(
+        &stderr,
+        "the last layer produces 7 values, but the data has 10 classes",
     );
     std::fs::write(&spec, "layers = 3").expect("write");
     let stderr = refused(&["--model", spec.to_str().expect("utf-8")]).await;
-    assert!(stderr.contains("bad.toml"), "{stderr}");
+    says_once(&stderr, "bad.toml");
 
     let one_class = dir.path().join("one");
     std::fs::create_dir_all(one_class.join("cats")).expect("mkdir");
@@ -262,7 +269,7 @@ async fn bad_data_and_bad_specs_are_refused_at_start_with_the_entry_named() {
         .save(one_class.join("cats/a.png"))
         .expect("png");
     let stderr = refused(&["--data", one_class.to_str().expect("utf-8")]).await;
-    assert!(stderr.contains("only one class (cats)"), "{stderr}");
+    says_once(&stderr, "only one class (cats)");
 }
 
 /// The named tensors of a safetensors file, as raw bytes by name.
@@ -337,8 +344,6 @@ async fn fine_tuning_the_last_layer_from_a_file_keeps_the_frozen_layer_bit_ident
 
     // Weights of another shape are refused, naming the tensor.
     let stderr = refused(&["--init", init.to_str().expect("utf-8"), "--hidden", "64"]).await;
-    assert!(
-        stderr.contains("pretrained.safetensors") && stderr.contains("l0.weight"),
-        "{stderr}"
-    );
+    says_once(&stderr, "pretrained.safetensors");
+    says_once(&stderr, "l0.weight");
 }

@@ -1,5 +1,6 @@
 //! `worker`: lend this machine to a crowdtrain coordinator.
 
+use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
@@ -42,9 +43,39 @@ enum CompressionChoice {
     Int8,
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+fn main() -> ExitCode {
+    let ran = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|runtime| runtime.block_on(run(Cli::parse())));
+    match ran {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {}", one_line(&err));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `err` and its causes on one line, each said once: a cause whose message the error above it
+/// already quotes (`--data x.csv: line 3: ...` over `line 3: ...`) is left out.
+fn one_line(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let said = cause.to_string();
+        if line.contains(&said) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&said);
+    }
+    line
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new(format!("worker={}", cli.log_level))
     });
