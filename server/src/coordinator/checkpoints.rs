@@ -50,7 +50,22 @@ impl Coordinator {
     /// after it replaces them).
     pub fn start_from(&mut self, params: Vec<f32>) -> Result<(), String> {
         let fresh = self.trainer.optimizer_state();
-        self.trainer.restore(params, fresh, 0)
+        self.trainer.restore(params, fresh, 0)?;
+        self.rebase_norm_bound();
+        self.publish();
+        Ok(())
+    }
+
+    /// The norm bound's warm-up reference, from the weights training now starts from: a
+    /// fine-tuned model's gradients can be far smaller than a random one's.
+    fn rebase_norm_bound(&mut self) {
+        let batch = self.config.batch_size as usize;
+        match self.trainer.reference_norm(&self.train, batch) {
+            Ok(reference) => self.bound.set_reference(reference),
+            Err(err) => {
+                warn!(%err, "the norm bound keeps its reference: no gradient at these weights")
+            }
+        }
     }
 
     pub fn restore(&mut self, checkpoint: Checkpoint, now: Instant) -> Result<(), String> {
@@ -73,6 +88,7 @@ impl Coordinator {
             .map(|&ns| Duration::from_nanos(ns))
             .collect();
         self.schedule.restore_deadlines(&latencies);
+        self.rebase_norm_bound();
         self.bound.restore(&run.norm_history);
         self.registry.restore_bans(&run.bans);
         self.audits.restore_rng(run.audit_rng);

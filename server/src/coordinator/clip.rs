@@ -11,7 +11,8 @@
 //! minority of hostile workers, and only unclipped norms enter the window, so a hostile
 //! majority of one round cannot ratchet it up either. Until [`WARMUP`] norms were seen it is
 //! [`MULTIPLIER`] × a reference the coordinator computes itself: the norm of its own gradient
-//! on a batch of the train split at the initial weights.
+//! on a batch of the train split at the weights training starts from (the random
+//! initialisation, `--init`'s, or a checkpoint's).
 
 use std::collections::VecDeque;
 
@@ -56,6 +57,13 @@ impl NormBound {
     /// The current bound.
     pub fn bound(&self) -> f64 {
         self.bound
+    }
+
+    /// A new reference (the coordinator's own gradient norm at weights it was given:
+    /// `--init`, a checkpoint), for the warm-up.
+    pub fn set_reference(&mut self, reference: f64) {
+        self.reference = reference;
+        self.bound = self.compute();
     }
 
     /// The norms it learned from, oldest first (for a checkpoint).

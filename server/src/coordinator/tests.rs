@@ -690,3 +690,24 @@ fn weights_uploaded_during_a_round_replace_the_model_when_it_closes() {
     assert!(said.contains("now version 1"), "{said}");
     assert_eq!(idle.c.trainer.params(), uploaded.as_slice());
 }
+
+/// `--init` (and a checkpoint): the norm bound's warm-up reference is the coordinator's own
+/// gradient at the weights given, not at the random initialisation they replaced.
+#[test]
+fn the_norm_bound_starts_from_the_weights_training_starts_from() {
+    let mut h = harness_adaptive(&[]);
+    let at_random = h.c.bound.bound();
+    // All zeros: only the last bias has a gradient, far smaller than a random model's.
+    h.c.start_from(vec![0.0; h.params]).expect("fits");
+    let own =
+        h.c.trainer
+            .reference_norm(&h.c.train, 32)
+            .expect("a gradient");
+    assert_eq!(h.c.bound.bound(), clip::MULTIPLIER * own);
+    assert!(
+        h.c.bound.bound() < at_random / 2.0,
+        "{} at the given weights, {at_random} at random ones",
+        h.c.bound.bound()
+    );
+    assert_eq!(h.status().grad_norm_bound, h.c.bound.bound(), "published");
+}

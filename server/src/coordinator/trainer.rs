@@ -160,14 +160,15 @@ impl Trainer {
     }
 
     /// The L2 norm of the coordinator's own gradient on the first `batch` samples of
-    /// `train` at the current weights: a trustworthy scale for honest gradients.
+    /// `train` at the current weights, over the trained tensors (what workers send): a
+    /// trustworthy scale for honest gradients.
     pub fn reference_norm(&self, train: &Dataset, batch: usize) -> Result<f64, ModelError> {
         let (x, labels) = train.batch(0..batch.min(train.len()));
         let seed = batch_seed(0, 0);
         let (_, grads) = self
             .net
             .loss_and_grad(&self.params, x.view(), &labels, seed)?;
-        Ok(super::clip::norm_and_finite(&grads).0)
+        Ok(super::clip::norm_and_finite(&self.net.compact(grads)).0)
     }
 
     fn has_frozen(&self) -> bool {
