@@ -38,6 +38,19 @@ let workerId = null;
 let running = false;
 const worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
 
+// A browser never tells a page why its WebSocket was refused: ask the coordinator what it
+// would answer this page (origin, connections from this address, shutting down).
+let asked = null;
+async function whyRefused() {
+  try {
+    const res = await fetch(`/api/join-check?origin=${encodeURIComponent(location.origin)}`, { cache: "no-store" });
+    if (res.ok) return null;
+    return `the coordinator refused the connection: ${(await res.text()).trim()}`;
+  } catch {
+    return `the coordinator at ${location.host} cannot be reached`;
+  }
+}
+
 worker.onmessage = ({ data: e }) => {
   if (e.resumeToken) sessionStorage.setItem(TOKEN_KEY, e.resumeToken);
   const state = $("state");
@@ -53,17 +66,33 @@ worker.onmessage = ({ data: e }) => {
   if (e.samplesPerSec) $("rate").textContent = Math.round(e.samplesPerSec).toLocaleString();
   if (e.workerId != null) { $("worker-id").textContent = e.workerId; workerId = e.workerId; }
   if (e.state === "disconnected") {
-    $("message").textContent = `${e.message ?? "disconnected"}; retrying in ${(e.retryInMs / 1000).toFixed(1)} s`;
+    const retry = `retrying in ${(e.retryInMs / 1000).toFixed(1)} s`;
+    $("message").textContent = `${e.message ?? "disconnected"}; ${retry}`;
+    if (e.refused) {
+      const ask = (asked = whyRefused());
+      ask.then((why) => {
+        if (why && asked === ask && $("state").dataset.state === "disconnected") {
+          $("message").textContent = `${why}; ${retry}`;
+        }
+      });
+    }
   } else if (e.message) {
     $("message").textContent = e.message;
   } else if (e.state === "training") {
     $("message").textContent = "";
   }
 };
-worker.onerror = (e) => {
+worker.onerror = async (e) => {
   $("state").dataset.state = "error";
   $("state").textContent = "error";
-  $("message").textContent = `the worker failed to start: ${e.message ?? e}`;
+  let why = e.message;
+  if (!why) {
+    // The worker's own script did not load: say what the coordinator answered for it.
+    why = await fetch("./worker.js", { cache: "no-store" })
+      .then((r) => (r.ok ? "its script failed to start" : `worker.js: HTTP ${r.status}`))
+      .catch(() => `the coordinator at ${location.host} cannot be reached`);
+  }
+  $("message").textContent = `the worker failed to start: ${why}`;
 };
 
 $("toggle").onclick = () => worker.postMessage({ cmd: running ? "stop" : "start" });

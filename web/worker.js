@@ -3,14 +3,36 @@
 // {cmd: "start"} | {cmd: "stop"} | {cmd: "cpu", percent}.
 // Messages out: the BrowserWorker's events ({state, round, gradients, loss, ...}).
 
-import init, { BrowserWorker } from "./pkg/worker_wasm.js";
-
 postMessage({ state: "loading" });
-const ready = init().catch((err) => {
-  postMessage({ state: "error", message: `could not load the wasm worker: ${err}` });
-  throw err;
-});
+let BrowserWorker = null;
+// Imported here, not at the top: a module that fails to load there gives the page only an
+// error event without a reason. The coordinator says why a package file is missing.
+const ready = (async () => {
+  try {
+    const wasm = await import("./pkg/worker_wasm.js");
+    await wasm.default();
+    BrowserWorker = wasm.BrowserWorker;
+  } catch (err) {
+    postMessage({ state: "error", message: await whyNotLoaded(err) });
+    throw err;
+  }
+})();
 let worker = null;
+
+async function whyNotLoaded(err) {
+  for (const file of ["./pkg/worker_wasm.js", "./pkg/worker_wasm_bg.wasm"]) {
+    try {
+      const res = await fetch(file, { method: "HEAD", cache: "no-store" });
+      if (!res.ok) {
+        const said = (await fetch(file, { cache: "no-store" }).then((r) => r.text())).trim();
+        return `the training code is not on this coordinator (${file.slice(2)}: HTTP ${res.status}): ${said}`;
+      }
+    } catch {
+      return "the coordinator cannot be reached to load the training code";
+    }
+  }
+  return `could not load the wasm worker: ${err}`;
+}
 
 onmessage = async ({ data: msg }) => {
   await ready;

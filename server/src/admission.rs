@@ -106,21 +106,34 @@ impl Admission {
         self.check_origin(headers)?;
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         let n = open.entry(ip).or_insert(0);
-        if *n >= self.max_per_ip {
-            return Err(Refused {
-                status: StatusCode::TOO_MANY_REQUESTS,
-                message: format!(
-                    "{} already has {} connections open (--max-per-ip {})",
-                    shown(ip),
-                    n,
-                    self.max_per_ip
-                ),
-            });
-        }
+        self.check_count(*n, ip)?;
         *n += 1;
         Ok(Slot {
             admission: Arc::clone(self),
             ip,
+        })
+    }
+
+    /// What [`Admission::admit`] would answer now, taking nothing: for a page whose socket
+    /// was refused, which a browser does not say why (`/api/join-check`).
+    pub fn check(&self, headers: &HeaderMap, ip: IpAddr) -> Result<(), Refused> {
+        self.check_origin(headers)?;
+        let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        self.check_count(open.get(&ip).copied().unwrap_or(0), ip)
+    }
+
+    fn check_count(&self, open: usize, ip: IpAddr) -> Result<(), Refused> {
+        if open < self.max_per_ip {
+            return Ok(());
+        }
+        Err(Refused {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            message: format!(
+                "{} already has {} connections open (--max-per-ip {})",
+                shown(ip),
+                open,
+                self.max_per_ip
+            ),
         })
     }
 

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use axum::http::{header, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use axum::Router;
 use tower_http::services::ServeDir;
 use tracing::{info, warn};
@@ -55,7 +56,10 @@ impl WebSource {
     pub fn serve(&self, router: Router) -> Router {
         match self {
             Self::Embedded => router.fallback(embedded_file),
-            Self::Dir(dir) => router.fallback_service(ServeDir::new(dir)),
+            Self::Dir(dir) => {
+                let missing = ServeDir::new(dir).fallback(get(missing_from_dir));
+                router.fallback_service(missing)
+            }
         }
     }
 }
@@ -81,6 +85,18 @@ async fn embedded_file(uri: Uri) -> Response {
             .into_response(),
         None => (StatusCode::NOT_FOUND, "not found\n").into_response(),
     }
+}
+
+/// A file `--web-dir` lacks: the wasm package gets the sentence that says how to build it.
+async fn missing_from_dir(uri: Uri) -> Response {
+    if uri.path().starts_with("/pkg/") {
+        let message = format!(
+            "--web-dir has no {}: the wasm worker was not built. Run {BUILD_COMMAND}\n",
+            uri.path().trim_start_matches('/')
+        );
+        return (StatusCode::SERVICE_UNAVAILABLE, message).into_response();
+    }
+    (StatusCode::NOT_FOUND, "not found\n").into_response()
 }
 
 fn content_type(path: &str) -> &'static str {

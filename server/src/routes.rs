@@ -49,6 +49,7 @@ pub struct AppState {
 pub fn app(state: AppState, web: &WebSource) -> Router {
     let router = Router::new()
         .route("/ws", get(ws))
+        .route("/api/join-check", get(join_check))
         .route("/api/status", get(status))
         .merge(crate::admin::routes(state.published.net.param_count()))
         .route("/metrics", get(metrics))
@@ -109,6 +110,43 @@ async fn ws(
     });
     tokio::spawn(session);
     response
+}
+
+/// `?origin=`: the page's origin (a browser sends none with a same-origin GET).
+#[derive(Debug, serde::Deserialize)]
+struct JoinCheck {
+    origin: Option<String>,
+}
+
+/// What the WebSocket upgrade would answer this client now, without opening one: browsers
+/// do not tell a page why its socket was refused, so the page asks here. `200 ok`, or the
+/// upgrade's own status and sentence.
+async fn join_check(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Query(query): Query<JoinCheck>,
+    req: Request,
+) -> Response {
+    if state.shutdown.is_cancelled() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
+    }
+    let mut headers = req.headers().clone();
+    headers.remove(header::ORIGIN);
+    if let Some(origin) = query.origin.as_deref() {
+        match header::HeaderValue::from_str(origin) {
+            Ok(value) => {
+                headers.insert(header::ORIGIN, value);
+            }
+            Err(_) => {
+                return (StatusCode::BAD_REQUEST, "origin: not a header value").into_response()
+            }
+        }
+    }
+    let address = crate::admission::address_of(peer.ip());
+    match state.admission.check(&headers, address) {
+        Ok(()) => "ok".into_response(),
+        Err(refused) => (refused.status, refused.message).into_response(),
+    }
 }
 
 async fn status(State(state): State<AppState>) -> impl IntoResponse {

@@ -429,6 +429,69 @@ async fn an_invitation_link_lets_a_tab_in_and_a_tab_without_it_is_told_why() {
     stop(server).await;
 }
 
+/// What the page's message line says once it contains `needle`.
+async fn until_message(tab: &Browser, needle: &str) -> String {
+    let expression = format!("document.getElementById('message').textContent.includes({needle:?})");
+    tab.until(&format!("the page to say {needle:?}"), &expression)
+        .await;
+    let shown = tab
+        .evaluate("document.getElementById('message').textContent")
+        .await;
+    shown.as_str().expect("text").to_string()
+}
+
+/// A coordinator whose page has no wasm package (here `--web-dir` without `pkg/`; the same
+/// sentence comes from a binary built before the package): the page says the training code
+/// is missing and how to build it, not "[object Event]".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_without_its_wasm_package_says_why_it_cannot_train() {
+    let web = tempfile::tempdir().expect("temp dir");
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web");
+    for file in ["index.html", "main.js", "worker.js", "style.css"] {
+        std::fs::copy(source.join(file), web.path().join(file)).expect("copy the page");
+    }
+    let server = start_server(&["--web-dir", web.path().to_str().expect("utf-8")]).await;
+    let tab = Browser::open_with_devtools(&page(server.addr));
+    let shown = until_message(&tab, "not on this coordinator").await;
+    assert!(shown.contains("pkg/worker_wasm.js: HTTP 503"), "{shown}");
+    assert!(
+        shown.contains("wasm-pack build"),
+        "how to build it: {shown}"
+    );
+    let state = tab
+        .evaluate("document.getElementById('state').dataset.state")
+        .await;
+    assert_eq!(state, "error");
+    tab.close().await;
+    stop(server).await;
+}
+
+/// A socket the coordinator refuses at the upgrade (here: this address already holds
+/// `--max-per-ip` connections): the page asks the coordinator and shows its reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_socket_is_explained_on_the_page() {
+    let server = start_server(&["--max-per-ip", "1"]).await;
+    // A client from the same address holds the one connection allowed.
+    let mut holder = RawClient::connect(server.addr).await;
+    holder.hello().await;
+    let tab = Browser::open_with_devtools(&page(server.addr));
+    let shown = until_message(&tab, "the coordinator refused the connection").await;
+    assert!(
+        shown.contains("127.0.0.1 already has 1 connections open (--max-per-ip 1)"),
+        "{shown}"
+    );
+    assert!(shown.contains("retrying in"), "{shown}");
+    // The holder leaves: the tab gets in by itself.
+    drop(holder);
+    let mut status = server.status.clone();
+    wait_status(&mut status, "the tab to train", |s| {
+        browsers(s) == 1 && s.round >= 2
+    })
+    .await;
+    tab.close().await;
+    stop(server).await;
+}
+
 /// At `--verify-fraction 1`, the coordinator recomputes every gradient of two tabs, one on
 /// int8 and one on exact f32, for 200 rounds: wasm's gradients always match native ones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -27,7 +27,7 @@ pub struct BrowserWorker {
 #[wasm_bindgen]
 impl BrowserWorker {
     /// `on_event` receives plain objects: `{ state, workerId, round, gradients, loss,
-    /// samplesPerSec, shardLen, resumeToken, message, retryInMs }` (fields present when
+    /// samplesPerSec, shardLen, resumeToken, message, retryInMs, refused }` (fields present when
     /// known). `resume_token`, from an earlier `resumeToken` event, keeps the identity across
     /// a page reload (the page keeps it in sessionStorage). `compression` is `"f16"`,
     /// `"int8"` or anything else for none (exact `f32`). `join_token` is the run's invitation

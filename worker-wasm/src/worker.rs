@@ -120,6 +120,8 @@ async fn run(inner: Rc<Inner>, generation: u32) {
     let mut backoff = BACKOFF_FIRST_MS;
     while inner.is_current(generation) {
         inner.emit("connecting", &[]);
+        // The socket never opened: the page asks the coordinator why (a browser won't say).
+        let mut refused = false;
         let ended = match Socket::connect(&inner.url).await {
             // Stopped while connecting: dropping the socket closes it.
             Ok(_) if !inner.is_current(generation) => break,
@@ -133,7 +135,10 @@ async fn run(inner: Rc<Inner>, generation: u32) {
                 }
                 ended
             }
-            Err(reason) => Ended::Retry(reason),
+            Err(reason) => {
+                refused = true;
+                Ended::Retry(reason)
+            }
         };
         if !inner.is_current(generation) {
             break;
@@ -148,7 +153,11 @@ async fn run(inner: Rc<Inner>, generation: u32) {
         };
         inner.emit(
             "disconnected",
-            &[("message", reason.into()), ("retryInMs", backoff.into())],
+            &[
+                ("message", reason.into()),
+                ("retryInMs", backoff.into()),
+                ("refused", refused.into()),
+            ],
         );
         sleep(backoff).await;
         backoff = (backoff * 2).min(BACKOFF_MAX_MS);
@@ -184,6 +193,14 @@ async fn session(
                 code: ErrorCode::Kicked,
                 ..
             }) => return Ended::Final("the organiser removed this tab from the run".into()),
+            Err(WorkerError::Rejected {
+                code: ErrorCode::Banned,
+                message,
+            }) => return Ended::Final(format!("the coordinator banned this tab: {message}")),
+            Err(WorkerError::Rejected {
+                code: ErrorCode::VersionMismatch,
+                ..
+            }) => return Ended::Final("this page is older than the coordinator: reload it".into()),
             Err(WorkerError::Rejected {
                 code: ErrorCode::Unauthorized,
                 ..
