@@ -40,8 +40,12 @@ function addPoint(p) {
   prev = p;
 }
 
+// Charts whose values crowd one end of the scale are drawn zoomed to their data: accuracy
+// from 93 % to 96 % is not a flat line at the top of 0-100.
+const ZOOMED = new Set(["accuracy"]);
+
 function redraw() {
-  for (const [name, points] of Object.entries(series)) draw($(`chart-${name}`), points);
+  for (const [name, points] of Object.entries(series)) draw($(`chart-${name}`), points, ZOOMED.has(name));
 }
 
 function onHistory(points) {
@@ -67,16 +71,26 @@ function onStatus(s) {
   table(s);
 }
 
-// A line chart of `points` ([x, [y0, y1, ...]]) in a 320 × 140 viewBox.
-function draw(svg, points) {
+// A line chart of `points` ([x, [y0, y1, ...]]) in a 320 × 140 viewBox, from zero, or
+// `zoomed` to the data's range. Series after the first are dashed, dotted, dash-dotted, so
+// one that equals another still shows; the caption's `.v` spans give each one's latest value.
+function draw(svg, points, zoomed = false) {
   const W = 320, H = 140, L = 34, B = 14;
   svg.dataset.points = points.length;
   svg.dataset.first = points.length ? points[0][0] : "";
+  legend(svg, points);
   if (points.length < 2) { svg.innerHTML = `<text x="${L}" y="${H / 2}">waiting for rounds…</text>`; return; }
   const xs = points.map((p) => p[0]);
-  const ys = points.flatMap((p) => p[1]);
+  const ys = points.flatMap((p) => p[1]).filter(Number.isFinite);
   const [x0, x1] = [Math.min(...xs), Math.max(...xs)];
-  const [y0, y1] = [Math.min(0, ...ys), Math.max(...ys) || 1];
+  let [y0, y1] = [Math.min(0, ...ys), Math.max(...ys) || 1];
+  if (zoomed) {
+    const [lo, hi] = [Math.min(...ys), Math.max(...ys)];
+    const pad = Math.max((hi - lo) * 0.1, 0.5);
+    [y0, y1] = [Math.max(0, lo - pad), hi + pad];
+  }
+  svg.dataset.yMin = y0;
+  svg.dataset.yMax = y1;
   const X = (x) => L + ((x - x0) / (x1 - x0 || 1)) * (W - L - 4);
   const Y = (y) => H - B - ((y - y0) / (y1 - y0 || 1)) * (H - B - 6);
   const lines = points[0][1].map((_, i) =>
@@ -87,6 +101,16 @@ function draw(svg, points) {
     `<text x="0" y="10">${fmt(y1)}</text><text x="0" y="${H - B}">${fmt(y0)}</text>` +
     `<text x="${L}" y="${H - 2}">round ${x0}</text><text x="${W - 60}" y="${H - 2}">round ${x1}</text>` +
     lines.join("");
+}
+
+// Each series' latest value, in its caption.
+function legend(svg, points) {
+  const last = points.length ? points[points.length - 1][1] : [];
+  const spans = svg.closest("figure").querySelectorAll("figcaption .v");
+  spans.forEach((span, i) => {
+    const v = last[i];
+    span.textContent = v == null ? "" : ` ${Math.abs(v) >= 100 || Number.isInteger(v) ? v.toFixed(0) : v.toPrecision(3)}`;
+  });
 }
 
 const ago = (ms) => (ms == null ? "–" : `${Math.max(0, Math.round((Date.now() - ms) / 1000))} s ago`);

@@ -59,6 +59,38 @@ async fn the_dashboard_shows_the_run_live_and_steers_it() {
         .await;
     assert!(polylines.as_u64() >= Some(6), "{polylines}");
 
+    // Series that are equal both show: connected and in the round are both 2 here; the
+    // later one is dashed over the earlier, and the caption gives each one's value.
+    let dashed = tab
+        .evaluate(
+            "['s1','s2'].map(c => getComputedStyle(document.querySelector('#chart-workers .' + c))\
+               .strokeDasharray)",
+        )
+        .await;
+    let dashed = dashed.as_array().expect("two styles");
+    assert!(dashed.iter().all(|d| d != "none"), "{dashed:?}");
+    tab.until(
+        "the workers' legend to give their values",
+        "[...document.getElementById('chart-workers').closest('figure')\
+           .querySelectorAll('figcaption .v')].map(v => v.textContent.trim()).join() === '2,2,0'",
+    )
+    .await;
+    // The accuracy axis is zoomed to the data, not 0 to its maximum.
+    let axis = tab
+        .evaluate(
+            "(() => { const svg = document.getElementById('chart-accuracy'); \
+               const ys = [...svg.querySelectorAll('polyline')].length; \
+               return [Number(svg.dataset.yMin), ys]; })()",
+        )
+        .await;
+    let s = status.borrow().clone();
+    let y_min = axis[0].as_f64().expect("the axis' minimum");
+    assert!(y_min > 0.0, "the accuracy axis starts at {y_min}: {axis}");
+    assert!(
+        y_min <= s.test_accuracy.expect("evaluated") * 100.0,
+        "{y_min} below the data"
+    );
+
     // Some history for the screenshot.
     tab.until(
         "a few dozen rounds drawn",
