@@ -6,7 +6,7 @@ use futures_util::StreamExt;
 use model::SplitMix64;
 use protocol::{
     decode_from_coordinator, decode_from_worker, encode_from_coordinator, encode_gradient,
-    Compression, CoordinatorToWorker, Gradient, Round, WorkerToCoordinator,
+    Compression, CoordinatorToWorker, Gradient, WorkerToCoordinator,
 };
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
@@ -54,8 +54,8 @@ impl Attack {
             Self::None | Self::Replay => {}
             Self::NaN => g.grads[7] = f32::NAN,
             Self::Scaled => g.grads.iter_mut().for_each(|v| *v *= 1.01),
-            // The core computed it for round + BATCH_SHIFT: relabel it as the real round.
-            Self::WrongBatch => g.round = Round(g.round.0 - BATCH_SHIFT),
+            // The core computed it on another batch (see `next_gradient_or_end`): as it is.
+            Self::WrongBatch => {}
             Self::WrongShape => g.grads.push(0.0),
         }
     }
@@ -116,8 +116,8 @@ fn reassemble(frames: &[Vec<u8>]) -> Gradient {
 }
 
 /// Like `ManualWorker::next_gradient`, but `None` when the coordinator closes the socket.
-/// `WrongBatch` shows its core every round's weights as round + `BATCH_SHIFT`, so the core
-/// picks another batch.
+/// `WrongBatch` shows its core every pull's `Task` with the batch index + `BATCH_SHIFT`, so
+/// the core computes on another batch than the one the coordinator named.
 async fn next_gradient_or_end(w: &mut ManualWorker, attack: Attack) -> Option<Vec<Vec<u8>>> {
     loop {
         let mut frame = match w.client.ws.next().await {
@@ -126,9 +126,9 @@ async fn next_gradient_or_end(w: &mut ManualWorker, attack: Attack) -> Option<Ve
             _ => return None,
         };
         if attack == Attack::WrongBatch {
-            if let Ok(CoordinatorToWorker::Weights(mut weights)) = decode_from_coordinator(&frame) {
-                weights.round = Round(weights.round.0 + BATCH_SHIFT);
-                frame = encode_from_coordinator(&CoordinatorToWorker::Weights(weights)).into();
+            if let Ok(CoordinatorToWorker::Task(mut task)) = decode_from_coordinator(&frame) {
+                task.batch += BATCH_SHIFT;
+                frame = encode_from_coordinator(&CoordinatorToWorker::Task(task)).into();
             }
         }
         match w.core.handle_frame(&frame) {
