@@ -10,41 +10,36 @@
 //!   [`admission`] decides at the upgrade (origin, connections per address).
 //! - [`session`]: one task per WebSocket: decode, validate, forward, within the [`rate`]
 //!   limits; [`refusal`] is what it (and everything after it) answers with.
-//! - [`coordinator`]: the single task that owns the training state: registry, schedules,
-//!   checks, trainer, metrics (its own module docs list the files).
-//! - [`round`] and [`deadline`]: the sync round state machine and its timeouts.
-//! - [`aggregate`]: how a round combines gradients (the mean, coordinate-wise robust rules,
-//!   Multi-Krum, centered clipping).
-//! - [`status`]: what `/api/status` reports; [`tensors_file`]: safetensors files (`/api/params`, checkpoints, export).
+//! - [`coordinator`]: the driver, the single task that owns the training state: the
+//!   sans-IO core of the `coordinator-core` crate (registry, schedules, checks, trainer,
+//!   metrics), fed events and deadlines, its outputs carried out.
+//! - [`tensors_file`]: safetensors files (`/api/params`, checkpoints, export).
 //! - [`config`]: the CLI and its validated form; [`dataset`]: the embedded MNIST split.
 //! - [`server`]: wiring, `start(listener, config, shutdown)`; [`tls`]: https/wss with
 //!   rustls; [`shutdown`]: Ctrl-C / SIGTERM.
 
 pub mod admin;
 pub mod admission;
-pub mod aggregate;
 pub mod allocator;
 pub mod assets;
 pub mod checkpoint;
 pub mod config;
 pub mod coordinator;
 pub mod dataset;
-pub mod deadline;
 pub mod events;
 pub mod exposition;
 pub mod rate;
-pub mod refusal;
-pub mod round;
 pub mod routes;
 pub mod server;
 pub mod session;
 pub mod shutdown;
 pub mod socket;
-pub mod status;
 pub mod tensors_file;
 pub mod tls;
 pub mod upload;
 
 pub use config::{Cli, Config, ConfigError};
+pub use coordinator_core::schedule::deadline;
+pub use coordinator_core::{aggregate, refusal, status};
 pub use server::{run, start, RunningServer, ServerError, Summary};
 pub use status::Status;

@@ -18,7 +18,7 @@ use crate::admission::Admission;
 use crate::assets::WebSource;
 use crate::checkpoint::{CheckpointError, Fingerprint, Store, Writer};
 use crate::config::Config;
-use crate::coordinator::{Checkpoints, Coordinator, Outcome, WeightsSnapshot};
+use crate::coordinator::{Checkpoints, Coordinator, Driver, Outcome, WeightsSnapshot};
 use crate::exposition::Exposition;
 use crate::routes::{app, AppState};
 use crate::session::Limits;
@@ -135,11 +135,13 @@ pub async fn start(
     let names: Vec<String> = (config.optimizer.build(0).state().tensors.into_iter())
         .map(|(name, _)| name)
         .collect();
-    let mut coordinator =
-        Coordinator::new(config, data, shutdown.clone()).map_err(ServerError::Model)?;
+    let core = Coordinator::new(config.settings(), net.clone(), data.data(), now())
+        .map_err(ServerError::Model)?;
+    let mut driver = Driver::new(core, shutdown.clone());
     if let Some((params, path)) = init {
         let frozen = net.param_count() - net.trainable_count();
-        coordinator
+        driver
+            .core()
             .start_from(params)
             .map_err(|reason| ServerError::Init {
                 path: path.clone(),
@@ -155,23 +157,22 @@ pub async fn start(
         } else {
             None
         };
-        let every = c.every;
-        coordinator = coordinator.with_checkpoints(Checkpoints::new(
-            Writer::spawn(store),
-            every,
-            fingerprint,
-        ));
+        let mut checkpoints = Checkpoints::new(Writer::spawn(store), fingerprint);
         if let Some(loaded) = resume {
-            coordinator
-                .restore(loaded.checkpoint, tokio::time::Instant::now().into_std())
+            let snapshot = loaded.checkpoint.into_snapshot();
+            checkpoints.resumed_at(snapshot.version);
+            driver
+                .core()
+                .restore(snapshot, now())
                 .map_err(|error| ServerError::Resume {
                     path: loaded.path.clone(),
                     error,
                 })?;
             info!(checkpoint = %loaded.path.display(), passed_over = loaded.skipped.len(), "resuming");
         }
+        driver = driver.with_checkpoints(checkpoints);
     }
-    let (handle, published) = (coordinator.sender(), coordinator.published());
+    let (handle, published) = (driver.sender(), driver.published());
     let status = published.status.clone();
     let weights = published.weights.clone();
     let sessions = TaskTracker::new();
@@ -196,7 +197,7 @@ pub async fn start(
     };
     let router = app(state, &web);
 
-    let coordinator_task = tokio::spawn(coordinator.run());
+    let coordinator_task = tokio::spawn(driver.run());
     {
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
@@ -260,6 +261,10 @@ pub async fn start(
         shutdown,
         task,
     })
+}
+
+fn now() -> std::time::Instant {
+    tokio::time::Instant::now().into_std()
 }
 
 /// Starts the coordinator and waits for it to stop.

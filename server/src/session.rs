@@ -109,6 +109,9 @@ pub async fn run<S, E>(
             let _ = socket
                 .send(close(CLOSE_GOING_AWAY, "coordinator shutting down"))
                 .await;
+            // A worker may be half way through a gradient: read it out, or the reset would
+            // destroy the close frame and the worker would see a broken pipe, not a stop.
+            linger(&mut socket).await;
         }
         End::Refuse(refusal) => {
             let Refusal { code, message } = refusal.clone();
@@ -135,8 +138,8 @@ pub async fn run<S, E>(
 /// How long a refused connection is read (and discarded) after its close frame.
 const LINGER: Duration = Duration::from_secs(1);
 
-/// Reads and discards what the peer still sends after a refusal (the rest of a gradient's
-/// chunks), until it closes or [`LINGER`] has passed. Closing a socket with unread bytes makes
+/// Reads and discards what the peer still sends after a refusal or the shutdown's close
+/// frame (the rest of a gradient's chunks), until it closes or [`LINGER`] has passed. Closing a socket with unread bytes makes
 /// the kernel reset the connection, and a reset can destroy the error frame before the peer
 /// reads it: the worker would never learn why it was refused.
 async fn linger<S, E>(socket: &mut S)

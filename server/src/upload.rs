@@ -16,9 +16,9 @@ pub mod slots;
 use protocol::chunk::{Assembly, ChunkError};
 use protocol::{ErrorCode, Gradient, RawGradientChunk, Round};
 
-use crate::coordinator::clip::sum_squares_and_finite;
 use crate::coordinator::Joined;
 use crate::refusal::Refusal;
+use coordinator_core::checks::clip::sum_squares_and_finite;
 pub use slots::{Slot, UploadSlots};
 
 /// The gradient under way on one connection.

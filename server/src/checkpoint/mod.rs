@@ -18,16 +18,20 @@ pub mod format;
 pub mod store;
 pub mod writer;
 
-use model::OptimizerState;
+mod saved;
+
+use std::time::Duration;
+
+use coordinator_core::Snapshot;
+use model::{Evaluation, OptimizerState};
 use serde::{Deserialize, Serialize};
 
 pub use self::export::{export, Exported};
 pub use self::fingerprint::Fingerprint;
 pub use self::format::Fault;
+pub use self::saved::{SavedBans, SavedCounters};
 pub use self::store::{CheckpointError, Loaded, Store};
 pub use self::writer::{Report, Writer};
-use crate::coordinator::bans::SavedBans;
-use crate::coordinator::metrics::Counters;
 
 /// One checkpoint, in memory: what the coordinator copies out, consistently, between two
 /// events, and what [`Store::load_newest`] gives back.
@@ -38,7 +42,64 @@ pub struct Checkpoint {
     pub run: RunState,
 }
 
-/// `state.json`: everything but the tensors.
+impl Checkpoint {
+    /// The core's copy as it goes to disk, with what it was trained with.
+    pub fn of(snapshot: Snapshot, fingerprint: Fingerprint) -> Self {
+        let written_unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        Self {
+            params: snapshot.params,
+            optimizer: snapshot.optimizer,
+            run: RunState {
+                version: snapshot.version,
+                fingerprint,
+                written_unix_ms,
+                audit_rng: snapshot.audit_rng,
+                next_worker: snapshot.next_worker,
+                identities: snapshot.identities,
+                shards: snapshot.shards,
+                deadline_latencies_ns: snapshot
+                    .deadline_latencies
+                    .iter()
+                    .map(|d| d.as_nanos() as u64)
+                    .collect(),
+                norm_history: snapshot.norm_history,
+                counters: SavedCounters::from(&snapshot.counters),
+                bans: SavedBans::from(&snapshot.bans),
+                evaluation: snapshot.evaluation.map(|(v, e)| (v, e.loss, e.accuracy)),
+            },
+        }
+    }
+
+    /// What the core continues from.
+    pub fn into_snapshot(self) -> Snapshot {
+        let run = self.run;
+        Snapshot {
+            params: self.params,
+            optimizer: self.optimizer,
+            version: run.version,
+            audit_rng: run.audit_rng,
+            next_worker: run.next_worker,
+            identities: run.identities,
+            shards: run.shards,
+            deadline_latencies: run
+                .deadline_latencies_ns
+                .iter()
+                .map(|&ns| Duration::from_nanos(ns))
+                .collect(),
+            norm_history: run.norm_history,
+            counters: run.counters.into(),
+            bans: run.bans.into(),
+            evaluation: run
+                .evaluation
+                .map(|(version, loss, accuracy)| (version, Evaluation { loss, accuracy })),
+        }
+    }
+}
+
+/// `state.json`: everything but the tensors. Its own types all the way down, so renaming
+/// something in the coordinator does not change the file format.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunState {
@@ -60,7 +121,7 @@ pub struct RunState {
     pub deadline_latencies_ns: Vec<u64>,
     /// The adaptive norm bound's accepted norms.
     pub norm_history: Vec<f64>,
-    pub counters: Counters,
+    pub counters: SavedCounters,
     /// Banned workers and addresses, and strikes so far.
     #[serde(default)]
     pub bans: SavedBans,

@@ -41,7 +41,7 @@ fn checkpoint(version: u64) -> Checkpoint {
             deadline_latencies_ns: vec![1_234_567, 89],
             norm_history: vec![0.1 + 0.2, 1e-300, 3.5],
             counters: Default::default(),
-            bans: crate::coordinator::bans::SavedBans {
+            bans: super::SavedBans {
                 workers: vec![3],
                 addresses: vec!["203.0.113.7".parse().expect("ip")],
                 strikes: vec![(2, 1), (3, 3)],

@@ -10,25 +10,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use serde::Serialize;
 use tracing::{error, info};
 
 use super::{Checkpoint, Store};
 
 /// What the writer has done, as `/api/status` shows it under `checkpoints`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Report {
-    pub dir: String,
-    pub written: u64,
-    pub failed: u64,
-    /// Due while the disk was still busy with earlier ones.
-    pub skipped_busy: u64,
-    pub last_version: Option<u64>,
-    pub last_bytes: u64,
-    pub last_write_ms: f64,
-    /// The last failure; cleared by the next success.
-    pub last_error: Option<String>,
-}
+pub type Report = coordinator_core::status::CheckpointReport;
 
 #[derive(Debug)]
 pub struct Writer {

@@ -22,36 +22,15 @@ pub use self::cli::{
 pub use self::duration::parse_duration;
 pub use self::error::ConfigError;
 pub use self::model_choice::ModelChoice;
+pub use coordinator_core::Mode;
+use coordinator_core::Settings;
+
 use crate::admission::Origins;
 use crate::aggregate::AggregatorKind;
 use crate::deadline::RoundTimeout;
 
 /// Largest `--batch-size` accepted here; the train split's size is checked once loaded.
 pub const MAX_BATCH: usize = 1 << 16;
-
-/// How gradients become updates.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Mode {
-    /// Rounds with a barrier, a deadline and a quorum.
-    Sync {
-        timeout: RoundTimeout,
-        miss_limit: u32,
-    },
-    /// Apply each buffer of `buffer` gradients as it fills; reject staleness above the bound.
-    Async { buffer: usize, max_staleness: u64 },
-    /// Apply every gradient at once, whatever weights it was computed on.
-    Hogwild,
-}
-
-impl Mode {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Sync { .. } => "sync",
-            Self::Async { .. } => "async",
-            Self::Hogwild => "hogwild",
-        }
-    }
-}
 
 /// WebSocket liveness: ping every `interval`; silent for `timeout` means gone.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -124,6 +103,31 @@ pub struct CheckpointConfig {
 pub struct TlsFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
+}
+
+impl Config {
+    /// What the coordinator's core is told.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            model_name: self.model.name().to_string(),
+            optimizer: self.optimizer,
+            batch_size: self.batch_size,
+            eval_interval: self.eval_interval,
+            seed: self.seed,
+            max_rounds: self.max_rounds,
+            target_accuracy: self.target_accuracy,
+            min_workers: self.min_workers,
+            mode: self.mode,
+            aggregator: self.aggregator,
+            verify_fraction: self.verify_fraction,
+            ban_after: self.ban_after,
+            max_grad_norm: self.max_grad_norm,
+            join_token: self.join_token.clone(),
+            max_workers: self.max_workers,
+            replicate: self.replicate,
+            checkpoint_every: self.checkpoints.as_ref().map(|c| c.every),
+        }
+    }
 }
 
 /// Longest round timeout or ping timeout accepted.

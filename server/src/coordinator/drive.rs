@@ -4,15 +4,17 @@
 
 use std::time::{Duration, Instant};
 
+use std::collections::VecDeque;
+
+use coordinator_core::checks::clip::norm_and_finite;
+use coordinator_core::{Coordinator, Joined, Outbound, Output, SessionId};
 use protocol::{
     decode_worker_frame, encode_gradient, Compression, CoordinatorToWorker, Gradient, Hello, Round,
     WorkerFrame, WorkerId, WorkerKind,
 };
-use tokio::sync::{mpsc, oneshot};
-use tokio_util::sync::CancellationToken;
 
-use super::clip::norm_and_finite;
-use super::*;
+use super::OUTBOX_CAPACITY;
+use crate::config::Config;
 use crate::refusal::Refusal;
 use crate::upload::{Progress, Upload};
 
@@ -144,9 +146,29 @@ struct Client {
     worker: WorkerId,
     session: SessionId,
     token: String,
-    rx: mpsc::Receiver<Outbound>,
+    /// Its outbox, bounded as the server's are.
+    rx: VecDeque<Outbound>,
     /// Its gradient arriving in chunks, as its session would hold it.
     upload: Upload,
+}
+
+/// What the driver does with the core's outputs: messages into the sessions' bounded
+/// outboxes (a full or gone one is told back), the rest dropped.
+fn route(c: &mut Coordinator, clients: &mut [Client], now: Instant) {
+    while let Some(output) = c.poll_output() {
+        let Output::Send {
+            worker,
+            session,
+            message,
+        } = output
+        else {
+            continue;
+        };
+        match clients.iter_mut().find(|c| c.session == session) {
+            Some(client) if client.rx.len() < OUTBOX_CAPACITY => client.rx.push_back(message),
+            _ => c.unreachable(worker, session, now),
+        }
+    }
 }
 
 /// Runs `ops` against a coordinator with `mode`'s flags, checking after each one that the
@@ -159,19 +181,16 @@ pub fn run(mode: &[&str], ops: &[Op]) {
     let config = Config::from_args(args).expect("valid flags");
     // Decompressing the digits takes longer than a whole sequence: once per process.
     static DATA: std::sync::OnceLock<crate::dataset::Split> = std::sync::OnceLock::new();
-    let data = DATA
-        .get_or_init(|| crate::dataset::load_default(1).expect("data"))
-        .clone();
-    let mut c = Coordinator::new(config, data, CancellationToken::new()).expect("model");
-    let params = c.trainer.params().len();
+    let data = DATA.get_or_init(|| crate::dataset::load_default(1).expect("data"));
+    let net = data.network(&config.model).expect("model");
     let mut now = Instant::now();
+    let mut c = Coordinator::new(config.settings(), net, data.data(), now).expect("model");
+    let params = c.net().trainable_count();
     let mut clients: Vec<Client> = Vec::new();
     let mut tokens: Vec<String> = Vec::new();
     for op in ops {
         match op {
             Op::Join { resume } => {
-                let (outbox, rx) = mpsc::channel(OUTBOX_CAPACITY);
-                let (reply, mut answer) = oneshot::channel();
                 let resume_token = resume.and_then(|i| tokens.get(i).cloned());
                 let hello = Hello {
                     kind: Some(WorkerKind::Browser),
@@ -179,25 +198,19 @@ pub fn run(mode: &[&str], ops: &[Op]) {
                     ..Hello::default()
                 };
                 let peer = std::net::Ipv4Addr::LOCALHOST.into();
-                c.handle(
-                    Event::Join {
-                        hello,
-                        outbox,
-                        peer,
-                        reply,
-                    },
-                    now,
-                );
-                if let Ok(Ok(joined)) = answer.try_recv() {
+                if let Ok(joined) = c.join(&hello, peer, now) {
                     let mut client = Client {
                         joined,
                         worker: joined.worker,
                         session: joined.session,
                         token: String::new(),
-                        rx,
+                        rx: VecDeque::new(),
                         upload: Upload::default(),
                     };
-                    while let Ok(Outbound::Frames(f)) = client.rx.try_recv() {
+                    clients.push(client);
+                    route(&mut c, &mut clients, now);
+                    client = clients.pop().expect("just pushed");
+                    while let Some(Outbound::Frames(f)) = client.rx.pop_front() {
                         if let Ok(CoordinatorToWorker::Welcome(w)) =
                             protocol::decode_from_coordinator(&f[0])
                         {
@@ -224,16 +237,7 @@ pub fn run(mode: &[&str], ops: &[Op]) {
                     grads: vec![VALUES[*value]; params],
                 };
                 let (norm, _) = norm_and_finite(&gradient.grads);
-                c.handle(
-                    Event::Gradient {
-                        worker: client.worker,
-                        session: client.session,
-                        gradient,
-                        norm,
-                        slot: None,
-                    },
-                    now,
-                );
+                c.gradient(client.worker, client.session, &gradient, norm, now);
             }
             Op::Frame { who, bytes } if !clients.is_empty() => {
                 // What the session does with a frame: decode, check, forward when whole. A
@@ -243,14 +247,7 @@ pub fn run(mode: &[&str], ops: &[Op]) {
                 if let Ok(WorkerFrame::Gradient(chunk)) = decode_worker_frame(bytes) {
                     match client.upload.take(&chunk, &client.joined) {
                         Ok(Progress::Done(gradient, norm)) => {
-                            let event = Event::Gradient {
-                                worker: client.worker,
-                                session: client.session,
-                                gradient,
-                                norm,
-                                slot: None,
-                            };
-                            c.handle(event, now);
+                            c.gradient(client.worker, client.session, &gradient, norm, now);
                         }
                         Ok(Progress::More) => {}
                         Err(_) => client.upload = Upload::default(),
@@ -259,32 +256,29 @@ pub fn run(mode: &[&str], ops: &[Op]) {
             }
             Op::Leave { who } if !clients.is_empty() => {
                 let client = clients.remove(who % clients.len());
-                let event = Event::Leave {
-                    worker: client.worker,
-                    session: client.session,
-                };
-                c.handle(event, now);
+                c.leave(client.worker, client.session, now);
             }
             Op::Drain { who } if !clients.is_empty() => {
                 let n = clients.len();
-                while clients[who % n].rx.try_recv().is_ok() {}
+                clients[who % n].rx.clear();
             }
             Op::Wait { ms } => {
                 now += Duration::from_millis(u64::from(*ms));
-                if c.next_deadline().is_some_and(|d| d <= now) {
-                    c.tick(now);
+                if c.poll_timeout().is_some_and(|d| d <= now) {
+                    c.handle_timeout(now);
                 }
             }
             Op::Rejected => {
                 let refusal = Refusal::new(protocol::ErrorCode::Malformed, "garbage");
                 let peer = std::net::Ipv4Addr::LOCALHOST.into();
-                c.handle(Event::Rejected { refusal, peer }, now);
+                c.rejected(&refusal, peer, now);
             }
             _ => {}
         }
+        route(&mut c, &mut clients, now);
         let s = c.status();
-        assert!(c.trainer.params().iter().all(|p| p.is_finite()), "{op:?}");
-        assert_eq!(s.round, c.trainer.version());
+        assert!(c.params().iter().all(|p| p.is_finite()), "{op:?}");
+        assert_eq!(s.round, c.version());
         assert_eq!(
             s.answered_total + s.round_answered as u64,
             s.gradients_accepted,

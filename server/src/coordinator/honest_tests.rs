@@ -7,7 +7,7 @@
 //! while answers are pending.
 
 use super::test_swarm::Swarm;
-use super::*;
+use coordinator_core::{Command, Status};
 
 /// A swarm of `n` whose every answer is recomputed.
 fn verified(flags: &[&str], n: usize) -> Swarm {
@@ -35,7 +35,7 @@ fn a_resume_from_a_checkpoint_older_than_the_workers_strikes_nobody() {
     let mut swarm = verified(&["--min-workers", "2"], 2);
     swarm.until("round 10", |s| s.round >= 10);
     let checkpoint = swarm.checkpoint();
-    assert_eq!(checkpoint.run.version, 10);
+    assert_eq!(checkpoint.version, 10);
     // The workers go on well past the checkpoint: their batches run ahead of it.
     swarm.until("round 40", |s| s.round >= 40);
     swarm.restart_from(checkpoint);
@@ -89,7 +89,7 @@ fn new_weights_and_learning_rates_from_the_operator_mid_round_strike_nobody() {
     for mode in [&["--min-workers", "2"][..], &["--mode", "async"][..]] {
         let mut swarm = verified(mode, 3);
         swarm.until("round 5", |s| s.round >= 5);
-        let fresh = swarm.c.trainer.net().init(99);
+        let fresh = swarm.c.net().init(99);
         for k in 0..6u32 {
             // Weights out, answers computed, not uploaded yet: the operator acts.
             for i in 0..3 {

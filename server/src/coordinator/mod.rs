@@ -1,197 +1,94 @@
-//! The single owner of the training state.
+//! The driver: the one task that owns the [`Coordinator`] (the sans-IO core from
+//! `coordinator-core`) and everything around it that does I/O.
 //!
-//! One task owns the [`Trainer`] (parameters, optimizer), the [`Registry`] (workers,
-//! identities, shards), the [`Schedule`] (when gradients become an update) and the
-//! [`Metrics`], and processes [`Event`]s one at a time from a bounded channel: no locks
-//! around training state, and every change happens here, in order.
-//!
-//! Each event goes to [`Coordinator::handle`] with the time; round deadlines go to
-//! [`Coordinator::tick`]. The schedule answers with [`Action`]s, which `execute`
-//! carries out (send weights, refuse, apply an update). Then the coordinator settles:
-//! removes dropped workers and asks the schedule to close and open rounds, until nothing is
-//! left to do, and publishes the status.
-//!
-//! Files: [`handle`] (events and the sessions' handle); `join`; [`registry`] with
-//! [`identities`], [`bans`] and its shards (who is connected, who they are, what they hold,
-//! who may not come back); [`tally`] (per-worker counts); [`schedule`] (the trait and its
-//! actions) with [`sync`] and [`asynchronous`] (the two schedules); `checks` (what a gradient
-//! must pass before a schedule sees it: [`audit`] and [`verify`] for recomputation,
-//! [`replicas`] for `--replicate`, [`clip`] for the norm bound); [`trainer`] and `update`
-//! (the model, and what applying an update means); [`metrics`] (counters → status) and
-//! `publish`; `checkpoints` (the consistent copy a checkpoint takes, and restoring one);
-//! `admin` (the operator's commands, which arrive as events like everything else);
-//! `traffic` (latency, bytes and activity of each arriving gradient); [`history`].
+//! Sessions send it [`Event`]s over a bounded channel ([`CoordinatorHandle`]); it feeds each
+//! to the core with the time, wakes the core at its deadlines, and carries out what the core
+//! asks ([`Output`]): frames go to the sessions' bounded outboxes (a full or closed one is
+//! told back to the core, which drops that worker), evaluations run on a blocking thread and
+//! come back as events, checkpoint copies go to the [`Writer`]'s thread, latencies to
+//! `/metrics`' histograms, and the status and weights to their watch channels ([`Published`]).
+//! No training logic here.
 
-mod admin;
-pub mod asynchronous;
-pub mod audit;
-pub mod bans;
 mod checkpoints;
-mod checks;
-pub mod clip;
-pub mod evaluation;
-pub mod handle;
-pub mod history;
-pub mod identities;
-mod join;
-pub mod metrics;
-mod publish;
-pub mod registry;
-pub mod replicas;
-pub mod schedule;
-pub mod sync;
-pub mod tally;
-mod traffic;
-pub mod trainer;
-mod update;
-pub mod verify;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod drive;
+mod handle;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use model::{Dataset, Evaluation};
-use protocol::{encode_from_coordinator, CoordinatorToWorker, Round, Task, WorkerId};
+use coordinator_core::status::CheckpointReport;
+use coordinator_core::{EvalJob, Observation, Output, Status};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
-use tracing::debug;
+use tracing::warn;
 
-pub use self::admin::Command;
-use self::audit::Audits;
 pub use self::checkpoints::Checkpoints;
-use self::clip::NormBound;
-pub use self::evaluation::{EvalJob, Evaluated, Evaluations};
-pub use self::handle::{
-    CoordinatorHandle, Event, Frames, Joined, Outbound, Outcome, Published, SessionId, Stopped,
-    WeightsSnapshot, EVENT_CHANNEL_CAPACITY, OUTBOX_CAPACITY,
+pub use self::handle::{CoordinatorHandle, Event, Published, Stopped, EVENT_CHANNEL_CAPACITY};
+use crate::exposition::Histograms;
+pub use coordinator_core::{
+    Command, Coordinator, Frames, Joined, Outbound, Outcome, SessionId, Settings, WeightsSnapshot,
 };
-use self::metrics::{Metrics, RunInfo};
-use self::registry::Registry;
-use self::replicas::Replicas;
-use self::schedule::{Action, Schedule, View};
-use self::tally::Note;
-use self::trainer::Trainer;
-use crate::config::Config;
-use crate::dataset::Split;
-use crate::status::{Status, WorkerStatus};
 
-pub struct Coordinator {
-    config: Config,
-    trainer: Trainer,
-    registry: Registry,
-    schedule: Box<dyn Schedule>,
-    metrics: Metrics,
-    bound: NormBound,
-    /// `--verify-fraction`: the pulls whose answers are recomputed, sampled with a seed from
-    /// the OS so workers cannot predict it.
-    audits: Audits,
-    /// `--replicate`: answers held until a partner's agrees.
-    replicas: Replicas,
-    train: Dataset,
-    outcome: Option<Outcome>,
-    last_eval: Option<Evaluation>,
-    /// Evaluations due, running off this task, and their order.
-    evaluations: Evaluations,
-    worker_list: Arc<Vec<WorkerStatus>>,
-    /// The operator paused training; in async modes, the workers waiting for weights.
-    paused: Option<std::collections::BTreeSet<protocol::WorkerId>>,
-    /// One point per update, for dashboards opened mid-run.
-    history: history::History,
-    /// `PUT /api/params` during an open sync round: the weights that replace the model when
-    /// it closes.
-    pending_params: Option<Vec<crate::tensors_file::Patch>>,
-    /// The time of the event (or tick) being handled, for what its actions record.
-    now: Instant,
-    /// `--checkpoint-dir`: the writer, and when the next checkpoint is due.
-    checkpoints: Option<Checkpoints>,
-    /// The bans as published, rebuilt when one is added, not per event.
-    bans: Arc<Vec<String>>,
-    status_tx: watch::Sender<Status>,
-    weights_rx: watch::Receiver<WeightsSnapshot>,
+/// Messages queued towards one session. A synchronous round sends at most a Shard and a
+/// Weights message (plus the odd Error), so a worker with this many messages unread is not
+/// keeping up and is dropped rather than let the coordinator block or buffer without bound.
+pub const OUTBOX_CAPACITY: usize = 8;
+
+/// The task that runs the core.
+#[derive(Debug)]
+pub struct Driver {
+    core: Coordinator,
+    /// Each open session's outbox, by session.
+    outboxes: HashMap<SessionId, mpsc::Sender<Outbound>>,
     events_tx: mpsc::Sender<Event>,
     events_rx: mpsc::Receiver<Event>,
+    status_tx: watch::Sender<Status>,
+    weights_tx: watch::Sender<WeightsSnapshot>,
+    histograms: Histograms,
+    checkpoints: Option<Checkpoints>,
+    /// The writer's report as last published (it changes on the writer's thread).
+    report: Option<Arc<CheckpointReport>>,
     shutdown: CancellationToken,
 }
 
-impl std::fmt::Debug for Coordinator {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Coordinator")
-            .field("version", &self.trainer.version())
-            .field("workers", &self.registry.len())
-            .finish_non_exhaustive()
-    }
-}
-
-impl Coordinator {
-    pub fn new(
-        config: Config,
-        data: Split,
-        shutdown: CancellationToken,
-    ) -> Result<Self, model::ModelError> {
-        let dataset = data.describe();
-        let net = data.network(&config.model)?;
-        let model_text = net.spec().to_string();
-        let (trainer, weights_rx) = Trainer::new(net, config.seed, config.optimizer, data.test)?;
-        let params = trainer.params().len();
-        let reference = trainer.reference_norm(&data.train, config.batch_size as usize)?;
-        let bound = NormBound::new(config.max_grad_norm, reference);
-        let schedule = schedule::for_mode(
-            config.mode,
-            config.aggregator,
-            config.min_workers,
-            trainer.net().trainable_count(),
-            now(),
-        );
-        let metrics = Metrics::new(RunInfo {
-            mode: config.mode.name(),
-            aggregator: config.aggregator.rule.name(),
-            model: model_text.into(),
-            model_name: config.model.name().into(),
-            classes: Arc::new(data.classes.clone()),
-            param_count: params,
-            optimizer: format!("{:?}", config.optimizer).into(),
-            batch_size: config.batch_size,
-            dataset: dataset.into(),
-        });
-        let registry = Registry::new(
-            config.join_token.clone(),
-            config.max_workers,
-            config.ban_after,
-        )
-        .with_replicate(config.replicate);
-        let audits = Audits::new(config.verify_fraction, checks::unpredictable_seed());
+impl Driver {
+    /// Drives `core`, stopping it when `shutdown` is cancelled (and cancelling `shutdown`
+    /// when training is over).
+    pub fn new(mut core: Coordinator, shutdown: CancellationToken) -> Self {
         let (events_tx, events_rx) = mpsc::channel(EVENT_CHANNEL_CAPACITY);
-        let (status_tx, _) = watch::channel(Status::default());
-        let mut coordinator = Self {
-            config,
-            trainer,
-            registry,
-            schedule,
-            metrics,
-            bound,
-            audits,
-            replicas: Replicas::default(),
-            train: data.train,
-            outcome: None,
-            last_eval: None,
-            evaluations: Evaluations::default(),
-            worker_list: Arc::default(),
-            checkpoints: None,
-            now: now(),
-            paused: None,
-            pending_params: None,
-            history: history::History::default(),
-            bans: Arc::default(),
-            status_tx,
-            weights_rx,
+        let status = core.poll_status().unwrap_or_else(|| core.status().clone());
+        let (status_tx, _) = watch::channel(status);
+        let weights = core.poll_weights().expect("the core publishes version 0");
+        let (weights_tx, _) = watch::channel(weights);
+        Self {
+            core,
+            outboxes: HashMap::new(),
             events_tx,
             events_rx,
+            status_tx,
+            weights_tx,
+            histograms: Histograms::default(),
+            checkpoints: None,
+            report: None,
             shutdown,
-        };
-        coordinator.publish();
-        Ok(coordinator)
+        }
     }
 
-    /// The handle sessions reach this coordinator with.
+    /// Takes checkpoints with `checkpoints` from now on.
+    pub fn with_checkpoints(mut self, checkpoints: Checkpoints) -> Self {
+        self.checkpoints = Some(checkpoints);
+        self.publish();
+        self
+    }
+
+    /// The core, before the run starts (`--init`, `--resume`).
+    pub fn core(&mut self) -> &mut Coordinator {
+        &mut self.core
+    }
+
+    /// The handle sessions reach the core with.
     pub fn sender(&self) -> CoordinatorHandle {
         CoordinatorHandle {
             tx: self.events_tx.clone(),
@@ -199,38 +96,22 @@ impl Coordinator {
     }
 
     /// What it publishes: the status, the weights, the model.
-    pub fn published(&self) -> Published {
+    pub fn published(&mut self) -> Published {
+        self.carry_out();
         Published {
             status: self.status_tx.subscribe(),
-            weights: self.weights_rx.clone(),
-            net: self.trainer.net().clone(),
-            histograms: self.metrics.histograms(),
+            weights: self.weights_tx.subscribe(),
+            net: self.core.net().clone(),
+            histograms: self.histograms.clone(),
         }
     }
 
-    /// The status as last published.
-    pub fn status(&self) -> Status {
-        self.status_tx.borrow().clone()
-    }
-
-    /// The next evaluation to run off the coordinator's task, once; its result comes back
-    /// as [`Event::Evaluated`].
-    pub fn poll_evaluation(&mut self) -> Option<EvalJob> {
-        self.evaluations.poll()
-    }
-
-    /// Processes events and round deadlines until shutdown (or until training is done,
-    /// which triggers shutdown).
+    /// Feeds events and deadlines to the core until shutdown (or until training is done,
+    /// which triggers shutdown); then the checkpoint on stopping.
     pub async fn run(mut self) -> Outcome {
+        self.carry_out();
         loop {
-            while let Some(job) = self.poll_evaluation() {
-                let events = self.events_tx.clone();
-                tokio::task::spawn_blocking(move || {
-                    // Gone only if the coordinator stopped: nobody is waiting then.
-                    let _ = events.blocking_send(Event::Evaluated(job.run()));
-                });
-            }
-            let deadline = self.schedule.deadline().map(tokio::time::Instant::from_std);
+            let deadline = self.core.poll_timeout().map(tokio::time::Instant::from_std);
             tokio::select! {
                 biased;
                 () = self.shutdown.cancelled() => break,
@@ -238,22 +119,29 @@ impl Coordinator {
                     Some(event) => self.handle(event, now()),
                     None => break,
                 },
-                () = sleep_until(deadline) => self.tick(now()),
+                () = sleep_until(deadline) => self.core.handle_timeout(now()),
             }
+            self.carry_out();
         }
-        let checkpoint_error = self.final_checkpoint().await;
-        let mut outcome = self.outcome.unwrap_or(Outcome {
-            rounds: self.trainer.version(),
-            evaluation: self.last_eval,
+        let mut outcome = self.core.outcome().cloned().unwrap_or(Outcome {
+            rounds: self.core.version(),
+            evaluation: self
+                .core
+                .status()
+                .test_accuracy
+                .zip(self.core.status().test_loss)
+                .map(|(accuracy, loss)| model::Evaluation { loss, accuracy }),
             reached_target: false,
             checkpoint_error: None,
         });
-        outcome.checkpoint_error = checkpoint_error;
+        if let Some(checkpoints) = self.checkpoints.take() {
+            outcome.checkpoint_error = checkpoints.finish(self.core.snapshot()).await;
+        }
         outcome
     }
 
+    /// One event from a session or from off the task, to the core.
     pub fn handle(&mut self, event: Event, now: Instant) {
-        self.now = now;
         match event {
             Event::Join {
                 hello,
@@ -261,11 +149,15 @@ impl Coordinator {
                 peer,
                 reply,
             } => {
-                let result = self.join(&hello, outbox, peer, now);
-                let worker = result.as_ref().ok().map(|j| j.worker);
-                if let (Err(_), Some(worker)) = (reply.send(result), worker) {
+                let result = self.core.join(&hello, peer, now);
+                if let Ok(joined) = &result {
+                    self.outboxes.insert(joined.session, outbox);
+                }
+                let joined = result.as_ref().ok().copied();
+                if let (Err(_), Some(joined)) = (reply.send(result), joined) {
                     // The session died while joining.
-                    self.registry.drop_worker(worker);
+                    self.outboxes.remove(&joined.session);
+                    self.core.leave(joined.worker, joined.session, now);
                 }
             }
             Event::Gradient {
@@ -275,142 +167,115 @@ impl Coordinator {
                 norm,
                 slot,
             } => {
-                // A replaced session's gradients are ignored: the worker lives on elsewhere.
-                if self.registry.is_current(worker, session) {
-                    self.arrived(worker, &gradient, now);
-                    self.gradient(worker, &gradient, norm, now);
-                }
+                self.core.gradient(worker, session, &gradient, norm, now);
                 // Aggregated (or held as a copy, or dropped): its room serves the next one.
                 if let Some(slot) = slot {
                     slot.recycle(gradient.grads);
                 }
             }
             Event::Leave { worker, session } => {
-                if self.registry.is_current(worker, session) {
-                    self.registry.drop_worker(worker);
-                }
+                self.outboxes.remove(&session);
+                self.core.leave(worker, session, now);
             }
-            Event::Rejected { refusal, peer } => self.rejected(&refusal, peer),
+            Event::Rejected { refusal, peer } => self.core.rejected(&refusal, peer, now),
+            Event::Admin {
+                command: Command::Checkpoint,
+                from,
+                reply,
+            } => {
+                let answer = match &mut self.checkpoints {
+                    Some(c) => c.now(self.core.snapshot(), &from),
+                    None => self.core.admin(Command::Checkpoint, &from, now),
+                };
+                let _ = reply.send(answer);
+            }
             Event::Admin {
                 command,
                 from,
                 reply,
             } => {
-                let _ = reply.send(self.admin(command, &from));
+                let _ = reply.send(self.core.admin(command, &from, now));
             }
             Event::History { reply } => {
-                let _ = reply.send(self.history.points());
+                let _ = reply.send(self.core.history());
             }
-            Event::Evaluated(evaluated) => self.evaluated(evaluated),
+            Event::Evaluated(evaluated) => self.core.evaluated(evaluated, now),
         }
-        self.settle(now);
+    }
+
+    /// Everything the core asked for, in order; then what it publishes.
+    fn carry_out(&mut self) {
+        while let Some(output) = self.core.poll_output() {
+            match output {
+                Output::Send {
+                    worker,
+                    session,
+                    message,
+                } => self.send(worker, session, message),
+                Output::Evaluate(job) => self.evaluate(job),
+                Output::Checkpoint(snapshot) => {
+                    if let Some(c) = &mut self.checkpoints {
+                        c.due(*snapshot);
+                    }
+                }
+                Output::Observe(Observation::Round(seconds)) => {
+                    self.histograms.round_seconds.observe(seconds);
+                }
+                Output::Observe(Observation::GradientLatency(seconds)) => {
+                    self.histograms.gradient_latency_seconds.observe(seconds);
+                }
+                Output::Stop(_) => self.shutdown.cancel(),
+            }
+        }
         self.publish();
     }
 
-    /// A round deadline passed.
-    pub fn tick(&mut self, now: Instant) {
-        self.now = now;
-        if self.schedule.deadline().is_some_and(|d| now >= d) {
-            // Answers held for a partner go on (recomputed) before the deadline counts.
-            self.release_replicas(now);
-        }
-        let actions = self.schedule.tick(now);
-        self.execute(actions);
-        self.settle(now);
-        self.publish();
-    }
-
-    /// When [`Coordinator::tick`] is next due.
-    pub fn next_deadline(&self) -> Option<Instant> {
-        self.schedule.deadline()
-    }
-
-    fn view(&self) -> View {
-        View {
-            version: self.trainer.version(),
-            finished: self.outcome.is_some(),
-            paused: self.paused.is_some(),
-        }
-    }
-
-    /// Carries out a schedule's actions, in order.
-    fn execute(&mut self, actions: Vec<Action>) {
-        for action in actions {
-            match action {
-                Action::Rebalance => self.registry.rebalance(&self.train),
-                Action::Weights(id) if self.holding(id) => {}
-                Action::Weights(id) => self.send_weights(id),
-                Action::Accepted(id) => {
-                    self.metrics.accepted();
-                    self.registry.note(id, Note::Accepted);
-                }
-                Action::Refuse(id, refusal) => {
-                    debug!(worker = %id, %refusal, "gradient refused");
-                    self.metrics.refused(refusal.code);
-                    self.registry.note(id, Note::Rejected(refusal.code));
-                    self.registry.send_error(id, refusal);
-                }
-                Action::Apply(update) => self.apply(&update),
-                Action::Quorum(..) => self.registry.mark_changed(),
-                Action::Extended => self.metrics.extended(),
+    /// Queues a message to a session. One that is full (not reading) or gone is told back
+    /// to the core, which drops its worker; its outbox is closed, so its session ends.
+    fn send(&mut self, worker: protocol::WorkerId, session: SessionId, message: Outbound) {
+        let Some(outbox) = self.outboxes.get(&session) else {
+            return;
+        };
+        match outbox.try_send(message) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                warn!(%worker, "worker is not reading its frames; dropping it");
+                self.outboxes.remove(&session);
+                self.core.unreachable(worker, session, now());
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.outboxes.remove(&session);
+                self.core.unreachable(worker, session, now());
             }
         }
     }
 
-    /// A pull: the frozen tensors if this connection lacks them, then the `Task` (the batch
-    /// the coordinator chose for it) and the current weights, as one message; the audit
-    /// sampler decides, unseen, whether the answer is recomputed.
-    fn send_weights(&mut self, id: WorkerId) {
-        let Some(compression) = self.registry.compression(id) else {
-            return;
-        };
-        if let Some(frozen) = self.trainer.frozen(compression) {
-            self.registry.send_frozen_once(id, frozen);
-        }
-        let version = self.trainer.version();
-        let Some(batch) = self.registry.pulled(id, version, self.now) else {
-            return;
-        };
-        let task = encode_from_coordinator(&CoordinatorToWorker::Task(Task {
-            round: Round(version),
-            batch,
-        }));
-        let weights = self.trainer.weights(compression);
-        self.registry.send(
-            id,
-            Outbound::Pull {
-                task: task.into(),
-                weights,
-            },
-        );
-        let trainer = &mut self.trainer;
-        let pull = self.registry.pull(id).cloned();
-        self.audits.sent(id, compression, pull, || {
-            trainer.weights_as_seen(compression)
+    /// Scores a version's weights on a blocking thread; the result comes back as an event.
+    fn evaluate(&self, job: EvalJob) {
+        let events = self.events_tx.clone();
+        tokio::task::spawn_blocking(move || {
+            // Gone only if the coordinator stopped: nobody is waiting then.
+            let _ = events.blocking_send(Event::Evaluated(job.run()));
         });
-        self.schedule.sent(id, version);
     }
 
-    /// Removes dropped workers and lets the schedule close and open rounds, until stable.
-    fn settle(&mut self, now: Instant) {
-        loop {
-            let mut left = false;
-            while let Some(id) = self.registry.next_dropped() {
-                if self.registry.remove(id, now) {
-                    self.schedule.left(id);
-                    self.audits.left(id);
-                    left = true;
-                }
-            }
-            if left && self.replicas.holding() {
-                // A partner may be gone: held answers go on (recomputed), not wait.
-                self.release_replicas(now);
-            }
-            let actions = self.schedule.settle(self.view(), now);
-            if actions.is_empty() && !self.registry.has_dropped() {
-                break;
-            }
-            self.execute(actions);
+    /// The status (with the checkpoint writer's report) when either changed, and the
+    /// weights when they did.
+    fn publish(&mut self) {
+        let report = self.checkpoints.as_ref().map(Checkpoints::report);
+        let report_changed = match (&report, &self.report) {
+            (Some(now), Some(then)) => !Arc::ptr_eq(now, then),
+            (now, then) => now.is_some() != then.is_some(),
+        };
+        let status = self.core.poll_status();
+        if status.is_some() || report_changed {
+            let mut status = status.unwrap_or_else(|| self.core.status().clone());
+            status.checkpoints.clone_from(&report);
+            self.report = report;
+            self.status_tx.send_replace(status);
+        }
+        if let Some(weights) = self.core.poll_weights() {
+            self.weights_tx.send_replace(weights);
         }
     }
 }
@@ -427,13 +292,11 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     }
 }
 
-#[cfg(any(test, feature = "fuzzing"))]
-pub mod drive;
+#[cfg(test)]
+mod evaluation_tests;
 #[cfg(test)]
 mod honest_tests;
 #[cfg(test)]
 mod sequence_tests;
 #[cfg(test)]
 mod test_swarm;
-#[cfg(test)]
-mod tests;

@@ -1,21 +1,22 @@
-//! In-process swarms for the coordinator's tests: the real coordinator and real
-//! [`WorkerCore`]s, every frame through the codec and the session's own checks, time passed
-//! in. No sockets, no threads, no sleeps.
+//! In-process swarms for the coordinator's tests: the real core and real [`WorkerCore`]s,
+//! every frame through the codec and the session's own checks, time passed in. No sockets,
+//! no threads, no sleeps.
 
-use std::time::Duration;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
+use coordinator_core::{Command, Coordinator, EvalJob, Joined, Outbound, Output, Snapshot};
 use protocol::{decode_worker_frame, ErrorCode, WorkerFrame, WorkerKind, WorkerToCoordinator};
-use tokio::sync::oneshot;
 use worker_core::WorkerCore;
 
-use super::*;
-use crate::checkpoint::{Checkpoint, Fingerprint};
+use crate::config::Config;
 use crate::upload::{Progress, Upload};
 
-/// One connection of a worker: its outbox, and its gradient arriving as its session holds it.
+/// One connection of a worker: what was queued to it, and its gradient arriving as its
+/// session holds it.
 pub struct Conn {
     joined: Joined,
-    rx: mpsc::Receiver<Outbound>,
+    inbox: VecDeque<Outbound>,
     upload: Upload,
 }
 
@@ -30,38 +31,35 @@ pub struct Volunteer {
 pub struct Swarm {
     pub c: Coordinator,
     pub now: Instant,
-    data: crate::dataset::Split,
     flags: Vec<String>,
     pub volunteers: Vec<Volunteer>,
-}
-
-fn data() -> crate::dataset::Split {
-    // Decompressing the digits takes longer than a test's training: once per process.
-    static DATA: std::sync::OnceLock<crate::dataset::Split> = std::sync::OnceLock::new();
-    DATA.get_or_init(|| crate::dataset::load_default(1).expect("data"))
-        .clone()
+    /// Evaluations the core asked for, not run yet.
+    pub evaluations: Vec<EvalJob>,
 }
 
 /// A coordinator for a 784-32-10 MLP on the embedded digits, with `flags`.
-fn coordinator(flags: &[String], data: &crate::dataset::Split) -> Coordinator {
+fn coordinator(flags: &[String], now: Instant) -> Coordinator {
+    // Decompressing the digits takes longer than a test's training: once per process.
+    static DATA: std::sync::OnceLock<crate::dataset::Split> = std::sync::OnceLock::new();
+    let split = DATA.get_or_init(|| crate::dataset::load_default(1).expect("data"));
     let args = ["coordinator", "--hidden", "32"]
         .into_iter()
         .chain(flags.iter().map(String::as_str));
     let config = Config::from_args(args).expect("valid flags");
-    Coordinator::new(config, data.clone(), CancellationToken::new()).expect("model")
+    let net = split.network(&config.model).expect("model");
+    Coordinator::new(config.settings(), net, split.data(), now).expect("model")
 }
 
 impl Swarm {
     pub fn new(flags: &[&str], volunteers: usize) -> Self {
         let flags: Vec<String> = flags.iter().map(|f| (*f).to_string()).collect();
-        let data = data();
-        let c = coordinator(&flags, &data);
+        let now = Instant::now();
         let mut swarm = Self {
-            c,
-            now: Instant::now(),
-            data,
+            c: coordinator(&flags, now),
+            now,
             flags,
             volunteers: Vec::new(),
+            evaluations: Vec::new(),
         };
         for _ in 0..volunteers {
             swarm.add();
@@ -81,6 +79,28 @@ impl Swarm {
         i
     }
 
+    /// What the core asked for: messages into their session's inbox, evaluations kept.
+    fn route(&mut self) {
+        while let Some(output) = self.c.poll_output() {
+            match output {
+                Output::Send {
+                    session, message, ..
+                } => {
+                    let conn = self
+                        .volunteers
+                        .iter_mut()
+                        .filter_map(|v| v.conn.as_mut())
+                        .find(|c| c.joined.session == session);
+                    if let Some(conn) = conn {
+                        conn.inbox.push_back(message);
+                    }
+                }
+                Output::Evaluate(job) => self.evaluations.push(job),
+                Output::Checkpoint(_) | Output::Observe(_) | Output::Stop(_) => {}
+            }
+        }
+    }
+
     /// `i` connects: its core's `Hello` (with its resume token once it has one).
     pub fn connect(&mut self, i: usize) {
         let WorkerToCoordinator::Hello(hello) =
@@ -88,27 +108,17 @@ impl Swarm {
         else {
             panic!("a Hello")
         };
-        let (outbox, rx) = mpsc::channel(OUTBOX_CAPACITY);
-        let (reply, mut answer) = oneshot::channel();
-        let peer = std::net::Ipv4Addr::LOCALHOST.into();
         self.tick(1);
-        self.c.handle(
-            Event::Join {
-                hello,
-                outbox,
-                peer,
-                reply,
-            },
-            self.now,
-        );
-        let joined = answer.try_recv().expect("answered").expect("admitted");
+        let peer = std::net::Ipv4Addr::LOCALHOST.into();
+        let joined = self.c.join(&hello, peer, self.now).expect("admitted");
         let v = &mut self.volunteers[i];
         v.outgoing.clear();
         v.conn = Some(Conn {
             joined,
-            rx,
+            inbox: VecDeque::new(),
             upload: Upload::default(),
         });
+        self.route();
     }
 
     /// `i`'s connection drops (what it had not uploaded is lost).
@@ -118,18 +128,17 @@ impl Swarm {
         };
         self.volunteers[i].outgoing.clear();
         self.tick(1);
-        let event = Event::Leave {
-            worker: conn.joined.worker,
-            session: conn.joined.session,
-        };
-        self.c.handle(event, self.now);
+        self.c
+            .leave(conn.joined.worker, conn.joined.session, self.now);
+        self.route();
     }
 
     pub fn tick(&mut self, ms: u64) {
         self.now += Duration::from_millis(ms);
-        if self.c.next_deadline().is_some_and(|d| d <= self.now) {
-            self.c.tick(self.now);
+        if self.c.poll_timeout().is_some_and(|d| d <= self.now) {
+            self.c.handle_timeout(self.now);
         }
+        self.route();
     }
 
     /// `i` reads what the coordinator sent it and computes its answers. Returns whether
@@ -141,7 +150,7 @@ impl Swarm {
         };
         let mut any = false;
         let mut closed = false;
-        while let Ok(msg) = conn.rx.try_recv() {
+        while let Some(msg) = conn.inbox.pop_front() {
             any = true;
             if let Outbound::Close(refusal) = &msg {
                 assert!(
@@ -178,17 +187,12 @@ impl Swarm {
                 Progress::More => {}
                 Progress::Done(gradient, norm) => {
                     self.now += Duration::from_millis(1);
-                    let event = Event::Gradient {
-                        worker: conn.joined.worker,
-                        session: conn.joined.session,
-                        gradient,
-                        norm,
-                        slot: None,
-                    };
-                    self.c.handle(event, self.now);
+                    let (worker, session) = (conn.joined.worker, conn.joined.session);
+                    self.c.gradient(worker, session, &gradient, norm, self.now);
                 }
             }
         }
+        self.route();
         any
     }
 
@@ -202,9 +206,13 @@ impl Swarm {
     }
 
     /// Trains until `pred` holds for the status.
-    pub fn until(&mut self, what: &str, pred: impl Fn(&Status) -> bool) -> Status {
+    pub fn until(
+        &mut self,
+        what: &str,
+        pred: impl Fn(&coordinator_core::Status) -> bool,
+    ) -> coordinator_core::Status {
         for _ in 0..100_000 {
-            let status = self.c.status();
+            let status = self.c.status().clone();
             if pred(&status) {
                 return status;
             }
@@ -214,20 +222,19 @@ impl Swarm {
     }
 
     pub fn round(&self) -> u64 {
-        self.c.trainer.version()
+        self.c.version()
     }
 
-    pub fn checkpoint(&self) -> Checkpoint {
-        let net = self.c.trainer.net();
-        let fingerprint = Fingerprint::of(&self.c.config, &self.data, net);
-        self.c.snapshot(fingerprint)
+    pub fn checkpoint(&self) -> Snapshot {
+        self.c.snapshot()
     }
 
-    /// `kill -9` and `--resume` from `checkpoint`: a new coordinator; every volunteer's
+    /// `kill -9` and `--resume` from `snapshot`: a new coordinator; every volunteer's
     /// connection is gone, and each comes back with its token.
-    pub fn restart_from(&mut self, checkpoint: Checkpoint) {
-        self.c = coordinator(&self.flags, &self.data);
-        self.c.restore(checkpoint, self.now).expect("restores");
+    pub fn restart_from(&mut self, snapshot: Snapshot) {
+        self.c = coordinator(&self.flags, self.now);
+        self.evaluations.clear();
+        self.c.restore(snapshot, self.now).expect("restores");
         for i in 0..self.volunteers.len() {
             self.volunteers[i].conn = None;
             self.volunteers[i].outgoing.clear();
@@ -236,13 +243,17 @@ impl Swarm {
     }
 
     pub fn admin(&mut self, command: Command) -> String {
-        let (reply, mut answer) = oneshot::channel();
-        let event = Event::Admin {
-            command,
-            from: "test".into(),
-            reply,
-        };
-        self.c.handle(event, self.now);
-        answer.try_recv().expect("answered").expect("done")
+        let answer = self.c.admin(command, "test", self.now).expect("done");
+        self.route();
+        answer
+    }
+
+    /// The evaluation asked for first, run here, its result handed back.
+    pub fn run_evaluation(&mut self) -> coordinator_core::Evaluated {
+        let job = self.evaluations.remove(0);
+        let done = job.run();
+        self.c.evaluated(done.clone(), self.now);
+        self.route();
+        done
     }
 }

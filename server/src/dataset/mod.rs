@@ -57,6 +57,16 @@ impl Split {
         Network::new(choice.spec(self.train.shape(), classes), classes)
     }
 
+    /// What the coordinator's core trains on.
+    pub fn data(&self) -> coordinator_core::Data {
+        coordinator_core::Data {
+            train: self.train.clone(),
+            test: self.test.clone(),
+            classes: self.classes.clone(),
+            description: self.describe(),
+        }
+    }
+
     /// One line for the status and the page: source, sizes, shape and classes.
     pub fn describe(&self) -> String {
         let mut names = self

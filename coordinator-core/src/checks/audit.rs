@@ -1,0 +1,225 @@
+//! Which answers the coordinator recomputes (`--verify-fraction`), decided when the weights
+//! are sent, in every mode.
+//!
+//! A sampled pull keeps what its answer must be checked against: the weights exactly as that
+//! worker decoded them (shared with the trainer's per-version cache, so workers that pulled
+//! the same version share one copy), the version, the shard it held and the batch its `Task`
+//! named. Its answer, whenever
+//! it arrives and however stale (async, hogwild), is recomputed on those. A worker cannot tell
+//! a sampled pull from another.
+//!
+//! Memory: at most [`MAX_VERSIONS`] distinct weights (a version in one compression) are kept
+//! at once, 4·P bytes each; a pull sampled while that many others are outstanding is not
+//! audited (counted).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use model::SplitMix64;
+use protocol::{Compression, WorkerId};
+
+use crate::registry::Pull;
+
+/// Distinct weights (version, compression) audits may keep alive at once.
+pub const MAX_VERSIONS: usize = 4;
+
+/// One sampled pull.
+#[derive(Debug, Clone)]
+pub struct Audit {
+    /// The version, batch and shard the answer must be computed on.
+    pub pull: Pull,
+    pub compression: Compression,
+    pub weights: Arc<[f32]>,
+}
+
+/// Distinct weights kept: (version, compression) → the weights and how many audits hold them.
+type Kept = BTreeMap<(u64, u8), (Arc<[f32]>, usize)>;
+
+#[derive(Debug)]
+pub struct Audits {
+    fraction: f64,
+    rng: SplitMix64,
+    pending: BTreeMap<WorkerId, Audit>,
+    kept: Kept,
+    /// Sampled pulls not audited for lack of room.
+    skipped: u64,
+}
+
+impl Audits {
+    pub fn new(fraction: f64, seed: u64) -> Self {
+        Self {
+            fraction,
+            rng: SplitMix64::new(seed),
+            pending: BTreeMap::new(),
+            kept: Kept::new(),
+            skipped: 0,
+        }
+    }
+
+    /// The sampler's state (for a checkpoint), and continuing from one.
+    pub fn rng_state(&self) -> u64 {
+        self.rng.state()
+    }
+
+    pub fn restore_rng(&mut self, state: u64) {
+        self.rng = SplitMix64::new(state);
+    }
+
+    /// `worker` was sent weights in `compression`, to answer `pull` (`None`: it holds no
+    /// shard, so it will not answer): decides whether its answer is recomputed. `weights`
+    /// gives the weights as it decodes them (called only if sampled, and not already kept).
+    /// A newer pull replaces an older one's audit: its answer is the one expected.
+    pub fn sent(
+        &mut self,
+        worker: WorkerId,
+        compression: Compression,
+        pull: Option<Pull>,
+        weights: impl FnOnce() -> Arc<[f32]>,
+    ) {
+        self.left(worker);
+        let Some(pull) = pull else { return };
+        if self.fraction <= 0.0 || self.rng.next_f64() >= self.fraction {
+            return;
+        }
+        let key = (pull.version, compression.to_u8());
+        if !self.kept.contains_key(&key) && self.kept.len() >= MAX_VERSIONS {
+            self.skipped += 1;
+            return;
+        }
+        let (shared, holders) = self.kept.entry(key).or_insert_with(|| (weights(), 0));
+        *holders += 1;
+        let weights = Arc::clone(shared);
+        self.pending.insert(
+            worker,
+            Audit {
+                pull,
+                compression,
+                weights,
+            },
+        );
+    }
+
+    /// The audit for `worker`'s answer computed on `version`, if that pull was sampled.
+    pub fn take(&mut self, worker: WorkerId, version: u64) -> Option<Audit> {
+        match self.pending.get(&worker) {
+            Some(a) if a.pull.version == version => self.remove(worker),
+            _ => None,
+        }
+    }
+
+    pub fn left(&mut self, worker: WorkerId) {
+        self.remove(worker);
+    }
+
+    pub fn skipped(&self) -> u64 {
+        self.skipped
+    }
+
+    fn remove(&mut self, worker: WorkerId) -> Option<Audit> {
+        let audit = self.pending.remove(&worker)?;
+        let key = (audit.pull.version, audit.compression.to_u8());
+        if let Some((_, holders)) = self.kept.get_mut(&key) {
+            *holders -= 1;
+            if *holders == 0 {
+                self.kept.remove(&key);
+            }
+        }
+        Some(audit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const F32: Compression = Compression::None;
+
+    fn weights(v: f32) -> impl FnOnce() -> Arc<[f32]> {
+        move || Arc::from(vec![v; 3])
+    }
+
+    /// A pull of `version` on `shard`, on the batch of index `version`.
+    fn on(version: u64, shard: std::ops::Range<usize>) -> Option<Pull> {
+        Some(Pull {
+            version,
+            batch: version,
+            shard,
+        })
+    }
+
+    #[test]
+    fn a_sampled_pull_is_checked_against_what_was_sent_whenever_it_answers() {
+        let mut a = Audits::new(1.0, 1);
+        a.sent(WorkerId(1), F32, on(7, 0..10), weights(7.0));
+        assert!(a.take(WorkerId(1), 6).is_none(), "another version's answer");
+        let audit = a.take(WorkerId(1), 7).expect("sampled");
+        assert_eq!(
+            (audit.pull, &audit.weights[..]),
+            (on(7, 0..10).expect("a pull"), &[7.0; 3][..])
+        );
+        assert!(a.take(WorkerId(1), 7).is_none(), "taken once");
+        // A newer pull replaces the older audit; leaving forgets it.
+        a.sent(WorkerId(2), F32, on(8, 0..10), weights(8.0));
+        a.sent(WorkerId(2), F32, on(9, 0..10), weights(9.0));
+        assert!(a.take(WorkerId(2), 8).is_none());
+        a.left(WorkerId(2));
+        assert!(a.take(WorkerId(2), 9).is_none());
+        // No shard yet: nothing to recompute on.
+        a.sent(WorkerId(3), F32, None, weights(9.0));
+        assert!(a.take(WorkerId(3), 9).is_none());
+    }
+
+    #[test]
+    fn workers_on_one_version_share_its_weights_and_versions_are_bounded() {
+        let mut a = Audits::new(1.0, 1);
+        a.sent(WorkerId(1), F32, on(1, 0..1), weights(1.0));
+        a.sent(WorkerId(2), F32, on(1, 0..1), || {
+            panic!("shared, not rebuilt")
+        });
+        // The same version in another compression is other weights: not shared.
+        a.sent(WorkerId(11), Compression::Int8, on(1, 0..1), weights(1.5));
+        assert_eq!(
+            &a.take(WorkerId(11), 1).expect("sampled").weights[..],
+            &[1.5; 3]
+        );
+        for v in 2..=4 {
+            a.sent(WorkerId(v as u32 + 1), F32, on(v, 0..1), weights(v as f32));
+        }
+        // Four versions outstanding: a fifth is not audited, a kept one still is.
+        a.sent(WorkerId(9), F32, on(5, 0..1), weights(5.0));
+        assert!(a.take(WorkerId(9), 5).is_none());
+        assert_eq!(a.skipped(), 1);
+        a.sent(WorkerId(10), F32, on(4, 0..1), || panic!("shared"));
+        assert!(a.take(WorkerId(10), 4).is_some());
+        // Version 1's two holders answer, or leave: its weights are let go, and room is made.
+        assert!(a.take(WorkerId(1), 1).is_some());
+        a.sent(WorkerId(9), F32, on(5, 0..1), weights(5.0));
+        assert!(
+            a.take(WorkerId(9), 5).is_none(),
+            "version 1 still held by worker 2"
+        );
+        a.left(WorkerId(2));
+        a.sent(WorkerId(9), F32, on(5, 0..1), weights(5.0));
+        assert_eq!(
+            &a.take(WorkerId(9), 5).expect("room").weights[..],
+            &[5.0; 3]
+        );
+        assert_eq!(a.skipped(), 2);
+    }
+
+    #[test]
+    fn the_fraction_is_honoured() {
+        let mut a = Audits::new(0.2, 5);
+        let mut sampled = 0;
+        for v in 0..10_000u64 {
+            a.sent(WorkerId(1), F32, on(v, 0..1), weights(0.0));
+            sampled += usize::from(a.take(WorkerId(1), v).is_some());
+        }
+        assert!(
+            (1_800..2_200).contains(&sampled),
+            "{sampled} of 10,000 at 0.2"
+        );
+        let mut none = Audits::new(0.0, 5);
+        none.sent(WorkerId(1), F32, on(0, 0..1), || panic!("never sampled"));
+    }
+}

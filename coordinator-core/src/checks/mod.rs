@@ -1,0 +1,215 @@
+//! What the coordinator checks in a gradient the session validated, before its schedule sees
+//! it: recomputation for a sampled fraction ([`audit`], [`verify`]), agreement with its
+//! replicas (`--replicate`, [`replicas`]), the norm bound ([`clip`]), the weight it deserves
+//! (its assigned batch).
+
+pub mod audit;
+pub mod clip;
+pub mod replicas;
+pub mod verify;
+
+use std::time::Instant;
+
+use protocol::{Compression, ErrorCode, Gradient, WorkerId};
+use tracing::{debug, warn};
+
+use self::replicas::Fate;
+use self::verify::{verify, Claim};
+use crate::io::Outbound;
+use crate::refusal::Refusal;
+use crate::registry::tally::Note;
+use crate::registry::Pull;
+use crate::schedule::{Action, Contribution};
+use crate::Coordinator;
+
+/// A seed nobody outside the process can know, for sampling what to verify.
+pub(crate) fn unpredictable_seed() -> u64 {
+    let mut seed = [0u8; 8];
+    // Without the OS's randomness, the time: sampling still happens, only less secretly.
+    if getrandom::fill(&mut seed).is_err() {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        return now.map_or(0, |d| d.as_nanos() as u64);
+    }
+    u64::from_le_bytes(seed)
+}
+
+/// Bad input that counts against an address (a broken or hostile client), unlike being
+/// replaced, too slow, unauthorized or on an old protocol version.
+pub(crate) fn strikes_an_address(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::Malformed
+            | ErrorCode::UnexpectedMessage
+            | ErrorCode::ShapeMismatch
+            | ErrorCode::NonFinite
+            | ErrorCode::RateLimited
+    )
+}
+
+impl Coordinator {
+    /// Weighs a validated gradient, verifies it if sampled, and hands it to the schedule.
+    pub(crate) fn check(&mut self, worker: WorkerId, gradient: &Gradient, norm: f64, now: Instant) {
+        if !self.verified(worker, gradient) {
+            return;
+        }
+        let Some((key, size)) = self.registry.replica_group(worker) else {
+            return self.admit(worker, gradient, norm, now);
+        };
+        let arrival = self.replicas.arrive(&key, size, worker, gradient, norm);
+        for (r, fate) in arrival.earlier {
+            self.settle_replica(r.worker, &r.gradient, r.norm, fate, now);
+        }
+        self.settle_replica(worker, gradient, norm, arrival.this, now);
+    }
+
+    /// `--replicate`: answers still held alone go on if the coordinator's recomputation
+    /// agrees with them.
+    pub(crate) fn release_replicas(&mut self, now: Instant) {
+        for r in self.replicas.release_alone() {
+            self.settle_replica(r.worker, &r.gradient, r.norm, Fate::Disputed, now);
+        }
+    }
+
+    /// An agreed answer goes on; a disputed one is recomputed on the weights of its round, as
+    /// its worker decoded them, and goes on if it matches (a mismatch is a strike, as in
+    /// `verified`). An answer to a round that already closed cannot be recomputed: the
+    /// schedule refuses it as late.
+    fn settle_replica(
+        &mut self,
+        worker: WorkerId,
+        gradient: &Gradient,
+        norm: f64,
+        fate: Fate,
+        now: Instant,
+    ) {
+        let checked = match fate {
+            Fate::Held => return,
+            Fate::Agreed => true,
+            Fate::Disputed => {
+                debug!(%worker, round = %gradient.round, "replica disputed or left alone; recomputing");
+                // Only the current version's weights are at hand: an answer to a round that
+                // already closed is refused as late by the schedule anyway.
+                let current = gradient.round.0 == self.trainer.version();
+                let pull = self.registry.pull(worker).cloned();
+                match (pull, self.registry.compression(worker)) {
+                    (Some(pull), Some(compression))
+                        if current && pull.version == gradient.round.0 =>
+                    {
+                        let weights = self.trainer.weights_as_seen(compression);
+                        self.recompute(worker, gradient, &weights, pull, compression)
+                    }
+                    _ => true,
+                }
+            }
+        };
+        if checked {
+            self.admit(worker, gradient, norm, now);
+        }
+    }
+
+    /// Norm bound, assigned batch, then the schedule.
+    fn admit(&mut self, worker: WorkerId, gradient: &Gradient, norm: f64, now: Instant) {
+        let clip = self.bound.clip(norm);
+        if clip.clipped {
+            debug!(%worker, norm, bound = self.bound.bound(), "gradient clipped to the norm bound");
+            self.metrics.clipped();
+            self.registry.note(worker, Note::Clipped);
+        }
+        let samples = self
+            .registry
+            .assigned_batch(worker, self.settings.batch_size)
+            .unwrap_or(gradient.samples);
+        let contribution = Contribution {
+            samples,
+            scale: clip.scale,
+            ..Contribution::of(gradient)
+        };
+        let actions = self
+            .schedule
+            .gradient(worker, &contribution, self.view(), now);
+        if actions.contains(&Action::Accepted(worker)) {
+            self.bound.learn(norm);
+        }
+        self.execute(actions);
+    }
+
+    /// `--verify-fraction`: recomputes a gradient whose pull was sampled (see `audit.rs`),
+    /// in any mode. A mismatch drops the gradient with a `Mismatch` error and a strike.
+    /// Returns whether the gradient may go on.
+    fn verified(&mut self, worker: WorkerId, gradient: &Gradient) -> bool {
+        let Some(audit) = self.audits.take(worker, gradient.round.0) else {
+            return true;
+        };
+        self.recompute(
+            worker,
+            gradient,
+            &audit.weights,
+            audit.pull,
+            audit.compression,
+        )
+    }
+
+    /// Recomputes `gradient` on `weights` (as `worker` decoded them) and the batch its pull's
+    /// `Task` named, and compares. A mismatch drops it with a `Mismatch` error and a strike.
+    fn recompute(
+        &mut self,
+        worker: WorkerId,
+        gradient: &Gradient,
+        weights: &[f32],
+        pull: Pull,
+        compression: Compression,
+    ) -> bool {
+        let claim = Claim {
+            weights,
+            shard: pull.shard,
+            batch_index: pull.batch,
+            batch_size: self.settings.batch_size as usize,
+            compression,
+            grads: &gradient.grads,
+        };
+        match verify(self.trainer.net(), &self.train, &claim) {
+            Ok(Ok(())) => {
+                self.metrics.verified(true);
+                self.registry.note(worker, Note::Verified);
+                true
+            }
+            Ok(Err(mismatch)) => {
+                self.metrics.verified(false);
+                self.registry
+                    .note(worker, Note::Rejected(ErrorCode::Mismatch));
+                let (strikes, banned) = self.registry.strike(worker);
+                if banned {
+                    self.ban_close(worker);
+                }
+                let actions = self.schedule.excuse(worker);
+                self.execute(actions);
+                warn!(%worker, strikes, %mismatch, "recomputed gradient does not match; dropped");
+                let message = format!("gradient for {} dropped: {mismatch}", gradient.round);
+                self.send_error(worker, Refusal::new(ErrorCode::Mismatch, message));
+                false
+            }
+            Err(err) => {
+                warn!(%worker, %err, "could not recompute a gradient; not verified");
+                true
+            }
+        }
+    }
+
+    /// Sends a non-fatal error frame: the session goes on.
+    pub(crate) fn send_error(&mut self, worker: WorkerId, refusal: Refusal) {
+        let frame = protocol::encode_from_coordinator(&protocol::CoordinatorToWorker::Error {
+            code: refusal.code,
+            message: refusal.message,
+        });
+        self.send(worker, Outbound::frame(frame));
+    }
+
+    /// `worker` was just banned: its session is closed with `Banned`.
+    pub(crate) fn ban_close(&mut self, worker: WorkerId) {
+        let msg = format!("{worker} is banned from this run");
+        self.send(
+            worker,
+            Outbound::Close(Refusal::new(ErrorCode::Banned, msg)),
+        );
+    }
+}

@@ -1,0 +1,322 @@
+//! Verification by recomputation: the coordinator computes a sampled gradient itself, on
+//! the very weights the worker was sent (after their wire compression) and the batch the
+//! deterministic batch rule gives it, and compares.
+//!
+//! The comparison allows for what may honestly differ, value by value:
+//! - the worker's own wire compression of its gradient: int8 rounds to half a step of its
+//!   256-value chunk (step = chunk max / 127); f16 to 2⁻¹¹ relative (and 3e-8 absolute
+//!   below f16's normal range); f32 not at all;
+//! - floating-point order: native workers with FMA differ from one without, and wasm from
+//!   native, by up to 3e-8 on this model; 1e-6 absolute plus 1e-4 relative covers it with
+//!   room.
+//!
+//! - a few flipped decisions: where a ReLU input or two max-pool candidates are within that
+//!   rounding of each other, the worker and the coordinator may take different branches,
+//!   and the gradient of the values behind it differs by far more than rounding (after some
+//!   training, about one verification in six of the `cnn` preset between wasm and native).
+//!   So up to 0.5 % of the values (none below 200 values) may fall outside the tolerance, as long as
+//!   what lies outside adds up to at most 5 % of the gradient's L2 norm.
+//!
+//! A gradient scaled by 1.01 or computed on another batch is outside that on most values;
+//! one value changed by more than 5 % of the norm is refused too.
+
+use std::ops::Range;
+
+use model::{batch_positions, batch_seed, Dataset, ModelError, Network};
+use protocol::tensor::INT8_CHUNK;
+use protocol::Compression;
+
+/// Floating-point order: FMA against none, wasm against native.
+const ABS: f32 = 1e-6;
+const REL: f32 = 1e-4;
+/// Values that may lie outside the tolerance (flipped ReLUs and max-pools): one in
+/// `FLIPS_SHARE`, together at most `FLIP_NORM` of the expected L2 norm.
+const FLIPS_SHARE: usize = 200;
+const FLIP_NORM: f64 = 0.05;
+/// Half a quantization step, with 2 % room for the worker's chunk maximum differing from
+/// ours in the last bits.
+const HALF_STEP: f32 = 0.51;
+
+/// What the coordinator needs to recompute a worker's gradient.
+#[derive(Debug, Clone)]
+pub struct Claim<'a> {
+    /// The weights exactly as the worker decoded them.
+    pub weights: &'a [f32],
+    /// The worker's shard of the train split.
+    pub shard: Range<usize>,
+    /// The batch index (the round, in sync mode).
+    pub batch_index: u64,
+    pub batch_size: usize,
+    pub compression: Compression,
+    /// What the worker sent (decoded).
+    pub grads: &'a [f32],
+}
+
+/// The first value outside the tolerance, and how many and how much lie outside.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Mismatch {
+    pub index: usize,
+    pub got: f32,
+    pub expected: f32,
+    pub tolerance: f32,
+    /// Values outside the tolerance.
+    pub outside: usize,
+    /// Their excess over the tolerance, as a share of the expected gradient's L2 norm.
+    pub excess: f64,
+}
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "value {} is {}, the coordinator computed {} (tolerance {:e}); {} values outside, \
+             {:.2} % of the gradient's norm",
+            self.index,
+            self.got,
+            self.expected,
+            self.tolerance,
+            self.outside,
+            self.excess * 100.0
+        )
+    }
+}
+
+/// Recomputes the claimed gradient and compares. `Ok(Err(_))`: it does not match.
+pub fn verify(
+    net: &Network,
+    train: &Dataset,
+    claim: &Claim<'_>,
+) -> Result<Result<(), Mismatch>, ModelError> {
+    let positions = batch_positions(claim.shard.len(), claim.batch_index, claim.batch_size);
+    let (x, labels) = train.batch(positions.map(|p| claim.shard.start + p));
+    let seed = batch_seed(claim.batch_index, claim.shard.start);
+    let (_, expected) = net.loss_and_grad(claim.weights, x.view(), &labels, seed)?;
+    Ok(compare(
+        claim.grads,
+        &net.compact(expected),
+        claim.compression,
+    ))
+}
+
+/// Compares `got` with `expected` value by value within the tolerance of `compression`.
+pub fn compare(got: &[f32], expected: &[f32], compression: Compression) -> Result<(), Mismatch> {
+    within(got, expected, compression, 1.0)
+}
+
+/// Whether two workers' answers for the same weights and batch agree (`--replicate`): both
+/// went through the wire compression, so the wire term counts twice.
+pub fn agree(a: &[f32], b: &[f32], compression: Compression) -> Result<(), Mismatch> {
+    within(a, b, compression, 2.0)
+}
+
+fn within(
+    got: &[f32],
+    expected: &[f32],
+    compression: Compression,
+    claims: f32,
+) -> Result<(), Mismatch> {
+    match measure(got, expected, compression, claims) {
+        None => Ok(()),
+        Some(m) if m.outside <= got.len() / FLIPS_SHARE && m.excess <= FLIP_NORM => Ok(()),
+        Some(m) => Err(m),
+    }
+}
+
+/// The values outside the per-value tolerance, if any: the first, their count and excess.
+fn measure(
+    got: &[f32],
+    expected: &[f32],
+    compression: Compression,
+    claims: f32,
+) -> Option<Mismatch> {
+    if got.len() != expected.len() {
+        return Some(Mismatch {
+            index: got.len().min(expected.len()),
+            got: f32::NAN,
+            expected: f32::NAN,
+            tolerance: 0.0,
+            outside: got.len().max(expected.len()),
+            excess: f64::INFINITY,
+        });
+    }
+    let mut first: Option<Mismatch> = None;
+    let (mut outside, mut excess_sq, mut norm_sq) = (0usize, 0.0f64, 0.0f64);
+    for (chunk_at, (g, e)) in got
+        .chunks(INT8_CHUNK)
+        .zip(expected.chunks(INT8_CHUNK))
+        .enumerate()
+    {
+        let step = match compression {
+            Compression::Int8 => e.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 127.0,
+            _ => 0.0,
+        };
+        for (i, (&got, &expected)) in g.iter().zip(e).enumerate() {
+            let wire = match compression {
+                Compression::None => 0.0,
+                Compression::F16 => expected.abs() / 2048.0 + 3e-8,
+                Compression::Int8 => HALF_STEP * step,
+            };
+            let tolerance = claims * wire * 1.01 + ABS + REL * expected.abs();
+            norm_sq += f64::from(expected) * f64::from(expected);
+            let off = (got - expected).abs();
+            if off.is_nan() || off > tolerance {
+                outside += 1;
+                excess_sq += f64::from(off - tolerance).powi(2);
+                first.get_or_insert(Mismatch {
+                    index: chunk_at * INT8_CHUNK + i,
+                    got,
+                    expected,
+                    tolerance,
+                    outside: 0,
+                    excess: 0.0,
+                });
+            }
+        }
+    }
+    let excess = (excess_sq / norm_sq).sqrt();
+    first.map(|first| Mismatch {
+        outside,
+        excess: if excess.is_nan() {
+            f64::INFINITY
+        } else {
+            excess
+        },
+        ..first
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use protocol::tensor::{decode_payload, encode_payload};
+
+    use super::*;
+
+    fn wire(values: &[f32], c: Compression) -> Vec<f32> {
+        let mut raw = Vec::new();
+        encode_payload(&mut raw, values, c);
+        decode_payload(&raw, values.len(), c)
+    }
+
+    fn setup() -> (Network, Dataset, Vec<f32>) {
+        let split = crate::data::digits(5);
+        let mlp =
+            Network::new(model::NetSpec::mlp(split.train.shape(), &[16], 10), 10).expect("model");
+        let params: Vec<f32> = mlp.init(9);
+        (mlp, split.train, params)
+    }
+
+    /// What an honest worker sends: its gradient on the decoded weights, through the wire.
+    fn honest(
+        mlp: &Network,
+        train: &Dataset,
+        weights: &[f32],
+        batch: u64,
+        c: Compression,
+    ) -> Vec<f32> {
+        let shard = train.slice(100..400);
+        let (x, labels) = shard.batch(batch_positions(shard.len(), batch, 32));
+        let seed = batch_seed(batch, 100);
+        let (_, g) = mlp
+            .loss_and_grad(weights, x.view(), &labels, seed)
+            .expect("grad");
+        wire(&g, c)
+    }
+
+    #[test]
+    fn an_honest_gradient_passes_in_every_compression_and_a_cheat_does_not() {
+        let (mlp, train, params) = setup();
+        for c in [Compression::None, Compression::F16, Compression::Int8] {
+            let weights = wire(&params, c);
+            let claim = |grads: &[f32], batch_index| {
+                let claim = Claim {
+                    weights: &weights,
+                    shard: 100..400,
+                    batch_index,
+                    batch_size: 32,
+                    compression: c,
+                    grads,
+                };
+                verify(&mlp, &train, &claim).expect("computes")
+            };
+            let good = honest(&mlp, &train, &weights, 7, c);
+            assert_eq!(claim(&good, 7), Ok(()), "{c:?}");
+            // Scaled by 1.01 before the wire, as a cheating worker would.
+            let raw = honest(&mlp, &train, &weights, 7, Compression::None);
+            let scaled: Vec<f32> = raw.iter().map(|v| v * 1.01).collect();
+            assert!(claim(&wire(&scaled, c), 7).is_err(), "{c:?}: ×1.01 caught");
+            // Another batch.
+            let other = honest(&mlp, &train, &weights, 8, c);
+            let err = claim(&other, 7).expect_err("wrong batch");
+            assert!(
+                err.to_string().contains("the coordinator computed"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_tolerance_is_the_wire_rounding_plus_float_order() {
+        let expected = [1.0f32, -0.5, 0.0, 1e-9];
+        let compare = |got: &[f32], expected: &[f32], c| match measure(got, expected, c, 1.0) {
+            None => Ok(()),
+            Some(m) => Err(m),
+        };
+        let agree = |a: &[f32], b: &[f32], c| match measure(a, b, c, 2.0) {
+            None => Ok(()),
+            Some(m) => Err(m),
+        };
+        // f32: only float order.
+        assert!(compare(&[1.0 + 5e-5, -0.5, 0.0, 0.0], &expected, Compression::None).is_ok());
+        assert!(compare(&[1.001, -0.5, 0.0, 0.0], &expected, Compression::None).is_err());
+        // int8: half a step of the chunk (max 1.0 → step 1/127).
+        assert!(compare(
+            &[1.0, -0.5 + 0.5 / 127.0, 0.0, 0.0],
+            &expected,
+            Compression::Int8
+        )
+        .is_ok());
+        assert!(compare(
+            &[1.0, -0.5 + 1.0 / 127.0, 0.0, 0.0],
+            &expected,
+            Compression::Int8
+        )
+        .is_err());
+        assert!(
+            compare(&[1.0], &expected, Compression::Int8).is_err(),
+            "length"
+        );
+        // Two answers each half a step off, in opposite directions, agree; a step and a
+        // half apart do not.
+        let (up, down) = (-0.5 + 0.5 / 127.0, -0.5 - 0.5 / 127.0);
+        let a = [1.0, up, 0.0, 0.0];
+        assert!(agree(&a, &[1.0, down, 0.0, 0.0], Compression::Int8).is_ok());
+        assert!(agree(&a, &[1.0, down - 1.0 / 127.0, 0.0, 0.0], Compression::Int8).is_err());
+        assert!(agree(&a, &[1.0, up * 1.01, 0.0, 0.0], Compression::None).is_err());
+    }
+
+    #[test]
+    fn a_few_flipped_values_pass_and_more_or_larger_ones_do_not() {
+        let expected: Vec<f32> = (0..4000).map(|i| ((i % 17) as f32 - 8.0) * 1e-3).collect();
+        let norm = expected.iter().map(|v| v * v).sum::<f32>().sqrt();
+        // 20 values (of the 20 allowed) off by 0.2 % of the norm each: about 1 % in all.
+        let mut flipped = expected.clone();
+        for i in (0..4000).step_by(200) {
+            flipped[i] += norm * 0.002;
+        }
+        assert_eq!(compare(&flipped, &expected, Compression::None), Ok(()));
+        // One more value outside: too many.
+        flipped[4] += norm * 0.002;
+        let err = compare(&flipped, &expected, Compression::None).expect_err("21 values");
+        assert_eq!(err.outside, 21);
+        assert!(err.to_string().contains("21 values outside"), "{err}");
+        // A single value off by 6 % of the norm: too much.
+        let mut one = expected.clone();
+        one[7] += norm * 0.06;
+        let err = compare(&one, &expected, Compression::None).expect_err("6 %");
+        assert!((err.excess - 0.06).abs() < 1e-3, "{err}");
+        // NaN is never within anything.
+        let mut nan = expected.clone();
+        nan[0] = f32::NAN;
+        assert!(compare(&nan, &expected, Compression::None).is_err());
+    }
+}

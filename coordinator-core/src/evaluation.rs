@@ -1,0 +1,131 @@
+//! Evaluation on the test split, off the coordinator's thread.
+//!
+//! Scoring 2,000 test images with the CNN takes about half a second: done in line it stopped
+//! every round for every worker. When an evaluation is due the coordinator copies that
+//! version's weights into an [`EvalJob`] and asks its driver to run it
+//! ([`Output::Evaluate`](crate::Output::Evaluate)) while rounds go on; its [`Evaluated`] comes
+//! back as an input. One runs at a time: one more that falls due meanwhile waits, and a newer
+//! one replaces it, so a slow evaluation cannot pile copies of the weights up. The evaluation
+//! that ends a run (`--max-rounds`) is done in line: nothing is left to wait for it.
+
+use std::sync::Arc;
+
+use model::{evaluate, Dataset, Evaluation, Network};
+
+/// One version's weights to score on the test split: a copy, so training goes on.
+#[derive(Debug)]
+pub struct EvalJob {
+    pub version: u64,
+    net: Network,
+    params: Vec<f32>,
+    test: Arc<Dataset>,
+}
+
+/// What an [`EvalJob`] came to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluated {
+    pub version: u64,
+    pub result: Result<Evaluation, String>,
+}
+
+impl EvalJob {
+    pub fn new(version: u64, net: Network, params: Vec<f32>, test: Arc<Dataset>) -> Self {
+        Self {
+            version,
+            net,
+            params,
+            test,
+        }
+    }
+
+    /// Scores the weights (seconds for a large model: run it off the coordinator's task). A
+    /// panic inside becomes an error, so the coordinator always hears back.
+    pub fn run(self) -> Evaluated {
+        let Self {
+            version,
+            net,
+            params,
+            test,
+        } = self;
+        let scored = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            evaluate(&net, &params, &test).map_err(|e| e.to_string())
+        }));
+        Evaluated {
+            version,
+            result: scored.unwrap_or_else(|_| Err("the evaluation panicked".into())),
+        }
+    }
+}
+
+/// The evaluation running, and the one waiting for it.
+#[derive(Debug, Default)]
+pub struct Evaluations {
+    running: Option<u64>,
+    waiting: Option<EvalJob>,
+}
+
+impl Evaluations {
+    /// `job` is due: returns it if it may run now; otherwise it waits for the one running
+    /// (replacing an older one waiting).
+    pub fn due(&mut self, job: EvalJob) -> Option<EvalJob> {
+        if self.running.is_none() {
+            self.running = Some(job.version);
+            Some(job)
+        } else {
+            self.waiting = Some(job);
+            None
+        }
+    }
+
+    /// The evaluation of `version` came back: whether it was the one running (a stale
+    /// answer is ignored), and the one waiting, which may run now.
+    pub fn done(&mut self, version: u64) -> (bool, Option<EvalJob>) {
+        if self.running != Some(version) {
+            return (false, None);
+        }
+        self.running = None;
+        let next = self.waiting.take().and_then(|job| self.due(job));
+        (true, next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(version: u64) -> EvalJob {
+        let test = Dataset::new(4, vec![0, 255, 0, 255, 255, 0, 255, 0], vec![0, 1]).expect("ok");
+        let spec = model::NetSpec::mlp(model::Shape::flat(4), &[3], 2);
+        let net = Network::new(spec, 2).expect("model");
+        let params = net.init(7);
+        EvalJob::new(version, net, params, Arc::new(test))
+    }
+
+    #[test]
+    fn one_runs_at_a_time_and_the_newest_due_waits() {
+        let mut e = Evaluations::default();
+        assert_eq!(e.due(job(10)).expect("runs").version, 10);
+        // Two more fall due while it runs: only the newer waits.
+        assert!(e.due(job(20)).is_none(), "one at a time");
+        assert!(e.due(job(30)).is_none());
+        assert!(!e.done(20).0, "not the one running");
+        let (running, next) = e.done(10);
+        assert!(running);
+        assert_eq!(next.expect("the newest waiting").version, 30);
+        let (running, next) = e.done(30);
+        assert!(running && next.is_none());
+    }
+
+    #[test]
+    fn a_job_scores_its_copy_of_the_weights() {
+        let j = job(3);
+        let expected = evaluate(&j.net, &j.params, &j.test).expect("scores");
+        assert_eq!(
+            j.run(),
+            Evaluated {
+                version: 3,
+                result: Ok(expected)
+            }
+        );
+    }
+}

@@ -1,0 +1,46 @@
+//! Input: a whole gradient that passed its session's checks (every chunk in order, the
+//! model's length, finite values; its norm computed on the way). A replaced session's are
+//! ignored. Its arrival counts (latency, bytes, the worker's activity) before
+//! `checks` decides what it is worth.
+
+use std::time::Instant;
+
+use protocol::{gradient_wire_len, Gradient, WorkerId};
+
+use crate::io::{Observation, Output, SessionId};
+use crate::Coordinator;
+
+impl Coordinator {
+    /// `worker`'s session `session` delivered `gradient`, of L2 norm `norm` (computed in f64
+    /// while its chunks were checked). The coordinator keeps what it needs of it (robust
+    /// aggregators a copy): the caller may reuse its buffer once this returns.
+    pub fn gradient(
+        &mut self,
+        worker: WorkerId,
+        session: SessionId,
+        gradient: &Gradient,
+        norm: f64,
+        now: Instant,
+    ) {
+        self.now = now;
+        // A replaced session's gradients are ignored: the worker lives on elsewhere.
+        if self.registry.is_current(worker, session) {
+            self.arrived(worker, gradient, now);
+            self.check(worker, gradient, norm, now);
+        }
+        self.done(now);
+    }
+
+    fn arrived(&mut self, worker: WorkerId, gradient: &Gradient, now: Instant) {
+        let Some((sent, compression)) = self.registry.seen(worker, gradient.samples, now) else {
+            return;
+        };
+        if let Some(sent) = sent {
+            let latency = now.saturating_duration_since(sent).as_secs_f64();
+            self.outputs
+                .push_back(Output::Observe(Observation::GradientLatency(latency)));
+        }
+        let bytes = gradient_wire_len(gradient.grads.len(), compression).unwrap_or(0);
+        self.metrics.traffic(bytes as u64, 0);
+    }
+}

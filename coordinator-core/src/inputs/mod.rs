@@ -1,0 +1,7 @@
+//! The coordinator's inputs, one file each: a `Hello` ([`join`]), a checked gradient
+//! ([`gradient`]), a session's end, an unreachable one or one closed for bad input
+//! ([`leave`]).
+
+mod gradient;
+mod join;
+mod leave;

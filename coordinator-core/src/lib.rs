@@ -1,0 +1,53 @@
+//! The crowdtrain coordinator's logic, with no I/O, no threads and no clock: the rank-0
+//! parameter server as a state machine (quinn-proto's shape). A driver feeds it what
+//! happened, with the time; it answers with what to do.
+//!
+//! # Layout
+//! - [`Coordinator`] (`coordinator.rs`): the one owner of the training state, its outputs
+//!   and its publishing. Each input has its file in `inputs/`: `join`, `gradient`, `leave`
+//!   (and `unreachable`, `rejected`); the operator's commands are [`admin`], an evaluation's
+//!   result `update` (with what applying an update means), a round deadline
+//!   [`Coordinator::handle_timeout`].
+//! - [`io`]: the sessions, frames and outputs the driver moves; [`settings`]: the run's
+//!   settings; [`data`]: the splits it trains on.
+//! - [`schedule`]: when gradients become an update (sync rounds with deadlines and quorum,
+//!   async, hogwild); [`aggregate`]: how they are combined.
+//! - [`checks`]: what a gradient must pass (recomputation, replicas, the norm bound).
+//! - [`registry`]: who is connected, who they are, what they hold, who may not come back.
+//! - `trainer`: the parameters, the optimizer, the encoded weights; [`evaluation`]: scoring
+//!   off the coordinator's thread; [`checkpoint`]: the copy a restart needs.
+//! - [`metrics`] and [`status`]: counters, and what is published; [`history`]: one point
+//!   per update; [`refusal`]: what a refused input is answered with.
+
+pub mod admin;
+pub mod aggregate;
+pub mod checkpoint;
+pub mod checks;
+mod coordinator;
+pub mod data;
+pub mod evaluation;
+pub mod history;
+mod inputs;
+pub mod io;
+pub mod metrics;
+mod publish;
+pub mod refusal;
+pub mod registry;
+pub mod schedule;
+pub mod settings;
+pub mod status;
+mod trainer;
+mod update;
+
+pub use admin::{Command, Patch};
+pub use checkpoint::Snapshot;
+pub use coordinator::Coordinator;
+pub use data::Data;
+pub use evaluation::{EvalJob, Evaluated};
+pub use io::{Frames, Joined, Observation, Outbound, Outcome, Output, SessionId, WeightsSnapshot};
+pub use refusal::Refusal;
+pub use settings::{Mode, Settings};
+pub use status::Status;
+
+#[cfg(test)]
+mod tests;

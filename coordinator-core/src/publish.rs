@@ -1,0 +1,48 @@
+//! Publishing the status: the state, the worker list (rebuilt only when it changed), the
+//! bans, and everything the metrics count.
+
+use std::sync::Arc;
+
+use crate::metrics::Live;
+use crate::status::State;
+use crate::Coordinator;
+
+impl Coordinator {
+    /// Builds the status the driver publishes next.
+    pub(crate) fn publish(&mut self) {
+        let sent = self.registry.take_bytes_out();
+        self.metrics.traffic(0, sent);
+        let standing = self.schedule.standing();
+        let state = match (&self.outcome, standing.training) {
+            (Some(_), _) => State::Done,
+            (None, _) if self.paused.is_some() => State::Paused,
+            (None, true) => State::Training,
+            (None, false) => State::Waiting,
+        };
+        if self.registry.take_changed() {
+            let schedule = &self.schedule;
+            self.worker_list = Arc::new(self.registry.list(|id| schedule.is_skipped(id), self.now));
+        }
+        if self.registry.bans().len() != self.bans.len() {
+            self.bans = Arc::new(
+                self.registry
+                    .bans()
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect(),
+            );
+        }
+        let status = self.metrics.snapshot(Live {
+            state,
+            round: self.trainer.version(),
+            workers: self.registry.len(),
+            standing,
+            worker_list: self.worker_list.clone(),
+            grad_norm_bound: self.bound.bound(),
+            bans: self.bans.clone(),
+            replicas: (self.replicas.agreed, self.replicas.disputed),
+        });
+        self.status = status;
+        self.status_fresh = true;
+    }
+}

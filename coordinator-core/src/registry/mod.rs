@@ -1,0 +1,351 @@
+//! Who is connected: workers and their identities (join, resume, leave), the shard each one
+//! holds, and the session its frames go to.
+//!
+//! Identities outlive connections: a resume token maps back to its worker id, and each
+//! connection is a [`SessionId`], so inputs from a replaced connection are ignored. A worker
+//! the driver cannot reach is marked dropped; the coordinator removes it when it settles.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::ops::Range;
+use std::time::Instant;
+
+use protocol::{Compression, ErrorCode, Hello, WorkerId, WorkerKind};
+use subtle::ConstantTimeEq;
+use tracing::{info, warn};
+
+use self::bans::Bans;
+pub use self::bans::{Banned, SavedBans};
+use self::identities::Identities;
+use self::tally::{Note, Tally};
+use crate::checks::replicas::GroupKey;
+use crate::io::SessionId;
+use crate::refusal::Refusal;
+
+pub mod bans;
+pub mod identities;
+mod list;
+mod saved;
+mod shards;
+pub mod tally;
+
+#[derive(Debug)]
+struct Worker {
+    kind: WorkerKind,
+    session: SessionId,
+    /// Negotiated in Hello: how its weights and gradients travel.
+    compression: Compression,
+    /// The shard this connection holds (what was last sent on it).
+    shard: Option<Range<usize>>,
+    /// What its answer to the weights it was last sent is computed on, even if an extension
+    /// re-cut the shards since.
+    pull: Option<Pull>,
+    /// The batch index of its latest pull: the next one is `max(version, this + 1)`.
+    last_batch: Option<u64>,
+    /// What its gradients came to.
+    tally: Tally,
+    /// Workers sharing its shard (`--replicate`), itself included.
+    replicas: usize,
+    /// The address it connected from.
+    peer: IpAddr,
+    /// When it was last sent weights (for `/metrics`' gradient latency).
+    weights_sent_at: Option<Instant>,
+    /// For the worker table: when it connected, its last gradient, samples it computed.
+    connected_at: Instant,
+    last_seen: Option<Instant>,
+    samples: u64,
+    /// Whether this connection holds the frozen tensors' current values.
+    has_frozen: bool,
+}
+
+/// What a worker's answer to one pull is computed on: the weights of `version`, and the
+/// batch of index `batch` of `shard` (told to it in the pull's `Task`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pull {
+    pub version: u64,
+    pub batch: u64,
+    pub shard: Range<usize>,
+}
+
+/// A worker let in by [`Registry::admit`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admission {
+    pub id: WorkerId,
+    pub session: SessionId,
+    pub token: String,
+    pub kind: WorkerKind,
+    /// It came back with its resume token.
+    pub resumed: bool,
+    /// Its identity was still connected on this other session, which must be closed.
+    pub replaced: Option<SessionId>,
+}
+
+/// Identities kept per `--max-workers` slot (at least 256 slots): room for every connected
+/// worker and for that many more who left and may come back.
+const IDENTITIES_PER_WORKER_SLOT: usize = 4;
+
+#[derive(Debug)]
+pub struct Registry {
+    workers: BTreeMap<WorkerId, Worker>,
+    identities: Identities,
+    next_worker: u32,
+    next_session: u64,
+    join_token: Option<String>,
+    max_workers: usize,
+    bans: Bans,
+    /// `--replicate`: workers per shard.
+    replicate: usize,
+    /// Bytes of frames queued to workers since last taken.
+    bytes_out: u64,
+    /// Workers whose outbox failed while sending, or who left; removed when settling.
+    dropped: Vec<WorkerId>,
+    /// The published worker list is out of date (membership, skips or counts changed at a
+    /// round or update). Per-gradient counts alone do not set it: that would make every
+    /// event O(workers).
+    changed: bool,
+}
+
+impl Registry {
+    pub fn new(join_token: Option<String>, max_workers: usize, ban_after: u32) -> Self {
+        Self {
+            bans: Bans::new(ban_after),
+            workers: BTreeMap::new(),
+            identities: Identities::new(IDENTITIES_PER_WORKER_SLOT * max_workers.max(256)),
+            next_worker: 1,
+            next_session: 1,
+            join_token,
+            max_workers,
+            replicate: 1,
+            bytes_out: 0,
+            dropped: Vec::new(),
+            changed: true,
+        }
+    }
+
+    /// `--replicate r`: groups of `r` workers of one compression share a shard.
+    pub fn with_replicate(mut self, r: usize) -> Self {
+        self.replicate = r.max(1);
+        self
+    }
+
+    /// Lets a worker in: checks the join token and the worker limit, and resumes the
+    /// identity its token names (replacing a connection that still holds it).
+    pub fn admit(
+        &mut self,
+        hello: &Hello,
+        peer: IpAddr,
+        now: Instant,
+    ) -> Result<Admission, Refusal> {
+        if self.bans.is_address_banned(peer) {
+            let msg = format!("{peer} is banned from this run");
+            return Err(Refusal::new(ErrorCode::Banned, msg));
+        }
+        if let Some(expected) = &self.join_token {
+            let given = hello.join_token.as_deref().unwrap_or_default();
+            if !bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {
+                let msg = "missing or wrong join token";
+                return Err(Refusal::new(ErrorCode::Unauthorized, msg));
+            }
+        }
+        let resumed = hello
+            .resume_token
+            .as_ref()
+            .and_then(|token| Some((token.clone(), self.identities.resume(token, now)?)));
+        if resumed.is_none() && self.workers.len() >= self.max_workers {
+            let msg = format!(
+                "the coordinator accepts at most {} workers",
+                self.max_workers
+            );
+            return Err(Refusal::new(ErrorCode::Full, msg));
+        }
+        if let Some((_, (id, _))) = &resumed {
+            if self.bans.is_banned(*id) {
+                let msg = format!("{id} is banned from this run");
+                return Err(Refusal::new(ErrorCode::Banned, msg));
+            }
+        }
+        let (token, (id, gradients), resumed) = match resumed {
+            Some((token, identity)) => (token, identity, true),
+            None => {
+                let id = WorkerId(self.next_worker);
+                let token = self.identities.issue(id, now).map_err(|e| {
+                    warn!(%e, "cannot issue a resume token");
+                    Refusal::new(
+                        ErrorCode::Full,
+                        "the coordinator cannot issue identities now",
+                    )
+                })?;
+                self.next_worker += 1;
+                (token, (id, 0), false)
+            }
+        };
+        let mut tally = Tally {
+            accepted: gradients,
+            ..Tally::default()
+        };
+        let mut last_batch = None;
+        // Still connected (the old socket has not noticed it is dead): replace it.
+        let replaced = self.workers.remove(&id).map(|old| {
+            tally = old.tally;
+            last_batch = old.last_batch;
+            old.session
+        });
+        let session = SessionId(self.next_session);
+        self.next_session += 1;
+        let kind = hello.kind.unwrap_or(WorkerKind::Native);
+        self.workers.insert(
+            id,
+            Worker {
+                kind,
+                session,
+                compression: hello.compression,
+                shard: None,
+                has_frozen: false,
+                pull: None,
+                last_batch,
+                tally,
+                replicas: 1,
+                peer,
+                weights_sent_at: None,
+                connected_at: now,
+                last_seen: None,
+                samples: 0,
+            },
+        );
+        self.changed = true;
+        Ok(Admission {
+            id,
+            session,
+            token,
+            kind,
+            resumed,
+            replaced,
+        })
+    }
+
+    /// `session` is the worker's current connection (not one it resumed away from).
+    pub fn is_current(&self, id: WorkerId, session: SessionId) -> bool {
+        self.workers.get(&id).is_some_and(|w| w.session == session)
+    }
+
+    /// The worker's current connection.
+    pub fn session(&self, id: WorkerId) -> Option<SessionId> {
+        self.workers.get(&id).map(|w| w.session)
+    }
+
+    pub fn len(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// Whether `id` is connected.
+    pub fn contains(&self, id: WorkerId) -> bool {
+        self.workers.contains_key(&id)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.workers.is_empty()
+    }
+
+    pub fn compression(&self, id: WorkerId) -> Option<Compression> {
+        self.workers.get(&id).map(|w| w.compression)
+    }
+
+    /// A strike against `id` (its gradient did not match). At `--ban-after` strikes the
+    /// worker is banned, by identity and by address. Returns the strikes it has now, and
+    /// whether that banned it (its session must then be closed).
+    pub fn strike(&mut self, id: WorkerId) -> (u32, bool) {
+        let (strikes, ban) = self.bans.strike(id);
+        let banned = ban && self.ban(id);
+        self.changed = true;
+        (strikes, banned)
+    }
+
+    /// A session from `peer` was closed for bad input; at `--ban-after` such sessions the
+    /// address is banned (never loopback).
+    pub fn strike_address(&mut self, peer: IpAddr) {
+        if self.bans.strike_address(peer) {
+            warn!(%peer, "address banned after repeated bad input");
+        }
+    }
+
+    /// Bans `id` for the run (and its address, unless loopback). Returns whether it was not
+    /// banned already: its session must then be closed.
+    pub fn ban(&mut self, id: WorkerId) -> bool {
+        let worker = self.workers.get(&id);
+        if !self.bans.ban(id, worker.map(|w| w.peer)) {
+            return false;
+        }
+        if let Some(w) = worker {
+            warn!(worker = %id, peer = %w.peer, "worker banned");
+        }
+        self.changed = true;
+        true
+    }
+
+    /// Every ban so far.
+    pub fn bans(&self) -> &[Banned] {
+        self.bans.list()
+    }
+
+    /// Something happened to one of `id`'s gradients.
+    pub fn note(&mut self, id: WorkerId, note: Note) {
+        if let Some(w) = self.workers.get_mut(&id) {
+            w.tally.note(note);
+            // Rejections show at once; counts at the next round (see `changed`).
+            self.changed |= matches!(note, Note::Rejected(_));
+        }
+    }
+
+    /// Frames of `bytes` were queued to a worker.
+    pub fn sent_bytes(&mut self, bytes: usize) {
+        self.bytes_out += bytes as u64;
+    }
+
+    /// Marks `id` for removal at the next settle.
+    pub fn drop_worker(&mut self, id: WorkerId) {
+        self.dropped.push(id);
+    }
+
+    /// The next worker marked for removal.
+    pub fn next_dropped(&mut self) -> Option<WorkerId> {
+        self.dropped.pop()
+    }
+
+    pub fn has_dropped(&self) -> bool {
+        !self.dropped.is_empty()
+    }
+
+    /// Removes a worker; its identity keeps its gradient count for a later resume.
+    /// Returns whether it was connected.
+    pub fn remove(&mut self, id: WorkerId, now: Instant) -> bool {
+        let Some(w) = self.workers.remove(&id) else {
+            return false;
+        };
+        info!(
+            worker = %id,
+            workers = self.workers.len(),
+            accepted = w.tally.accepted,
+            clipped = w.tally.clipped,
+            verified = w.tally.verified,
+            strikes = self.bans.strikes(id),
+            rejected = ?w.tally.rejected,
+            "worker left"
+        );
+        self.identities.left(id, w.tally.accepted, now);
+        self.changed = true;
+        true
+    }
+
+    /// The published list is out of date.
+    pub fn mark_changed(&mut self) {
+        self.changed = true;
+    }
+
+    /// Whether the list changed since the last call.
+    pub fn take_changed(&mut self) -> bool {
+        std::mem::take(&mut self.changed)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,92 @@
+//! What a run is told at its start: the training settings the coordinator's state machine
+//! needs, already validated (the server turns its flags into these; tests and the
+//! simulator write them directly).
+
+use model::OptimizerKind;
+
+use crate::aggregate::AggregatorKind;
+use crate::schedule::deadline::RoundTimeout;
+
+/// How gradients become updates.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Mode {
+    /// Rounds with a barrier, a deadline and a quorum.
+    Sync {
+        timeout: RoundTimeout,
+        miss_limit: u32,
+    },
+    /// Apply each buffer of `buffer` gradients as it fills; reject staleness above the bound.
+    Async { buffer: usize, max_staleness: u64 },
+    /// Apply every gradient at once, whatever weights it was computed on.
+    Hogwild,
+}
+
+impl Mode {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Sync { .. } => "sync",
+            Self::Async { .. } => "async",
+            Self::Hogwild => "hogwild",
+        }
+    }
+}
+
+/// The run's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// The model's name as the status shows it (`mlp`, `cnn`, a file's).
+    pub model_name: String,
+    pub optimizer: OptimizerKind,
+    pub batch_size: u32,
+    pub eval_interval: u64,
+    /// Initial weights and the recomputation sampler's fallback.
+    pub seed: u64,
+    pub max_rounds: Option<u64>,
+    pub target_accuracy: Option<f64>,
+    pub min_workers: usize,
+    pub mode: Mode,
+    pub aggregator: AggregatorKind,
+    pub verify_fraction: f64,
+    pub ban_after: u32,
+    /// `None`: adaptive.
+    pub max_grad_norm: Option<f64>,
+    pub join_token: Option<String>,
+    pub max_workers: usize,
+    /// Workers per shard.
+    pub replicate: usize,
+    /// A checkpoint copy every this many updates; `None`: checkpoints are off.
+    pub checkpoint_every: Option<u64>,
+}
+
+impl Default for Settings {
+    /// The coordinator's defaults (as `coordinator` with no flags).
+    fn default() -> Self {
+        Self {
+            model_name: "mlp".into(),
+            optimizer: OptimizerKind::Adam {
+                lr: 0.001,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+            },
+            batch_size: 32,
+            eval_interval: 10,
+            seed: 42,
+            max_rounds: None,
+            target_accuracy: None,
+            min_workers: 1,
+            mode: Mode::Sync {
+                timeout: RoundTimeout::Auto,
+                miss_limit: 3,
+            },
+            aggregator: AggregatorKind::default(),
+            verify_fraction: 0.05,
+            ban_after: 3,
+            max_grad_norm: None,
+            join_token: None,
+            max_workers: 10_000,
+            replicate: 1,
+            checkpoint_every: None,
+        }
+    }
+}

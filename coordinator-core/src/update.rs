@@ -1,0 +1,165 @@
+//! What applying an update means for the run: the optimizer step (refused if it would break
+//! the model), the round's metrics and log line, evaluation when due (and its result when it
+//! comes back), and the stop conditions (`--max-rounds`, `--target-accuracy`).
+
+use tracing::{info, warn};
+
+use std::time::Instant;
+
+use model::Evaluation;
+
+use crate::evaluation::Evaluated;
+use crate::history::Point;
+use crate::io::{Observation, Outcome, Output};
+use crate::metrics::LogValue;
+use crate::schedule::Update;
+use crate::Coordinator;
+
+impl Coordinator {
+    /// Steps the optimizer, evaluates when due, logs the round, and stops when a stop
+    /// condition is met. Shared by every schedule.
+    pub(crate) fn apply(&mut self, update: &Update) {
+        if !self.trainer.apply(&update.gradient) {
+            warn!(
+                round = self.trainer.version(),
+                answered = update.answered,
+                "update not applied: it would have made a parameter non-finite"
+            );
+            self.metrics.update_refused();
+            self.replace_pending();
+            return;
+        }
+        let version = self.trainer.version();
+        self.registry.mark_changed();
+        let since = self.metrics.updated(update, version - 1);
+        let seconds = update.duration.as_secs_f64();
+        self.outputs
+            .push_back(Output::Observe(Observation::Round(seconds)));
+        let last = self.settings.max_rounds.is_some_and(|max| version >= max);
+        // The run's last evaluation is done here: nothing is left to wait for it. The others
+        // run off this task while rounds go on (see `evaluation.rs`).
+        let evaluation = if last {
+            self.trainer.evaluate()
+        } else {
+            if version.is_multiple_of(self.settings.eval_interval) {
+                if let Some(job) = self.evaluations.due(self.trainer.evaluation_job()) {
+                    self.outputs.push_back(Output::Evaluate(job));
+                }
+            }
+            None
+        };
+        self.record(update, version);
+        if let Some(e) = evaluation {
+            self.scored(version, e);
+        }
+        self.checkpoint_if_due();
+        info!(
+            round = version,
+            mode = %self.settings.mode.name(),
+            answered = update.answered,
+            missed = update.missed,
+            late = since.late,
+            stale = since.stale,
+            dup = since.duplicate,
+            deadline_hit = update.deadline_hit,
+            train_loss = format_args!("{:.4}", update.mean_loss),
+            lr = self.settings.optimizer.lr(),
+            round_ms = format_args!("{:.1}", update.duration.as_secs_f64() * 1e3),
+            "round"
+        );
+        if last {
+            self.finish(version, evaluation);
+        }
+        self.replace_pending();
+    }
+
+    /// Input: an evaluation the driver ran (see [`Output::Evaluate`]) came back.
+    pub fn evaluated(&mut self, evaluated: Evaluated, now: Instant) {
+        self.now = now;
+        self.score(evaluated);
+        self.done(now);
+    }
+
+    fn score(&mut self, evaluated: Evaluated) {
+        let (running, next) = self.evaluations.done(evaluated.version);
+        if let Some(job) = next {
+            self.outputs.push_back(Output::Evaluate(job));
+        }
+        if !running {
+            return;
+        }
+        match evaluated.result {
+            Ok(e) => {
+                self.scored(evaluated.version, e);
+                let reached = self
+                    .settings
+                    .target_accuracy
+                    .is_some_and(|t| e.accuracy >= t);
+                if reached && self.outcome.is_none() {
+                    self.finish(self.trainer.version(), Some(e));
+                }
+            }
+            Err(err) => warn!(round = evaluated.version, %err, "evaluation failed"),
+        }
+    }
+
+    /// Version `version` scored `e` on the test split.
+    fn scored(&mut self, version: u64, e: Evaluation) {
+        self.metrics.evaluated(version, e);
+        self.last_eval = Some(e);
+        self.history.evaluated(version, e.accuracy);
+        info!(
+            round = version,
+            test_accuracy = %LogValue(Some(e.accuracy)),
+            test_loss = %LogValue(Some(e.loss)),
+            "evaluated"
+        );
+    }
+
+    /// Training is over at `version` (`--max-rounds`, or an evaluation reached
+    /// `--target-accuracy`).
+    fn finish(&mut self, version: u64, evaluation: Option<Evaluation>) {
+        let reached_target = match (evaluation, self.settings.target_accuracy) {
+            (Some(e), Some(target)) => e.accuracy >= target,
+            _ => false,
+        };
+        info!(
+            round = version,
+            evaluated_round = ?self.metrics.saved().1.map(|(v, _)| v),
+            reached_target,
+            test_accuracy = ?self.last_eval.map(|e| e.accuracy),
+            "training finished"
+        );
+        self.stop(Outcome {
+            rounds: version,
+            evaluation: self.last_eval,
+            reached_target,
+            checkpoint_error: None,
+        });
+    }
+
+    /// A point of the run's history for this update.
+    fn record(&mut self, update: &Update, version: u64) {
+        let c = self.metrics.counters();
+        let point = Point {
+            round: version,
+            unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            train_loss: update.mean_loss,
+            test_accuracy: None,
+            workers: self.registry.len(),
+            participants: update.answered + update.missed,
+            skipped: self.schedule.standing().skipped,
+            round_ms: update.duration.as_secs_f64() * 1e3,
+            gradients_accepted: c.gradients_accepted,
+            gradients_rejected: c.gradients_rejected,
+            late: c.late,
+            stale_rejected: c.stale_rejected,
+            duplicate_rejected: c.duplicate_rejected,
+            bytes_in: c.bytes_in,
+            bytes_out: c.bytes_out,
+        };
+        self.history.record(point);
+    }
+}

@@ -1,0 +1,74 @@
+//! Evaluations run off the coordinator's thread, with real workers training meanwhile.
+
+use super::test_swarm::Swarm;
+
+/// Rounds go on while an evaluation is out; its result lands on the round it scored.
+#[test]
+fn rounds_go_on_while_an_evaluation_runs_and_its_result_lands_on_its_round() {
+    let mut swarm = Swarm::new(&["--min-workers", "2", "--eval-interval", "10"], 2);
+    swarm.until("round 10", |s| s.round >= 10);
+    assert_eq!(
+        swarm.evaluations.len(),
+        1,
+        "round 10's evaluation is asked for"
+    );
+    assert_eq!(swarm.evaluations[0].version, 10);
+    // Not scored in line: twelve more rounds while it is out, and round 20's waits.
+    let s = swarm.until("round 22", |s| s.round >= 22);
+    assert_eq!((s.test_accuracy, s.evaluated_round), (None, None));
+    assert_eq!(swarm.evaluations.len(), 1, "one at a time");
+    let done = swarm.run_evaluation();
+    let scored = done.result.expect("scores");
+    let s = swarm.c.status();
+    assert_eq!(s.evaluated_round, Some(10));
+    assert_eq!(s.test_accuracy, Some(scored.accuracy));
+    let history = swarm.c.history();
+    let evaluated: Vec<_> = history
+        .iter()
+        .filter(|p| p.test_accuracy.is_some())
+        .collect();
+    assert_eq!(evaluated.len(), 1);
+    assert_eq!(
+        (evaluated[0].round, evaluated[0].test_accuracy),
+        (10, Some(scored.accuracy))
+    );
+    // Round 20's, which waited, is asked for as soon as round 10's is back.
+    assert_eq!(swarm.evaluations.len(), 1);
+    assert_eq!(swarm.evaluations[0].version, 20);
+}
+
+/// `--target-accuracy` stops the run when an evaluation that reaches it comes back;
+/// `--max-rounds` scores the last round in line and stops at once.
+#[test]
+fn the_stop_conditions_hear_from_evaluations() {
+    let flags = [
+        "--min-workers",
+        "2",
+        "--eval-interval",
+        "5",
+        "--target-accuracy",
+        "0.01",
+    ];
+    let mut swarm = Swarm::new(&flags, 2);
+    swarm.until("round 7", |s| s.round >= 7);
+    assert!(swarm.c.outcome().is_none());
+    swarm.run_evaluation();
+    let outcome = swarm.c.outcome().cloned().expect("finished");
+    assert!(outcome.reached_target);
+    assert_eq!(outcome.rounds, 7, "stopped where training was");
+
+    let flags = [
+        "--min-workers",
+        "2",
+        "--eval-interval",
+        "4",
+        "--max-rounds",
+        "6",
+    ];
+    let mut swarm = Swarm::new(&flags, 2);
+    swarm.until("round 6", |s| s.round >= 6);
+    let outcome = swarm.c.outcome().cloned().expect("finished at once");
+    assert_eq!(outcome.rounds, 6);
+    assert_eq!(swarm.c.status().evaluated_round, Some(6));
+    assert!(outcome.evaluation.is_some());
+}
