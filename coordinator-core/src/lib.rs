@@ -18,6 +18,7 @@
 //!   off the coordinator's thread; [`checkpoint`]: the copy a restart needs.
 //! - [`metrics`] and [`status`]: counters, and what is published; [`history`]: one point
 //!   per update; [`refusal`]: what a refused input is answered with.
+//! - [`upload`]: what a session checks in a gradient's chunks before the coordinator sees it.
 
 pub mod admin;
 pub mod aggregate;
@@ -38,6 +39,7 @@ pub mod settings;
 pub mod status;
 mod trainer;
 mod update;
+pub mod upload;
 
 pub use admin::{Command, Patch};
 pub use checkpoint::Snapshot;

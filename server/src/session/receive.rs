@@ -22,6 +22,8 @@ pub(super) struct Receiving {
     /// Whose slots these are: one address holds at most its share of them.
     peer: IpAddr,
     upload: Upload,
+    /// The upload slot the next (or current) gradient is received into.
+    slot: Option<Slot>,
     pub(super) weights_sent: u64,
     gradients_received: u64,
     /// How long a gradient may hold its slot ([`upload_deadline`]), and when the one under
@@ -56,6 +58,7 @@ impl Receiving {
         Self {
             peer,
             upload: Upload::default(),
+            slot: None,
             weights_sent: 0,
             gradients_received: 0,
             allowed,
@@ -66,7 +69,8 @@ impl Receiving {
 
     /// The next gradient goes into `slot`; its clocks start now.
     pub(super) fn grant(&mut self, slot: Slot) {
-        self.upload.grant(slot);
+        self.upload.grant(slot.buffer());
+        self.slot = Some(slot);
         self.last_chunk = Instant::now();
         self.due = self.last_chunk + self.allowed;
     }
@@ -127,7 +131,7 @@ pub(super) async fn take_frame(
         Err(err) => return Err(End::refuse(err.code(), err.to_string())),
     };
     if !receiving.upload.in_progress() {
-        if !receiving.upload.has_slot() {
+        if receiving.slot.is_none() {
             match slots.try_acquire(receiving.peer) {
                 Some(slot) => receiving.grant(slot),
                 None => return Ok(Taken::NeedsSlot),
@@ -147,7 +151,7 @@ pub(super) async fn take_frame(
     match upload.take(&chunk, joined) {
         Ok(Progress::More) => {}
         Ok(Progress::Done(gradient, norm)) => {
-            let slot = upload.release();
+            let slot = receiving.slot.take();
             if coordinator
                 .gradient(joined, gradient, norm, slot)
                 .await

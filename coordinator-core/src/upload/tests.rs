@@ -8,7 +8,7 @@ use super::*;
 fn joined(param_count: usize) -> Joined {
     Joined {
         worker: WorkerId(1),
-        session: coordinator_core::SessionId(1),
+        session: crate::io::SessionId(1),
         param_count,
         batch_size: 8,
     }
