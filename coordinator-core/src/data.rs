@@ -19,20 +19,8 @@ pub struct Data {
 /// `seed`: for tests.
 #[cfg(test)]
 pub(crate) fn digits(seed: u64) -> Data {
-    use std::io::Read;
     static DIGITS: std::sync::OnceLock<Dataset> = std::sync::OnceLock::new();
-    let all = DIGITS.get_or_init(|| {
-        let gunzip = |bytes: &[u8]| {
-            let mut out = Vec::new();
-            flate2::read::GzDecoder::new(bytes)
-                .read_to_end(&mut out)
-                .expect("gzip");
-            out
-        };
-        let images = gunzip(include_bytes!("../../data/mnist10k-images-idx3-ubyte.gz"));
-        let labels = gunzip(include_bytes!("../../data/mnist10k-labels-idx1-ubyte.gz"));
-        Dataset::from_idx(&images, &labels).expect("the embedded digits")
-    });
+    let all = DIGITS.get_or_init(|| model::digits::embedded().expect("the embedded digits"));
     let (train, test) = all.clone().shuffled_split(seed ^ 0x5EED_DA7A, 8_000);
     Data {
         train,

@@ -56,6 +56,10 @@ pub struct Settings {
     pub replicate: usize,
     /// A checkpoint copy every this many updates; `None`: checkpoints are off.
     pub checkpoint_every: Option<u64>,
+    /// The recomputation sampler's seed. `None` (the server's): from the operating system,
+    /// so no worker can predict which answers are recomputed; a simulation that must repeat
+    /// itself exactly gives one.
+    pub audit_seed: Option<u64>,
 }
 
 impl Default for Settings {
@@ -87,6 +91,7 @@ impl Default for Settings {
             max_workers: 10_000,
             replicate: 1,
             checkpoint_every: None,
+            audit_seed: None,
         }
     }
 }

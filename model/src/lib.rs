@@ -15,6 +15,8 @@
 //! - [`rng`]: a small seeded generator, so initial weights depend only on the seed.
 
 pub mod data;
+#[cfg(feature = "digits")]
+pub mod digits;
 pub mod error;
 pub mod eval;
 pub mod grad;

@@ -126,6 +126,7 @@ impl Config {
             max_workers: self.max_workers,
             replicate: self.replicate,
             checkpoint_every: self.checkpoints.as_ref().map(|c| c.every),
+            audit_seed: None,
         }
     }
 }

@@ -15,8 +15,6 @@ use model::{Dataset, ModelError, Network, Normalization, Values};
 use crate::config::ModelChoice;
 use thiserror::Error;
 
-static IMAGES_GZ: &[u8] = include_bytes!("../../../data/mnist10k-images-idx3-ubyte.gz");
-static LABELS_GZ: &[u8] = include_bytes!("../../../data/mnist10k-labels-idx1-ubyte.gz");
 
 /// Most classes a dataset may have (labels travel as one byte).
 pub const MAX_CLASSES: usize = 256;
@@ -166,10 +164,7 @@ pub fn load(path: Option<&Path>, seed: u64, test_fraction: f64) -> Result<Split,
 }
 
 fn embedded() -> Result<Loaded, DataError> {
-    let gzip = |e: std::io::Error| ModelError::Idx(format!("gzip: {e}"));
-    let images = gunzip(IMAGES_GZ).map_err(gzip)?;
-    let labels = gunzip(LABELS_GZ).map_err(gzip)?;
-    Ok(Loaded::numbered(Dataset::from_idx(&images, &labels)?))
+    Ok(Loaded::numbered(model::digits::embedded()?))
 }
 
 fn gunzip(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
