@@ -121,10 +121,10 @@ impl Coordinator {
             settings.ban_after,
         )
         .with_replicate(settings.replicate);
-        let audits = Audits::new(
-            settings.verify_fraction,
-            crate::checks::unpredictable_seed(),
-        );
+        let seed = settings
+            .audit_seed
+            .unwrap_or_else(crate::checks::unpredictable_seed);
+        let audits = Audits::new(settings.verify_fraction, seed);
         let mut coordinator = Self {
             settings,
             trainer,

@@ -15,7 +15,6 @@ use model::{Dataset, ModelError, Network, Normalization, Values};
 use crate::config::ModelChoice;
 use thiserror::Error;
 
-
 /// Most classes a dataset may have (labels travel as one byte).
 pub const MAX_CLASSES: usize = 256;
 

@@ -1,0 +1,594 @@
+//! The event loop: one queue of timed events, the real coordinator core fed at their times,
+//! the real worker cores fed the frames that reach them.
+//!
+//! A frame the coordinator sends goes down its worker's link ([`Pipe`]) and reaches the
+//! worker's inbox when it arrives. A worker reads its inbox in order; when a `Weights`
+//! message is whole its core computes the gradient (really, with the model's code), and the
+//! gradient's chunks leave `step` of virtual time later, up the link, into the coordinator's
+//! session checks ([`Upload`]) and the core. A worker computing reads nothing else meanwhile,
+//! as the native worker does. Evaluations run when the core asks and come back
+//! `evaluation_time` later. Every input reaches the core at its event's virtual time.
+//!
+//! Not modelled: WebSocket pings and the liveness timeout (a frozen worker stays connected
+//! until its churn says otherwise), the upload slots, the per-address limits and the
+//! outboxes' bound.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use coordinator_core::upload::{Progress, Upload};
+use coordinator_core::{Coordinator, Evaluated, Joined, Outbound, Output, Refusal};
+use model::SplitMix64;
+use protocol::{
+    decode_from_coordinator, decode_from_worker, decode_worker_frame, encode_from_coordinator,
+    encode_gradient, CoordinatorToWorker, Gradient, WorkerFrame, WorkerKind, WorkerToCoordinator,
+};
+use worker_core::WorkerCore;
+
+use crate::link::{on_the_wire, Pipe};
+use crate::report::{Report, WorkerReport};
+use crate::scenario::{Behaviour, Churn, Scenario, Until};
+
+/// How far `Behaviour::WrongBatch` moves the batch its `Task` names: the next one (a shift
+/// by a multiple of the shard's batches would land on the same samples).
+const BATCH_SHIFT: u64 = 1;
+
+/// Runs `scenario` to its end and says what it measured. Deterministic: the same scenario
+/// (seed included) gives the same report.
+pub fn run(scenario: Scenario) -> Report {
+    Engine::new(scenario).run()
+}
+
+#[derive(Debug)]
+enum Ev {
+    /// A worker opens a connection: its `Hello` goes up.
+    Connect(usize),
+    /// Its `Hello` reaches the coordinator.
+    Hello {
+        w: usize,
+        epoch: u64,
+    },
+    ToWorker {
+        w: usize,
+        epoch: u64,
+        delivery: Delivery,
+    },
+    /// A worker's gradient is computed: its chunks go up.
+    Computed {
+        w: usize,
+        epoch: u64,
+        frames: Vec<Vec<u8>>,
+    },
+    ToCoordinator {
+        w: usize,
+        epoch: u64,
+        frame: Vec<u8>,
+    },
+    Timeout,
+    Churn(usize, Churn),
+    Thaw(usize),
+    Evaluated(Evaluated),
+}
+
+#[derive(Debug)]
+enum Delivery {
+    Frame(Bytes),
+    Close(Refusal),
+}
+
+/// The coordinator's side of one simulated connection.
+struct Conn {
+    joined: Joined,
+    upload: Upload,
+}
+
+struct Sim {
+    spec: crate::scenario::WorkerSpec,
+    core: WorkerCore,
+    conn: Option<Conn>,
+    /// The connection frames belong to: what was in flight on an older one is dropped.
+    epoch: u64,
+    down: Pipe,
+    up: Pipe,
+    inbox: VecDeque<Bytes>,
+    computing: bool,
+    frozen_until: Duration,
+    compute: Duration,
+    connected_since: Option<Duration>,
+    connected: Duration,
+    gradients: u64,
+    sessions: u32,
+    ended: Option<String>,
+    /// Left for good, or banned.
+    gone: bool,
+    rng: SplitMix64,
+    peer: IpAddr,
+}
+
+struct Engine {
+    base: Instant,
+    now: Duration,
+    core: Coordinator,
+    queue: BinaryHeap<Reverse<(Duration, u64)>>,
+    events: HashMap<u64, Ev>,
+    seq: u64,
+    workers: Vec<Sim>,
+    /// The core's deadline as last scheduled.
+    deadline: Option<Instant>,
+    until: Until,
+    evaluation_time: Duration,
+    target_at: Option<Duration>,
+    curve: Vec<(f64, u64, f64)>,
+    stopped: bool,
+}
+
+impl Engine {
+    fn new(scenario: Scenario) -> Self {
+        let base = Instant::now();
+        let core = Coordinator::new(scenario.settings, scenario.net, scenario.data, base)
+            .expect("the scenario's model fits its data");
+        let seed = scenario.seed;
+        let workers = scenario
+            .workers
+            .into_iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                let i64 = i as u64;
+                Sim {
+                    core: WorkerCore::new(WorkerKind::Native, None)
+                        .with_compression(spec.compression),
+                    down: Pipe::new(spec.link.down, seed ^ (i64 << 32) ^ 1),
+                    up: Pipe::new(spec.link.up, seed ^ (i64 << 32) ^ 2),
+                    rng: SplitMix64::new(seed ^ (i64 << 32) ^ 3),
+                    peer: IpAddr::V4(Ipv4Addr::new(10, 0, (i / 250) as u8, (i % 250) as u8 + 1)),
+                    spec,
+                    conn: None,
+                    epoch: 0,
+                    inbox: VecDeque::new(),
+                    computing: false,
+                    frozen_until: Duration::ZERO,
+                    compute: Duration::ZERO,
+                    connected_since: None,
+                    connected: Duration::ZERO,
+                    gradients: 0,
+                    sessions: 0,
+                    ended: None,
+                    gone: false,
+                }
+            })
+            .collect();
+        let mut engine = Self {
+            base,
+            now: Duration::ZERO,
+            core,
+            queue: BinaryHeap::new(),
+            events: HashMap::new(),
+            seq: 0,
+            workers,
+            deadline: None,
+            until: scenario.until,
+            evaluation_time: scenario.evaluation_time,
+            target_at: None,
+            curve: Vec::new(),
+            stopped: false,
+        };
+        for w in 0..engine.workers.len() {
+            let spec = &engine.workers[w].spec;
+            let (joins, churn) = (spec.joins_at, spec.churn.clone());
+            engine.at(joins, Ev::Connect(w));
+            for (when, what) in churn {
+                engine.at(when, Ev::Churn(w, what));
+            }
+        }
+        engine.route();
+        engine
+    }
+
+    fn at(&mut self, at: Duration, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Reverse((at.max(self.now), self.seq)));
+        self.events.insert(self.seq, ev);
+    }
+
+    fn instant(&self) -> Instant {
+        self.base + self.now
+    }
+
+    fn run(mut self) -> Report {
+        while let Some(Reverse((at, seq))) = self.queue.pop() {
+            if at > self.until.time {
+                self.now = self.until.time;
+                break;
+            }
+            self.now = at;
+            let ev = self.events.remove(&seq).expect("scheduled");
+            self.handle(ev);
+            self.route();
+            let rounds_done = self.until.rounds.is_some_and(|r| self.core.version() >= r);
+            if self.stopped || rounds_done {
+                break;
+            }
+        }
+        self.report()
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        let now = self.instant();
+        match ev {
+            Ev::Connect(w) => self.connect(w),
+            Ev::Hello { w, epoch } => self.hello(w, epoch),
+            Ev::ToWorker { w, epoch, delivery } if epoch == self.workers[w].epoch => match delivery
+            {
+                Delivery::Frame(frame) => {
+                    self.workers[w].inbox.push_back(frame);
+                    self.pump(w);
+                }
+                Delivery::Close(refusal) => {
+                    let sim = &mut self.workers[w];
+                    sim.ended = Some(refusal.code.name().to_string());
+                    sim.gone |= refusal.is_fatal();
+                    self.disconnect(w);
+                }
+            },
+            Ev::Computed { w, epoch, frames } if epoch == self.workers[w].epoch => {
+                let sim = &mut self.workers[w];
+                sim.computing = false;
+                let frames = poison(
+                    sim.spec.behaviour,
+                    sim.spec.compression,
+                    frames,
+                    &mut sim.rng,
+                );
+                for frame in frames {
+                    let bytes = on_the_wire(frame.len(), true);
+                    let arrival = self.workers[w].up.send(self.now, bytes);
+                    self.at(arrival, Ev::ToCoordinator { w, epoch, frame });
+                }
+                self.pump(w);
+            }
+            Ev::ToCoordinator { w, epoch, frame } if epoch == self.workers[w].epoch => {
+                self.take_chunk(w, &frame);
+            }
+            Ev::Timeout => {
+                if self.core.poll_timeout().is_some_and(|d| d <= now) {
+                    self.deadline = None;
+                    self.core.handle_timeout(now);
+                }
+            }
+            Ev::Churn(w, churn) => self.churn(w, churn),
+            Ev::Thaw(w) => self.pump(w),
+            Ev::Evaluated(evaluated) => {
+                self.core.evaluated(evaluated, now);
+                let status = self.core.status();
+                if let (Some(round), Some(accuracy)) =
+                    (status.evaluated_round, status.test_accuracy)
+                {
+                    let point = (self.now.as_secs_f64(), round, accuracy);
+                    if self.curve.last() != Some(&point) {
+                        self.curve.push(point);
+                    }
+                    if self.target_at.is_none()
+                        && self.until.accuracy.is_some_and(|target| accuracy >= target)
+                    {
+                        self.target_at = Some(self.now);
+                        self.stopped = true;
+                    }
+                }
+            }
+            // For a connection that is gone.
+            Ev::ToWorker { .. } | Ev::Computed { .. } | Ev::ToCoordinator { .. } => {}
+        }
+    }
+
+    /// What the core asked for: frames down the links, evaluations run, its deadline set.
+    fn route(&mut self) {
+        while let Some(output) = self.core.poll_output() {
+            match output {
+                Output::Send {
+                    session, message, ..
+                } => {
+                    let Some(w) = self
+                        .workers
+                        .iter()
+                        .position(|s| s.conn.as_ref().is_some_and(|c| c.joined.session == session))
+                    else {
+                        continue;
+                    };
+                    let epoch = self.workers[w].epoch;
+                    match message {
+                        Outbound::Close(refusal) => {
+                            let arrival = self.workers[w].down.send(self.now, 0);
+                            let delivery = Delivery::Close(refusal);
+                            self.at(arrival, Ev::ToWorker { w, epoch, delivery });
+                        }
+                        message => {
+                            for frame in message.frames() {
+                                let bytes = on_the_wire(frame.len(), false);
+                                let arrival = self.workers[w].down.send(self.now, bytes);
+                                let delivery = Delivery::Frame(frame.clone());
+                                self.at(arrival, Ev::ToWorker { w, epoch, delivery });
+                            }
+                        }
+                    }
+                }
+                Output::Evaluate(job) => {
+                    let done = job.run();
+                    self.at(self.now + self.evaluation_time, Ev::Evaluated(done));
+                }
+                Output::Stop(_) => self.stopped = true,
+                Output::Checkpoint(_) | Output::Observe(_) => {}
+            }
+        }
+        if let Some(deadline) = self.core.poll_timeout() {
+            if self.deadline != Some(deadline) {
+                self.deadline = Some(deadline);
+                let at = deadline.saturating_duration_since(self.base);
+                self.at(at, Ev::Timeout);
+            }
+        }
+    }
+
+    /// A new connection: its `Hello` (with its resume token, once it has one) goes up.
+    fn connect(&mut self, w: usize) {
+        let now = self.now;
+        let sim = &mut self.workers[w];
+        if sim.conn.is_some() || sim.gone {
+            return;
+        }
+        sim.epoch += 1;
+        sim.down.reset(now);
+        sim.up.reset(now);
+        sim.inbox.clear();
+        sim.computing = false;
+        let hello = sim.core.hello_frame();
+        let arrival = sim.up.send(now, on_the_wire(hello.len(), true));
+        let epoch = sim.epoch;
+        self.at(arrival, Ev::Hello { w, epoch });
+    }
+
+    fn hello(&mut self, w: usize, epoch: u64) {
+        let now = self.instant();
+        let sim = &mut self.workers[w];
+        if epoch != sim.epoch || sim.conn.is_some() {
+            return;
+        }
+        let Ok(WorkerToCoordinator::Hello(hello)) = decode_from_worker(&sim.core.hello_frame())
+        else {
+            unreachable!("a worker core's Hello decodes")
+        };
+        match self.core.join(&hello, sim.peer, now) {
+            Ok(joined) => {
+                sim.conn = Some(Conn {
+                    joined,
+                    upload: Upload::default(),
+                });
+                sim.sessions += 1;
+                sim.connected_since = Some(self.now);
+            }
+            Err(refusal) => {
+                sim.ended = Some(refusal.code.name().to_string());
+                sim.gone = true;
+            }
+        }
+    }
+
+    /// A worker reads its inbox until a gradient keeps it busy.
+    fn pump(&mut self, w: usize) {
+        let now = self.now;
+        let sim = &mut self.workers[w];
+        if sim.computing || now < sim.frozen_until || sim.conn.is_none() {
+            return;
+        }
+        while let Some(frame) = sim.inbox.pop_front() {
+            let frame = match sim.spec.behaviour {
+                Behaviour::WrongBatch => shift_task(frame),
+                _ => frame,
+            };
+            match sim.core.handle_frame(&frame) {
+                Ok(reply) if reply.is_empty() => {}
+                Ok(reply) => {
+                    sim.computing = true;
+                    sim.compute += sim.spec.step;
+                    sim.gradients += 1;
+                    let (epoch, step) = (sim.epoch, sim.spec.step);
+                    self.at(
+                        now + step,
+                        Ev::Computed {
+                            w,
+                            epoch,
+                            frames: reply,
+                        },
+                    );
+                    return;
+                }
+                // A fatal error frame: its close follows.
+                Err(worker_core::WorkerError::Rejected { code, .. }) => {
+                    sim.ended = Some(code.name().to_string());
+                }
+                Err(err) => panic!("a simulated worker's core failed: {err}"),
+            }
+        }
+    }
+
+    /// A gradient chunk through the session's checks; a whole gradient to the core. A
+    /// refused chunk ends the session, as the server's does.
+    fn take_chunk(&mut self, w: usize, frame: &[u8]) {
+        let now = self.instant();
+        let sim = &mut self.workers[w];
+        let Some(conn) = sim.conn.as_mut() else {
+            return;
+        };
+        let taken = match decode_worker_frame(frame) {
+            Ok(WorkerFrame::Gradient(chunk)) => conn.upload.take(&chunk, &conn.joined),
+            Ok(WorkerFrame::Hello(_)) => Err(Refusal::new(
+                protocol::ErrorCode::UnexpectedMessage,
+                "Hello was already received",
+            )),
+            Err(err) => Err(Refusal::new(err.code(), err.to_string())),
+        };
+        let joined = conn.joined;
+        match taken {
+            Ok(Progress::More) => {}
+            Ok(Progress::Done(gradient, norm)) => {
+                self.core
+                    .gradient(joined.worker, joined.session, &gradient, norm, now);
+            }
+            Err(refusal) => {
+                let peer = sim.peer;
+                sim.ended = Some(refusal.code.name().to_string());
+                self.core.rejected(&refusal, peer, now);
+                self.disconnect(w);
+            }
+        }
+    }
+
+    fn churn(&mut self, w: usize, churn: Churn) {
+        match churn {
+            Churn::Leave => {
+                self.disconnect(w);
+                let sim = &mut self.workers[w];
+                sim.gone = true;
+                sim.ended = Some("left".into());
+            }
+            Churn::Freeze(d) => {
+                self.workers[w].frozen_until = self.now + d;
+                self.at(self.now + d, Ev::Thaw(w));
+            }
+            Churn::Reconnect => {
+                self.disconnect(w);
+                self.connect(w);
+            }
+            Churn::Rejoin => self.connect(w),
+        }
+    }
+
+    /// The connection ends (both sides know at once).
+    fn disconnect(&mut self, w: usize) {
+        let now = self.instant();
+        let sim = &mut self.workers[w];
+        let Some(conn) = sim.conn.take() else {
+            return;
+        };
+        sim.epoch += 1;
+        sim.inbox.clear();
+        sim.computing = false;
+        if let Some(since) = sim.connected_since.take() {
+            sim.connected += self.now - since;
+        }
+        self.core
+            .leave(conn.joined.worker, conn.joined.session, now);
+    }
+
+    fn report(mut self) -> Report {
+        let seconds = self.now.as_secs_f64();
+        let status = self.core.status().clone();
+        let mut bytes = 0;
+        let mut workers = Vec::with_capacity(self.workers.len());
+        for sim in &mut self.workers {
+            if let Some(since) = sim.connected_since.take() {
+                sim.connected += self.now - since;
+            }
+            bytes += sim.up.bytes + sim.down.bytes;
+            let share = if sim.connected.is_zero() {
+                0.0
+            } else {
+                (sim.compute.as_secs_f64() / sim.connected.as_secs_f64()).min(1.0)
+            };
+            workers.push(WorkerReport {
+                gradients_sent: sim.gradients,
+                compute_share: share,
+                bytes_up: sim.up.bytes,
+                bytes_down: sim.down.bytes,
+                sessions: sim.sessions,
+                ended: sim.ended.clone(),
+            });
+        }
+        let computing: Vec<f64> = workers
+            .iter()
+            .filter(|w| w.gradients_sent > 0)
+            .map(|w| w.compute_share)
+            .collect();
+        let samples = status.samples_seen;
+        Report {
+            seconds,
+            rounds: self.core.version(),
+            samples,
+            samples_per_sec: if seconds > 0.0 {
+                samples as f64 / seconds
+            } else {
+                0.0
+            },
+            seconds_to_target: self.target_at.map(|t| t.as_secs_f64()),
+            evaluated_round: status.evaluated_round,
+            accuracy: status.test_accuracy,
+            bytes_per_sample: if samples > 0 {
+                bytes as f64 / samples as f64
+            } else {
+                0.0
+            },
+            mean_compute_share: computing.iter().sum::<f64>() / computing.len().max(1) as f64,
+            gradients_accepted: status.gradients_accepted,
+            gradients_rejected: status.gradients_rejected,
+            verification_mismatches: status.verification_mismatches,
+            bans: status.bans.len(),
+            curve: self.curve,
+            workers,
+        }
+    }
+}
+
+/// `WrongBatch`: its core sees every `Task` with another batch index.
+fn shift_task(frame: Bytes) -> Bytes {
+    match decode_from_coordinator(&frame) {
+        Ok(CoordinatorToWorker::Task(mut task)) => {
+            task.batch += BATCH_SHIFT;
+            encode_from_coordinator(&CoordinatorToWorker::Task(task)).into()
+        }
+        _ => frame,
+    }
+}
+
+/// A hostile worker's gradient: its honest chunks, reassembled, changed, chunked again.
+fn poison(
+    behaviour: Behaviour,
+    compression: protocol::Compression,
+    frames: Vec<Vec<u8>>,
+    rng: &mut SplitMix64,
+) -> Vec<Vec<u8>> {
+    if matches!(behaviour, Behaviour::Honest | Behaviour::WrongBatch) {
+        return frames;
+    }
+    let mut whole: Option<Gradient> = None;
+    for frame in &frames {
+        let Ok(WorkerToCoordinator::Gradient(chunk)) = decode_from_worker(frame) else {
+            unreachable!("a worker core sends gradient chunks")
+        };
+        let g = whole.get_or_insert_with(|| Gradient {
+            round: chunk.round,
+            samples: chunk.samples,
+            loss: chunk.loss,
+            grads: Vec::with_capacity(chunk.total as usize),
+        });
+        g.grads.extend(chunk.grads);
+    }
+    let mut g = whole.expect("at least one chunk");
+    for v in &mut g.grads {
+        match behaviour {
+            Behaviour::Scaled(k) => *v *= k,
+            Behaviour::Zeros => *v = 0.0,
+            Behaviour::Noise(std) => *v = std * gaussian(rng),
+            Behaviour::Honest | Behaviour::WrongBatch => {}
+        }
+    }
+    encode_gradient(&g, compression)
+}
+
+/// A standard normal draw (Box-Muller).
+fn gaussian(rng: &mut SplitMix64) -> f32 {
+    let u = rng.next_f64().max(f64::MIN_POSITIVE);
+    let v = rng.next_f64();
+    ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
+}

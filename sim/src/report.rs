@@ -1,0 +1,45 @@
+//! What a simulated run measured, in virtual time.
+
+use serde::Serialize;
+
+/// The run as a whole.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// Virtual seconds simulated.
+    pub seconds: f64,
+    /// Updates applied.
+    pub rounds: u64,
+    /// Samples in the updates applied.
+    pub samples: u64,
+    pub samples_per_sec: f64,
+    /// When an evaluation first reached the scenario's target accuracy.
+    pub seconds_to_target: Option<f64>,
+    /// The last evaluation: its round and accuracy.
+    pub evaluated_round: Option<u64>,
+    pub accuracy: Option<f64>,
+    /// Bytes on the wire, both ways, per sample in the updates.
+    pub bytes_per_sample: f64,
+    /// Compute time over connected time, averaged over the workers that computed.
+    pub mean_compute_share: f64,
+    pub gradients_accepted: u64,
+    pub gradients_rejected: u64,
+    pub verification_mismatches: u64,
+    pub bans: usize,
+    /// Each evaluation: (virtual seconds, round, accuracy).
+    pub curve: Vec<(f64, u64, f64)>,
+    pub workers: Vec<WorkerReport>,
+}
+
+/// One simulated worker.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkerReport {
+    pub gradients_sent: u64,
+    /// Compute time over the time it was connected.
+    pub compute_share: f64,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+    /// Connections it opened.
+    pub sessions: u32,
+    /// How its last session ended, if it did: a refusal's code name, or `left`.
+    pub ended: Option<String>,
+}

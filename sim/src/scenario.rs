@@ -1,0 +1,121 @@
+//! What a simulation runs: the coordinator's settings, its model and data, and each
+//! simulated worker's link, speed, comings and goings, and behaviour.
+
+use std::time::Duration;
+
+use coordinator_core::{Data, Settings};
+use model::Network;
+use protocol::Compression;
+
+use crate::link::Link;
+
+/// One simulated run.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub settings: Settings,
+    pub net: Network,
+    pub data: Data,
+    pub workers: Vec<WorkerSpec>,
+    /// Jitter draws and hostile noise come from it: the same seed gives the same run.
+    pub seed: u64,
+    /// Stops at the first of these.
+    pub until: Until,
+    /// Virtual time an evaluation of the test split takes (it runs beside training).
+    pub evaluation_time: Duration,
+}
+
+/// When a run stops.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Until {
+    /// Virtual time.
+    pub time: Duration,
+    /// An evaluation at or above this accuracy.
+    pub accuracy: Option<f64>,
+    /// Updates applied.
+    pub rounds: Option<u64>,
+}
+
+impl Default for Until {
+    fn default() -> Self {
+        Self {
+            time: Duration::from_secs(3600),
+            accuracy: None,
+            rounds: None,
+        }
+    }
+}
+
+/// One simulated worker.
+#[derive(Debug, Clone)]
+pub struct WorkerSpec {
+    pub link: Link,
+    /// Virtual time one gradient takes (the batch, forward and backward).
+    pub step: Duration,
+    pub compression: Compression,
+    /// When it first connects.
+    pub joins_at: Duration,
+    /// What happens to it, at what time.
+    pub churn: Vec<(Duration, Churn)>,
+    pub behaviour: Behaviour,
+}
+
+impl WorkerSpec {
+    /// An honest worker from the start, on `link`, taking `step` a gradient, exact f32.
+    pub fn new(link: Link, step: Duration) -> Self {
+        Self {
+            link,
+            step,
+            compression: Compression::None,
+            joins_at: Duration::ZERO,
+            churn: Vec::new(),
+            behaviour: Behaviour::Honest,
+        }
+    }
+
+    pub fn with_compression(mut self, compression: Compression) -> Self {
+        self.compression = compression;
+        self
+    }
+
+    pub fn joining_at(mut self, at: Duration) -> Self {
+        self.joins_at = at;
+        self
+    }
+
+    pub fn with_churn(mut self, at: Duration, churn: Churn) -> Self {
+        self.churn.push((at, churn));
+        self
+    }
+
+    pub fn behaving(mut self, behaviour: Behaviour) -> Self {
+        self.behaviour = behaviour;
+        self
+    }
+}
+
+/// A worker's comings and goings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Churn {
+    /// The tab closes: its connection ends, it does not come back.
+    Leave,
+    /// It stops answering for this long (a frozen tab), connected all the while.
+    Freeze(Duration),
+    /// Its connection drops and it comes back at once with its resume token.
+    Reconnect,
+    /// It connects again, with its token, if it had left.
+    Rejoin,
+}
+
+/// What a worker sends.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Behaviour {
+    Honest,
+    /// Its honest gradient times this factor (1.01: a subtle cheat; -10: a sign flip).
+    Scaled(f32),
+    /// Gaussian noise of this standard deviation instead of its gradient.
+    Noise(f32),
+    /// Zeros instead of its gradient.
+    Zeros,
+    /// Its gradient on another batch than the one its `Task` names.
+    WrongBatch,
+}

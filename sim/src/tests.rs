@@ -1,0 +1,264 @@
+//! The simulator's own checks, and the coordinator's behaviour under conditions a real
+//! machine cannot make quickly: slow links, stragglers, churn and attacks, in virtual time.
+
+use std::time::Duration;
+
+use coordinator_core::{Data, Mode, Settings};
+use model::{NetSpec, Network};
+use protocol::Compression;
+
+use crate::*;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// The embedded digits, split as the server splits them with seed 42.
+fn mnist() -> Data {
+    static DIGITS: std::sync::OnceLock<model::Dataset> = std::sync::OnceLock::new();
+    let all = DIGITS.get_or_init(|| model::digits::embedded().expect("the embedded digits"));
+    let (train, test) = all.clone().shuffled_split(42 ^ 0x5EED_DA7A, 8_000);
+    Data {
+        train,
+        test,
+        classes: (0..10).map(|c| c.to_string()).collect(),
+        description: "embedded MNIST".into(),
+    }
+}
+
+/// `hidden` units, on the digits.
+fn scenario(hidden: usize, workers: Vec<WorkerSpec>, settings: Settings) -> Scenario {
+    let data = mnist();
+    let net = Network::new(NetSpec::mlp(data.train.shape(), &[hidden], 10), 10).expect("model");
+    Scenario {
+        settings,
+        net,
+        data,
+        workers,
+        seed: 7,
+        until: Until::default(),
+        evaluation_time: ms(50),
+    }
+}
+
+fn sync(min_workers: usize) -> Settings {
+    Settings {
+        min_workers,
+        audit_seed: Some(11),
+        eval_interval: 25,
+        ..Settings::default()
+    }
+}
+
+fn honest(n: usize, link: Link, step: Duration) -> Vec<WorkerSpec> {
+    (0..n)
+        .map(|_| WorkerSpec::new(link, step).with_compression(Compression::Int8))
+        .collect()
+}
+
+#[test]
+fn the_same_scenario_gives_the_same_run_to_the_bit() {
+    let mut link = Link::symmetric(ms(40), 20.0);
+    link.down.jitter = ms(15);
+    link.up.jitter = ms(15);
+    let make = || {
+        let settings = Settings {
+            verify_fraction: 0.5,
+            ..sync(3)
+        };
+        let mut workers = honest(3, link, ms(3));
+        workers.push(
+            WorkerSpec::new(link, ms(3))
+                .behaving(Behaviour::Scaled(1.01))
+                .joining_at(ms(500)),
+        );
+        let mut s = scenario(16, workers, settings);
+        s.until.rounds = Some(60);
+        s
+    };
+    let (a, b) = (run(make()), run(make()));
+    assert_eq!(a, b);
+    assert_eq!(a.rounds, 60);
+    assert!(
+        a.verification_mismatches >= 1,
+        "the cheat was caught: {a:?}"
+    );
+    // Another seed draws other jitter: another run.
+    let mut other = make();
+    other.seed = 8;
+    assert_ne!(run(other).seconds, a.seconds);
+}
+
+#[test]
+fn a_link_costs_what_its_latency_and_bandwidth_say() {
+    // One worker, one round, nothing overlapping: its Hello goes up; the Welcome, its shard
+    // (all 8,000 training digits: 6.3 MB), the Task and the weights come down; 2 ms of
+    // compute; the gradient goes up. Three one-way latencies, every byte at 10 Mbit/s.
+    let link = Link::symmetric(ms(50), 10.0);
+    let mut s = scenario(128, honest(1, link, ms(2)), sync(1));
+    s.until.rounds = Some(1);
+    let r = run(s);
+    assert_eq!(r.rounds, 1);
+    // The next round's pull also went down, after the update: the size of the gradient
+    // that went up, so the bytes down stand for both.
+    let w = &r.workers[0];
+    let expected = 3.0 * 0.025 + 0.002 + w.bytes_down as f64 * 8.0 / 10e6;
+    assert!(
+        (r.seconds - expected).abs() < 1e-3,
+        "{} s, expected {expected} for {} bytes down and {} up",
+        r.seconds,
+        w.bytes_down,
+        w.bytes_up
+    );
+    assert!(w.bytes_down > 6_272_000, "the shard went down: {w:?}");
+}
+
+#[test]
+fn per_step_sync_on_a_home_link_leaves_the_workers_idle_and_on_loopback_it_does_not() {
+    let run_on = |link: Link| {
+        let mut s = scenario(128, honest(4, link, ms(2)), sync(4));
+        s.until.rounds = Some(100);
+        run(s)
+    };
+    let home = run_on(Link::symmetric(ms(50), 10.0));
+    let loopback = run_on(Link::LOOPBACK);
+    assert!(home.mean_compute_share < 0.02, "{home:?}");
+    assert!(loopback.mean_compute_share > 0.9, "{loopback:?}");
+    assert!(home.samples_per_sec * 20.0 < loopback.samples_per_sec);
+    // Same rounds, same bytes: the link changes the time, not the work.
+    assert_eq!(home.samples, loopback.samples);
+    assert!((home.bytes_per_sample / loopback.bytes_per_sample - 1.0).abs() < 0.01);
+}
+
+#[test]
+fn four_workers_train_the_digits_and_a_straggler_is_left_behind() {
+    let link = Link::symmetric(ms(10), 100.0);
+    let mut workers = honest(3, link, ms(2));
+    // A straggler taking 2 s a gradient, against a 200 ms deadline: rounds close without it,
+    // and after three misses it is skipped, answering when it can. (With the adaptive
+    // deadline a straggler that is a quarter of the answers sets the pace: 1.5 × their
+    // 90th percentile is its time.)
+    workers.push(WorkerSpec::new(link, Duration::from_secs(2)));
+    let settings = Settings {
+        mode: Mode::Sync {
+            timeout: coordinator_core::schedule::deadline::RoundTimeout::Fixed(ms(200)),
+            miss_limit: 3,
+        },
+        ..sync(3)
+    };
+    let mut s = scenario(32, workers, settings);
+    s.until = Until {
+        time: Duration::from_secs(120),
+        accuracy: Some(0.9),
+        rounds: None,
+    };
+    let r = run(s);
+    let at = r
+        .seconds_to_target
+        .unwrap_or_else(|| panic!("reached 90 %: {r:?}"));
+    assert!(at < 60.0, "{r:?}");
+    assert!(r.accuracy.expect("evaluated") >= 0.9);
+    let straggler = &r.workers[3];
+    assert!(
+        straggler.gradients_sent * 4 < r.workers[0].gradients_sent,
+        "{r:?}"
+    );
+}
+
+#[test]
+fn churn_costs_rounds_not_the_run() {
+    let link = Link::symmetric(ms(20), 50.0);
+    let mut workers = honest(4, link, ms(3));
+    workers[0] = workers[0].clone().with_churn(ms(300), Churn::Leave);
+    workers[1] = workers[1]
+        .clone()
+        .with_churn(ms(400), Churn::Reconnect)
+        .with_churn(ms(900), Churn::Reconnect);
+    workers[2] = workers[2]
+        .clone()
+        .with_churn(ms(600), Churn::Freeze(Duration::from_secs(3)));
+    workers.push(
+        WorkerSpec::new(link, ms(3))
+            .with_compression(Compression::Int8)
+            .joining_at(ms(1200)),
+    );
+    let mut s = scenario(32, workers, sync(2));
+    s.until.rounds = Some(300);
+    let r = run(s);
+    assert_eq!(r.rounds, 300, "{r:?}");
+    assert_eq!(r.workers[0].ended.as_deref(), Some("left"));
+    assert_eq!(r.workers[1].sessions, 3, "came back twice as itself");
+    assert!(r.workers[4].gradients_sent > 0, "the late joiner took part");
+    assert_eq!((r.verification_mismatches, r.bans), (0, 0));
+}
+
+#[test]
+fn one_hostile_worker_in_five_costs_little_and_cheats_are_banned() {
+    let link = Link::symmetric(ms(10), 100.0);
+    let train = |hostile: Option<Behaviour>| {
+        let mut workers = honest(4, link, ms(2));
+        if let Some(b) = hostile {
+            workers.push(
+                WorkerSpec::new(link, ms(2))
+                    .with_compression(Compression::Int8)
+                    .behaving(b),
+            );
+        }
+        let settings = Settings {
+            verify_fraction: 0.2,
+            ..sync(4)
+        };
+        let mut s = scenario(32, workers, settings);
+        s.until.rounds = Some(300);
+        run(s)
+    };
+    let clean = train(None);
+    let clean_accuracy = clean.accuracy.expect("evaluated");
+    assert!(clean_accuracy > 0.85, "{clean:?}");
+    for attack in [
+        Behaviour::Scaled(-10.0),
+        Behaviour::Noise(100.0),
+        Behaviour::Zeros,
+        Behaviour::Scaled(1.01),
+        Behaviour::WrongBatch,
+    ] {
+        let r = train(Some(attack));
+        let accuracy = r.accuracy.expect("evaluated");
+        assert!(
+            accuracy >= clean_accuracy - 0.02,
+            "{attack:?}: {accuracy} against {clean_accuracy} clean"
+        );
+        // Every attack here is caught by recomputation, and its worker banned; honest ones
+        // never are.
+        assert_eq!(r.bans, 2, "{attack:?}: the identity and its address: {r:?}");
+        assert_eq!(r.workers[4].ended.as_deref(), Some("banned"), "{attack:?}");
+        assert!(r.workers[..4].iter().all(|w| w.ended.is_none()), "{r:?}");
+    }
+}
+
+#[test]
+fn async_mode_trains_on_links_of_every_speed() {
+    let workers = vec![
+        WorkerSpec::new(Link::LOOPBACK, ms(2)),
+        WorkerSpec::new(Link::symmetric(ms(30), 50.0), ms(2)),
+        WorkerSpec::new(Link::symmetric(ms(150), 5.0), ms(2)),
+    ];
+    let settings = Settings {
+        mode: Mode::Async {
+            buffer: 2,
+            max_staleness: 8,
+        },
+        verify_fraction: 1.0,
+        ..sync(1)
+    };
+    let mut s = scenario(32, workers, settings);
+    s.until.rounds = Some(400);
+    let r = run(s);
+    assert_eq!(r.rounds, 400);
+    assert_eq!(r.verification_mismatches, 0, "{r:?}");
+    // The fast link answers most.
+    assert!(
+        r.workers[0].gradients_sent > r.workers[2].gradients_sent * 5,
+        "{r:?}"
+    );
+}
