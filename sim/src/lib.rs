@@ -20,7 +20,7 @@ pub mod scenario;
 pub use engine::run;
 pub use link::{Link, Way};
 pub use report::{Report, WorkerReport};
-pub use scenario::{Behaviour, Churn, Scenario, Until, WorkerSpec};
+pub use scenario::{measured_step, Behaviour, Churn, Scenario, Until, WorkerSpec};
 
 #[cfg(test)]
 mod tests;

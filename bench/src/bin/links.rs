@@ -1,0 +1,262 @@
+//! `links`: a real run beside the simulator's prediction of it.
+//!
+//! The real coordinator (in this process) and `--workers` real native workers (the `worker`
+//! crate, tokio-tungstenite), each worker through its own delaying proxy on loopback that
+//! holds every byte for half the round trip and paces each direction at the link's
+//! bandwidth (`--link 0/0`: no proxy at all). Then the `sim` crate runs the same scenario:
+//! same settings, seed, model and data, the link as given, each gradient taking the time it
+//! takes here (measured, the median of 30). Prints both reports as JSON: the rounds, the
+//! accuracy at the last round, samples per second over the timed rounds, and each worker's
+//! compute share (real: its gradients × that measured time, over the timed wall time).
+//!
+//! What the proxy does not carry: TCP/IP headers (the simulator counts 52 bytes per 1,448),
+//! and TCP's own pacing (it reads as fast as its side sends, then releases at the link's
+//! rate).
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use coordinator_core::Settings;
+use protocol::Compression;
+use sim::{Link, Scenario, Until, Way, WorkerSpec};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Parser)]
+#[command(name = "links")]
+struct Cli {
+    #[arg(long, default_value_t = 4)]
+    workers: usize,
+    /// Every worker's link, `RTT/MBIT` each way (`50ms/10`); `0/0`: loopback, no proxy.
+    #[arg(long, default_value = "0/0")]
+    link: String,
+    /// Rounds in all; the first `--warmup` are not timed.
+    #[arg(long, default_value_t = 200)]
+    rounds: u64,
+    #[arg(long, default_value_t = 10)]
+    warmup: u64,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let way = parse_link(&cli.link)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let split = server::dataset::load_default(cli.seed)?;
+    let choice = server::config::ModelChoice::from_flags("mlp", &[128], false)?;
+    let net = split.network(&choice)?;
+    let step = sim::measured_step(&net, &split.train)?;
+    let real = rt.block_on(real_run(&cli, way, step))?;
+    println!("{real}");
+    let settings = Settings {
+        min_workers: cli.workers,
+        max_rounds: Some(cli.rounds),
+        seed: cli.seed,
+        audit_seed: Some(cli.seed),
+        ..Settings::default()
+    };
+    let link = Link { down: way, up: way };
+    let workers = (0..cli.workers)
+        .map(|_| WorkerSpec::new(link, step).with_compression(Compression::Int8))
+        .collect();
+    let scenario = Scenario {
+        settings,
+        net,
+        data: split.data(),
+        workers,
+        seed: cli.seed,
+        until: Until {
+            rounds: Some(cli.rounds),
+            ..Until::default()
+        },
+        evaluation_time: Duration::ZERO,
+    };
+    let started = Instant::now();
+    let report = sim::run(scenario);
+    let timed = report
+        .curve
+        .iter()
+        .find(|(_, round, _)| *round >= cli.warmup)
+        .map(|(t, round, _)| (*t, *round));
+    println!(
+        "{}",
+        serde_json::json!({
+            "run": "simulated",
+            "link": cli.link,
+            "step_ms": step.as_secs_f64() * 1e3,
+            "rounds": report.rounds,
+            "accuracy": report.accuracy,
+            "evaluated_round": report.evaluated_round,
+            "samples_per_sec": report.samples_per_sec,
+            "samples_per_sec_from_warmup": timed.map(|(t, round)| {
+                ((report.rounds - round) * 32 * cli.workers as u64) as f64 / (report.seconds - t)
+            }),
+            "compute_share": report.workers.iter().map(|w| w.compute_share).collect::<Vec<_>>(),
+            "virtual_seconds": report.seconds,
+            "real_seconds": started.elapsed().as_secs_f64(),
+        })
+    );
+    Ok(())
+}
+
+async fn real_run(cli: &Cli, way: Way, step: Duration) -> anyhow::Result<serde_json::Value> {
+    let workers = cli.workers.to_string();
+    let rounds = cli.rounds.to_string();
+    let seed = cli.seed.to_string();
+    let args = [
+        "coordinator",
+        "--log-level",
+        "warn",
+        "--min-workers",
+        &workers,
+        "--max-per-ip",
+        &workers,
+        "--upload-slots-per-ip",
+        &workers,
+        "--max-rounds",
+        &rounds,
+        "--seed",
+        &seed,
+    ];
+    let config = server::Config::from_args(args).map_err(anyhow::Error::msg)?;
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    let server = server::start(listener, config, std::future::pending()).await?;
+    let mut status = server.status.clone();
+    let cancel = CancellationToken::new();
+    let mut tasks = Vec::new();
+    for _ in 0..cli.workers {
+        let addr = if way == Way::LOOPBACK {
+            server.addr
+        } else {
+            proxy(server.addr, way, cancel.clone()).await?
+        };
+        let options = worker::Options {
+            url: format!("ws://{addr}/ws"),
+            compression: Compression::Int8,
+            ..worker::Options::default()
+        };
+        let cancel = cancel.clone();
+        tasks.push(tokio::spawn(
+            async move { worker::run(&options, cancel).await },
+        ));
+    }
+    let mut started = None;
+    loop {
+        if status.changed().await.is_err() {
+            break;
+        }
+        let round = status.borrow_and_update().round;
+        if started.is_none() && round >= cli.warmup {
+            started = Some((Instant::now(), round));
+        }
+        if round >= cli.rounds {
+            break;
+        }
+    }
+    let (t0, round0) = started.context("the warm-up rounds")?;
+    let wall = t0.elapsed().as_secs_f64();
+    let summary = server.wait().await?;
+    cancel.cancel();
+    let mut shares = Vec::new();
+    for task in tasks {
+        if let Ok(Ok((_, stats))) = task.await {
+            // Its gradients over the timed rounds, each the time one takes here.
+            let timed = (cli.rounds - round0).min(stats.gradients_sent);
+            shares.push(timed as f64 * step.as_secs_f64() / wall);
+        }
+    }
+    let samples = (cli.rounds - round0) * 32 * cli.workers as u64;
+    Ok(serde_json::json!({
+        "run": "real",
+        "link": cli.link,
+        "rounds": summary.rounds,
+        "accuracy": summary.test_accuracy,
+        "samples_per_sec_from_warmup": samples as f64 / wall,
+        "compute_share": shares,
+        "wall_seconds": wall,
+    }))
+}
+
+/// `RTT/MBIT`; `0/0` is loopback.
+fn parse_link(text: &str) -> anyhow::Result<Way> {
+    let (rtt, mbit) = text
+        .split_once('/')
+        .with_context(|| format!("--link {text:?}: RTT/MBIT, like 50ms/10"))?;
+    let rtt = server::config::parse_duration(rtt).map_err(anyhow::Error::msg)?;
+    let mbit: f64 = mbit.parse().context("MBIT")?;
+    let limited = mbit > 0.0 && mbit.is_finite();
+    match (rtt.is_zero(), limited) {
+        (true, false) => Ok(Way::LOOPBACK),
+        (false, false) => bail!("--link {text:?}: give the bandwidth in Mbit/s"),
+        (_, true) => Ok(Way::new(rtt / 2, mbit)),
+    }
+}
+
+/// A proxy on a free loopback port to `upstream`: each direction delayed by `way.latency`
+/// and paced at `way.bandwidth`.
+async fn proxy(
+    upstream: SocketAddr,
+    way: Way,
+    cancel: CancellationToken,
+) -> anyhow::Result<SocketAddr> {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                () = cancel.cancelled() => return,
+                a = listener.accept() => a,
+            };
+            let Ok((client, _)) = accepted else { return };
+            let Ok(server) = TcpStream::connect(upstream).await else {
+                return;
+            };
+            let _ = (client.set_nodelay(true), server.set_nodelay(true));
+            let (client_read, client_write) = client.into_split();
+            let (server_read, server_write) = server.into_split();
+            tokio::spawn(carry(client_read, server_write, way));
+            tokio::spawn(carry(server_read, client_write, way));
+        }
+    });
+    Ok(addr)
+}
+
+/// One direction: what is read is released `way.latency` after the link would have
+/// finished sending it.
+async fn carry(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    way: Way,
+) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+    let writer = tokio::spawn(async move {
+        while let Some((at, bytes)) = rx.recv().await {
+            tokio::time::sleep_until(at).await;
+            if to.write_all(&bytes).await.is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown().await;
+    });
+    let mut free = tokio::time::Instant::now();
+    let mut buf = vec![0u8; 16 << 10];
+    while let Ok(n) = from.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        let start = free.max(tokio::time::Instant::now());
+        free = start + Duration::from_secs_f64(n as f64 / way.bandwidth);
+        if tx.send((free + way.latency, buf[..n].to_vec())).is_err() {
+            break;
+        }
+    }
+    drop(tx);
+    let _ = writer.await;
+}
