@@ -19,7 +19,7 @@ pub enum State {
     Paused,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Default)]
 pub struct WorkerStatus {
     pub id: u32,
     pub kind: &'static str,

@@ -43,3 +43,6 @@ pub use coordinator_core::schedule::deadline;
 pub use coordinator_core::{aggregate, refusal, status};
 pub use server::{run, start, RunningServer, ServerError, Summary};
 pub use status::Status;
+
+#[cfg(test)]
+mod reference_tests;

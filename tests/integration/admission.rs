@@ -99,6 +99,7 @@ fn rss_kb(pid: u32) -> u64 {
 /// coordinator's memory comes back to within 10 % of what it was before them (after a first
 /// wave of as many).
 #[cfg(target_os = "linux")]
+#[ignore = "T3, the long tier: scripts/test.sh runs it (--include-ignored)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_thousand_connects_and_disconnects_during_training() {
     let _heavy = HEAVY.lock().await;

@@ -220,6 +220,7 @@ async fn two_tabs_train_to_90_percent_and_survive_a_closed_tab() {
 
 /// The `cnn` preset in two tabs, alone, to 98 % on the embedded MNIST: the conv layers
 /// run as wasm in the browser, and the page says what is being trained.
+#[ignore = "T3, the long tier: scripts/test.sh runs it (--include-ignored)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_tabs_train_the_cnn_to_98_percent() {
     let _heavy = HEAVY.lock().await;

@@ -191,10 +191,16 @@ impl Schedule for SyncSchedule {
                 actions.push(Action::Quorum(worker, true));
             }
         }
+        let complete = matches!(result, Ok(Progress::Complete));
         actions.push(match result {
             Ok(_) => Action::Accepted(worker),
             Err(err) => Action::Refuse(worker, err.into()),
         });
+        if complete {
+            // The last answer closes the round: its update goes out with this answer.
+            let round = self.round.take().expect("an answer was accepted into it");
+            actions.extend(self.close(round, now));
+        }
         actions
     }
 

@@ -67,9 +67,9 @@ fn a_round_opens_at_min_workers_and_its_update_is_the_sample_weighted_mean() {
         [Action::Accepted(A)]
     );
     assert!(s.settle(view(0), ms(10)).is_empty(), "waits for B");
-    s.gradient(B, &Contribution::of(&grad(0, 4.0, 24)), view(0), ms(30));
-    let closed = s.settle(view(0), ms(30));
-    let [Action::Apply(update)] = closed.as_slice() else {
+    // The last answer closes the round: its update comes with it.
+    let closed = s.gradient(B, &Contribution::of(&grad(0, 4.0, 24)), view(0), ms(30));
+    let [Action::Accepted(B), Action::Apply(update)] = closed.as_slice() else {
         panic!("{closed:?}")
     };
     // (1·8 + 4·24) / 32 = 3.25, exactly.
@@ -89,6 +89,7 @@ fn gradients_for_other_rounds_are_refused_with_their_reason() {
     let t0 = Instant::now();
     let mut s = schedule(1, 3);
     s.joined(A, view(5));
+    s.joined(B, view(5));
     let refused = |actions: Vec<Action>| match actions.as_slice() {
         [.., Action::Refuse(_, r)] => r.code,
         other => panic!("{other:?}"),
