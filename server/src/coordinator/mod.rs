@@ -259,9 +259,12 @@ impl Driver {
         });
     }
 
-    /// The status (with the checkpoint writer's report) when either changed, and the
-    /// weights when they did.
+    /// The weights when they changed, then the status (with the checkpoint writer's report)
+    /// when either changed: whoever sees a round in the status finds its weights published.
     fn publish(&mut self) {
+        if let Some(weights) = self.core.poll_weights() {
+            self.weights_tx.send_replace(weights);
+        }
         let report = self.checkpoints.as_ref().map(Checkpoints::report);
         let report_changed = match (&report, &self.report) {
             (Some(now), Some(then)) => !Arc::ptr_eq(now, then),
@@ -273,9 +276,6 @@ impl Driver {
             status.checkpoints.clone_from(&report);
             self.report = report;
             self.status_tx.send_replace(status);
-        }
-        if let Some(weights) = self.core.poll_weights() {
-            self.weights_tx.send_replace(weights);
         }
     }
 }
