@@ -8,9 +8,9 @@ use clap::CommandFactory;
 use coordinator_core::status::{CheckpointReport, RoundReport, WorkerStatus};
 
 use crate::config::Cli;
-use crate::exposition::{Exposition, Histograms};
+use crate::edge::exposition::{Exposition, Histograms};
+use crate::edge::upload::UploadSlots;
 use crate::status::Status;
-use crate::upload::UploadSlots;
 
 const REFERENCE: &str = include_str!("../../docs/REFERENCE.md");
 

@@ -14,17 +14,17 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
-use crate::admission::Admission;
-use crate::assets::WebSource;
-use crate::checkpoint::{CheckpointError, Fingerprint, Store, Writer};
 use crate::config::Config;
 use crate::coordinator::{Checkpoints, Coordinator, Driver, Outcome, WeightsSnapshot};
-use crate::exposition::Exposition;
-use crate::routes::{app, AppState};
-use crate::session::Limits;
+use crate::edge::admission::Admission;
+use crate::edge::assets::WebSource;
+use crate::edge::exposition::Exposition;
+use crate::edge::routes::{app, AppState};
+use crate::edge::session::Limits;
+use crate::edge::tls::TlsListener;
+use crate::edge::upload::UploadSlots;
 use crate::status::Status;
-use crate::tls::TlsListener;
-use crate::upload::UploadSlots;
+use crate::storage::checkpoint::{CheckpointError, Fingerprint, Store, Writer};
 
 /// How long shutdown waits for sessions to send their close frames.
 const SESSION_DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
@@ -40,7 +40,7 @@ pub enum ServerError {
     #[error("reading the listener address: {0}")]
     Listener(#[source] std::io::Error),
     #[error("TLS: {0}")]
-    Tls(#[from] crate::tls::TlsError),
+    Tls(#[from] crate::edge::tls::TlsError),
     #[error("HTTP server failed: {0}")]
     Serve(#[source] std::io::Error),
     #[error("a server task panicked: {0}")]
@@ -99,7 +99,7 @@ pub async fn start(
 ) -> Result<RunningServer, ServerError> {
     let addr = listener.local_addr().map_err(ServerError::Listener)?;
     let tls = match &config.tls {
-        Some(files) => Some(crate::tls::load(&files.cert, &files.key)?),
+        Some(files) => Some(crate::edge::tls::load(&files.cert, &files.key)?),
         None => None,
     };
     let data = crate::dataset::load(config.data.as_deref(), config.seed, config.test_fraction)
@@ -283,7 +283,7 @@ fn read_init(path: &Path, net: &model::Network) -> Result<Vec<f32>, ServerError>
         reason,
     };
     let bytes = std::fs::read(path).map_err(|e| fail(e.to_string()))?;
-    let (params, _) = crate::tensors_file::decode_params(&bytes, net.layout())
+    let (params, _) = crate::storage::tensors_file::decode_params(&bytes, net.layout())
         .map_err(|e| fail(e.to_string()))?;
     if let Some(i) = params.iter().position(|p| !p.is_finite()) {
         return Err(fail(format!("value {i} is not finite")));

@@ -164,7 +164,7 @@ async fn metrics_parse_and_match_the_status() {
 }
 
 /// `/ws` answers what is not a WebSocket opening handshake with a 4xx that says what is
-/// missing (the handshake is the coordinator's own, `server/src/socket/handshake.rs`).
+/// missing (the handshake is the coordinator's own, `server/src/edge/socket/handshake.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_that_is_not_a_websocket_handshake_is_told_why() {
     let server = start_server(&[]).await;

@@ -1,5 +1,5 @@
 //! What the coordinator checks in a gradient the session validated, before its schedule sees
-//! it: recomputation for a sampled fraction ([`audit`], [`verify`]), agreement with its
+//! it: recomputation for a sampled fraction ([`audit`], [`verify`](mod@verify)), agreement with its
 //! replicas (`--replicate`, [`replicas`]), the norm bound ([`clip`]), the weight it deserves
 //! (its assigned batch).
 

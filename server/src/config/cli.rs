@@ -203,7 +203,7 @@ pub struct Cli {
     /// Memory for gradients being received, in MiB: that many gradients' worth (at least 2)
     /// arrive at once, and a worker whose gradient finds no room waits, unread, until some is
     /// free. Raise it when many workers on slow links send a large model.
-    #[arg(long, default_value_t = crate::upload::slots::DEFAULT_UPLOAD_MEMORY_MIB)]
+    #[arg(long, default_value_t = crate::edge::upload::slots::DEFAULT_UPLOAD_MEMORY_MIB)]
     pub upload_memory: usize,
 
     /// Upload slots one address may hold at once [default: half of them, rounded up]. Raise

@@ -25,9 +25,9 @@ pub use self::model_choice::ModelChoice;
 pub use coordinator_core::Mode;
 use coordinator_core::Settings;
 
-use crate::admission::Origins;
 use crate::aggregate::AggregatorKind;
 use crate::deadline::RoundTimeout;
+use crate::edge::admission::Origins;
 
 /// Largest `--batch-size` accepted here; the train split's size is checked once loaded.
 pub const MAX_BATCH: usize = 1 << 16;

@@ -312,7 +312,10 @@ fn flags_override_the_environment_which_overrides_the_file() {
         "an array"
     );
     let expected = vec!["https://a.example".to_string(), "https://b.example".into()];
-    assert_eq!(c.allowed_origins, crate::admission::Origins::Own(expected));
+    assert_eq!(
+        c.allowed_origins,
+        crate::edge::admission::Origins::Own(expected)
+    );
     assert!(c.checkpoints.expect("from the file").resume, "a switch");
     assert_eq!(c.seed, 42, "default");
     // The file named by the environment.

@@ -8,7 +8,7 @@ use coordinator_core::status::CheckpointReport;
 use coordinator_core::Snapshot;
 use tracing::{info, warn};
 
-use crate::checkpoint::{Checkpoint, Fingerprint, Report, Writer};
+use crate::storage::checkpoint::{Checkpoint, Fingerprint, Report, Writer};
 
 #[derive(Debug)]
 pub struct Checkpoints {

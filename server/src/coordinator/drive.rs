@@ -15,8 +15,8 @@ use protocol::{
 
 use super::OUTBOX_CAPACITY;
 use crate::config::Config;
+use crate::edge::upload::{Progress, Upload};
 use crate::refusal::Refusal;
-use crate::upload::{Progress, Upload};
 
 /// One step of a sequence.
 #[derive(Debug, Clone)]

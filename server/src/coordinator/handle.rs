@@ -8,8 +8,8 @@ use model::Network;
 use protocol::{Gradient, Hello, WorkerId};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::edge::upload::Slot;
 use crate::refusal::Refusal;
-use crate::upload::Slot;
 
 /// Events queued towards the coordinator. Gradients are the large ones (4 bytes per
 /// parameter), so this bound also bounds the memory held by gradients in flight.
@@ -149,5 +149,5 @@ pub struct Published {
     pub weights: watch::Receiver<WeightsSnapshot>,
     pub net: Network,
     /// `/metrics`' histograms.
-    pub histograms: crate::exposition::Histograms,
+    pub histograms: crate::edge::exposition::Histograms,
 }

@@ -5,7 +5,7 @@
 //! to the core with the time, wakes the core at its deadlines, and carries out what the core
 //! asks ([`Output`]): frames go to the sessions' bounded outboxes (a full or closed one is
 //! told back to the core, which drops that worker), evaluations run on a blocking thread and
-//! come back as events, checkpoint copies go to the [`Writer`]'s thread, latencies to
+//! come back as events, checkpoint copies go to the [`Writer`](crate::storage::checkpoint::Writer)'s thread, latencies to
 //! `/metrics`' histograms, and the status and weights to their watch channels ([`Published`]).
 //! No training logic here.
 
@@ -26,7 +26,7 @@ use tracing::warn;
 
 pub use self::checkpoints::Checkpoints;
 pub use self::handle::{CoordinatorHandle, Event, Published, Stopped, EVENT_CHANNEL_CAPACITY};
-use crate::exposition::Histograms;
+use crate::edge::exposition::Histograms;
 pub use coordinator_core::{
     Command, Coordinator, Frames, Joined, Outbound, Outcome, SessionId, Settings, WeightsSnapshot,
 };

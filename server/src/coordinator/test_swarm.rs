@@ -10,7 +10,7 @@ use protocol::{decode_worker_frame, ErrorCode, WorkerFrame, WorkerKind, WorkerTo
 use worker_core::WorkerCore;
 
 use crate::config::Config;
-use crate::upload::{Progress, Upload};
+use crate::edge::upload::{Progress, Upload};
 
 /// One connection of a worker: what was queued to it, and its gradient arriving as its
 /// session holds it.

@@ -1,5 +1,5 @@
 //! The gradients a session receives: checked chunk by chunk by the core's
-//! [`Upload`](coordinator_core::upload::Upload), into the room an upload [`Slot`] gives (see
+//! [`Upload`], into the room an upload [`Slot`] gives (see
 //! [`slots`]), which bounds how many gradients the coordinator receives at once.
 
 pub mod slots;

@@ -13,9 +13,9 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::admission::Admission;
-use crate::assets::WebSource;
 use crate::coordinator::{CoordinatorHandle, Published};
+use crate::edge::admission::Admission;
+use crate::edge::assets::WebSource;
 use crate::{session, socket};
 
 /// Largest message a worker may send: one gradient chunk (at most 64 KiB of values) plus
@@ -41,7 +41,7 @@ pub struct AppState {
     pub limits: session::Limits,
     pub admission: Arc<Admission>,
     /// `/metrics`.
-    pub exposition: Arc<crate::exposition::Exposition>,
+    pub exposition: Arc<crate::edge::exposition::Exposition>,
     /// `--admin-token`: the admin API answers 401 without it.
     pub admin_token: Option<Arc<str>>,
 }
@@ -51,9 +51,11 @@ pub fn app(state: AppState, web: &WebSource) -> Router {
         .route("/ws", get(ws))
         .route("/api/join-check", get(join_check))
         .route("/api/status", get(status))
-        .merge(crate::admin::routes(state.published.net.param_count()))
+        .merge(crate::edge::admin::routes(
+            state.published.net.param_count(),
+        ))
         .route("/metrics", get(metrics))
-        .route("/api/events", get(crate::events::events))
+        .route("/api/events", get(crate::edge::events::events))
         .route("/api/history", get(history))
         .route(
             "/dashboard",
@@ -77,7 +79,7 @@ async fn ws(
         Err(refused) => return refused.into_response(),
     };
     // An IPv6 peer counts as its /64 for every per-address rule.
-    let address = crate::admission::address_of(peer.ip());
+    let address = crate::edge::admission::address_of(peer.ip());
     let admitted = match state.admission.admit(req.headers(), address) {
         Ok(admitted) => admitted,
         Err(refused) => {
@@ -142,7 +144,7 @@ async fn join_check(
             }
         }
     }
-    let address = crate::admission::address_of(peer.ip());
+    let address = crate::edge::admission::address_of(peer.ip());
     match state.admission.check(&headers, address) {
         Ok(()) => "ok".into_response(),
         Err(refused) => (refused.status, refused.message).into_response(),
@@ -167,7 +169,7 @@ async fn history(State(state): State<AppState>) -> Response {
 
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, crate::exposition::CONTENT_TYPE)],
+        [(header::CONTENT_TYPE, crate::edge::exposition::CONTENT_TYPE)],
         state.exposition.render(),
     )
 }
@@ -202,7 +204,7 @@ pub(crate) async fn params(
             .into_response();
     }
     let data = snapshot.param_bytes();
-    let body = crate::tensors_file::encode(
+    let body = crate::storage::tensors_file::encode(
         layout
             .tensors()
             .iter()

@@ -27,9 +27,9 @@ use tracing::{debug, info, instrument};
 
 use crate::config::Liveness;
 use crate::coordinator::{CoordinatorHandle, Frames, Joined, Outbound, OUTBOX_CAPACITY};
-use crate::rate::{TokenBucket, CONTROL_BURST, CONTROL_PER_SEC};
+use crate::edge::rate::{TokenBucket, CONTROL_BURST, CONTROL_PER_SEC};
+use crate::edge::upload::UploadSlots;
 use crate::refusal::Refusal;
-use crate::upload::UploadSlots;
 
 mod receive;
 use receive::{take_frame, upload_deadline, wait_for_slot, Receiving, SlotWait, Taken};

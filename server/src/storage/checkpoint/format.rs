@@ -18,7 +18,7 @@ use std::path::Path;
 use model::{OptimizerState, ParamLayout};
 
 use super::{Checkpoint, RunState};
-use crate::tensors_file::{self, TensorsFileError};
+use crate::storage::tensors_file::{self, TensorsFileError};
 
 pub const MANIFEST: &str = "MANIFEST";
 pub const PARAMS: &str = "params.safetensors";

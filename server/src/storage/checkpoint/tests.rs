@@ -250,9 +250,11 @@ fn export_copies_the_newest_valid_parameters() {
     let exported = export(dir.path(), &out).expect("exports");
     assert_eq!(exported.version, 10, "the newest intact one");
     let mlp = Network::mlp(&[4, 3, 2]).expect("valid");
-    let (params, metadata) =
-        crate::tensors_file::decode_params(&std::fs::read(&out).expect("read"), mlp.layout())
-            .expect("a safetensors file");
+    let (params, metadata) = crate::storage::tensors_file::decode_params(
+        &std::fs::read(&out).expect("read"),
+        mlp.layout(),
+    )
+    .expect("a safetensors file");
     assert_eq!(params, checkpoint(10).params);
     assert_eq!(metadata["round"], "10");
 }

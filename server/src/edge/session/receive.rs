@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::{End, GRADIENT_SLACK};
 use crate::coordinator::{CoordinatorHandle, Joined};
-use crate::upload::{Progress, Slot, Upload, UploadSlots};
+use crate::edge::upload::{Progress, Slot, Upload, UploadSlots};
 
 /// What a connection has received: the gradient under way with its clocks, and the count
 /// of gradients against the `Weights` it was sent (a worker's pace is the coordinator's, so

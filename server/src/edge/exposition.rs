@@ -14,8 +14,8 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
+use crate::edge::upload::UploadSlots;
 use crate::status::Status;
-use crate::upload::UploadSlots;
 
 /// The histograms the coordinator observes into (cheap clones of shared atomics).
 #[derive(Debug, Clone)]

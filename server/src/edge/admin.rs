@@ -17,7 +17,7 @@ use serde_json::json;
 use subtle::ConstantTimeEq;
 
 use crate::coordinator::Command;
-use crate::routes::{params, AppState};
+use crate::edge::routes::{params, AppState};
 
 pub fn routes(param_count: usize) -> Router<AppState> {
     Router::new()
@@ -134,7 +134,7 @@ async fn replace_params(
         return refused.into_response();
     }
     let layout = state.published.net.layout();
-    let patches = match crate::tensors_file::decode_some(&bytes, layout) {
+    let patches = match crate::storage::tensors_file::decode_some(&bytes, layout) {
         Ok(patches) => patches,
         Err(e) => {
             return refuse(

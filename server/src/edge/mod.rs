@@ -1,0 +1,17 @@
+//! The network edge: everything that faces a client. The HTTP routes ([`routes`]) and who may
+//! open a WebSocket ([`admission`]); the WebSocket itself ([`socket`]) and one task per worker
+//! that moves its bytes ([`session`]), within the limits ([`rate`], [`upload`] slots); TLS
+//! ([`tls`]); and the views: the page ([`assets`]), the admin API ([`admin`]), Server-Sent
+//! Events ([`events`]), `/metrics` ([`exposition`]). No training decision is taken here.
+
+pub mod admin;
+pub mod admission;
+pub mod assets;
+pub mod events;
+pub mod exposition;
+pub mod rate;
+pub mod routes;
+pub mod session;
+pub mod socket;
+pub mod tls;
+pub mod upload;
