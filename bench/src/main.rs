@@ -302,6 +302,7 @@ async fn worker(
                     return Ok(timeline);
                 }
                 let gradient = Gradient {
+                    compute_us: 0,
                     round: w.round,
                     samples: BATCH,
                     loss: 0.0,

@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use model::{Evaluation, OptimizerState};
+use protocol::WorkerId;
 use tracing::{info, warn};
 
 use crate::io::{Outcome, Output};
@@ -54,7 +55,8 @@ impl Coordinator {
     /// fine-tuned model's gradients can be far smaller than a random one's.
     fn rebase_norm_bound(&mut self) {
         let batch = self.settings.batch_size as usize;
-        match self.trainer.reference_norm(&self.train, batch) {
+        let local = self.local.as_ref().map(|plan| plan.phase(WorkerId(0)));
+        match self.trainer.reference_norm(&self.train, batch, local) {
             Ok(reference) => self.bound.set_reference(reference),
             Err(err) => {
                 warn!(%err, "the norm bound keeps its reference: no gradient at these weights")

@@ -29,6 +29,7 @@ use crate::data::Data;
 use crate::evaluation::Evaluations;
 use crate::history::History;
 use crate::io::{Outbound, Outcome, Output, WeightsSnapshot};
+use crate::local::LocalPlan;
 use crate::metrics::{Metrics, RunInfo};
 use crate::registry::tally::Note;
 use crate::registry::Registry;
@@ -73,6 +74,8 @@ pub struct Coordinator {
     /// The status as last built, and whether the driver has seen it.
     pub(crate) status: Status,
     pub(crate) status_fresh: bool,
+    /// `--local-steps`: each worker's next phase.
+    pub(crate) local: Option<LocalPlan>,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -95,7 +98,12 @@ impl Coordinator {
         let model_text = net.spec().to_string();
         let trainer = Trainer::new(net, settings.seed, settings.optimizer, data.test)?;
         let params = trainer.params().len();
-        let reference = trainer.reference_norm(&data.train, settings.batch_size as usize)?;
+        let local = settings.local.map(LocalPlan::new);
+        let reference = trainer.reference_norm(
+            &data.train,
+            settings.batch_size as usize,
+            local.as_ref().map(|plan| plan.phase(WorkerId(0))),
+        )?;
         let bound = NormBound::new(settings.max_grad_norm, reference);
         let schedule = schedule::for_mode(
             settings.mode,
@@ -148,6 +156,7 @@ impl Coordinator {
             outputs: VecDeque::new(),
             status: Status::default(),
             status_fresh: false,
+            local,
         };
         coordinator.publish();
         Ok(coordinator)
@@ -291,12 +300,14 @@ impl Coordinator {
             }
         }
         let version = self.trainer.version();
-        let Some(batch) = self.registry.pulled(id, version, self.now) else {
+        let local = self.local.as_ref().map(|plan| plan.phase(id));
+        let Some(batch) = self.registry.pulled(id, version, local, self.now) else {
             return;
         };
         let task = encode_from_coordinator(&CoordinatorToWorker::Task(Task {
             round: Round(version),
             batch,
+            local,
         }));
         let weights = self.trainer.weights(compression);
         self.send(
@@ -322,6 +333,9 @@ impl Coordinator {
                 if self.registry.remove(id, now) {
                     self.schedule.left(id);
                     self.audits.left(id);
+                    if let Some(plan) = self.local.as_mut() {
+                        plan.left(id);
+                    }
                     left = true;
                 }
             }

@@ -12,6 +12,8 @@
 //!   settings; [`data`]: the splits it trains on.
 //! - [`schedule`]: when gradients become an update (sync rounds with deadlines and quorum,
 //!   async, hogwild); [`aggregate`]: how they are combined.
+//! - [`local`]: `--local-steps`, each worker's next phase and how answers of different
+//!   lengths weigh.
 //! - [`checks`]: what a gradient must pass (recomputation, replicas, the norm bound).
 //! - [`registry`]: who is connected, who they are, what they hold, who may not come back.
 //! - `trainer`: the parameters, the optimizer, the encoded weights; [`evaluation`]: scoring
@@ -30,6 +32,7 @@ pub mod evaluation;
 pub mod history;
 mod inputs;
 pub mod io;
+pub mod local;
 pub mod metrics;
 mod publish;
 pub mod refusal;
@@ -47,6 +50,7 @@ pub use coordinator::Coordinator;
 pub use data::Data;
 pub use evaluation::{EvalJob, Evaluated};
 pub use io::{Frames, Joined, Observation, Outbound, Outcome, Output, SessionId, WeightsSnapshot};
+pub use local::{Local, LocalSteps};
 pub use refusal::Refusal;
 pub use settings::{Mode, Settings};
 pub use status::Status;

@@ -5,6 +5,7 @@
 use model::OptimizerKind;
 
 use crate::aggregate::AggregatorKind;
+use crate::local::Local;
 use crate::schedule::deadline::RoundTimeout;
 
 /// How gradients become updates.
@@ -60,6 +61,9 @@ pub struct Settings {
     /// so no worker can predict which answers are recomputed; a simulation that must repeat
     /// itself exactly gives one.
     pub audit_seed: Option<u64>,
+    /// `--local-steps`: each answer is a local phase of several inner steps, and
+    /// `optimizer` is the outer optimizer. `None`: each answer is one batch's gradient.
+    pub local: Option<Local>,
 }
 
 impl Default for Settings {
@@ -92,6 +96,7 @@ impl Default for Settings {
             replicate: 1,
             checkpoint_every: None,
             audit_seed: None,
+            local: None,
         }
     }
 }

@@ -254,6 +254,7 @@ impl Harness {
         samples: u32,
     ) {
         let gradient = Gradient {
+            compute_us: 0,
             round: Round(round),
             samples,
             loss: 1.0,
@@ -749,7 +750,7 @@ fn the_norm_bound_starts_from_the_weights_training_starts_from() {
     h.c.start_from(vec![0.0; h.params]).expect("fits");
     let own =
         h.c.trainer
-            .reference_norm(&h.c.train, 32)
+            .reference_norm(&h.c.train, 32, None)
             .expect("a gradient");
     assert_eq!(h.c.bound.bound(), clip::MULTIPLIER * own);
     assert!(

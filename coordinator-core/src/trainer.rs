@@ -167,13 +167,34 @@ impl Trainer {
     /// The L2 norm of the coordinator's own gradient on the first `batch` samples of
     /// `train` at the current weights, over the trained tensors (what workers send): a
     /// trustworthy scale for honest gradients.
-    pub fn reference_norm(&self, train: &Dataset, batch: usize) -> Result<f64, ModelError> {
-        let (x, labels) = train.batch(0..batch.min(train.len()));
-        let seed = batch_seed(0, 0);
-        let (_, grads) = self
-            .net
-            .loss_and_grad(&self.params, x.view(), &labels, seed)?;
-        Ok(crate::checks::clip::norm_and_finite(&self.net.compact(grads)).0)
+    /// With local steps, the norm of the pseudo-gradient of a phase `local` from the
+    /// current weights on the first batches of the train split.
+    pub fn reference_norm(
+        &self,
+        train: &Dataset,
+        batch: usize,
+        local: Option<protocol::LocalPhase>,
+    ) -> Result<f64, ModelError> {
+        let grads = match local {
+            None => {
+                let (x, labels) = train.batch(0..batch.min(train.len()));
+                let seed = batch_seed(0, 0);
+                let (_, grads) = self
+                    .net
+                    .loss_and_grad(&self.params, x.view(), &labels, seed)?;
+                self.net.compact(grads)
+            }
+            Some(local) => {
+                let batches = crate::checks::verify::Batches {
+                    shard: 0..train.len(),
+                    first: 0,
+                    size: batch,
+                };
+                crate::checks::verify::replay(&self.net, train, &batches, local, &self.params)?
+                    .delta
+            }
+        };
+        Ok(crate::checks::clip::norm_and_finite(&grads).0)
     }
 
     fn has_frozen(&self) -> bool {
@@ -349,7 +370,7 @@ mod tests {
     fn the_reference_norm_is_the_norm_of_a_real_gradient() {
         let (t, ()) = trainer(OptimizerKind::Sgd { lr: 0.1 });
         let test = Dataset::new(4, vec![0, 255, 0, 255, 255, 0, 255, 0], vec![0, 1]).expect("ok");
-        let norm = t.reference_norm(&test, 32).expect("computes");
+        let norm = t.reference_norm(&test, 32, None).expect("computes");
         assert!(norm.is_finite() && norm > 0.0, "{norm}");
     }
 

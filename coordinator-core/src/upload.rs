@@ -37,6 +37,7 @@ struct Head {
     round: Round,
     samples: u32,
     loss_bits: u32,
+    compute_us: u32,
 }
 
 /// What one chunk completed.
@@ -69,6 +70,7 @@ impl Upload {
             round: chunk.round,
             samples: chunk.samples,
             loss_bits: chunk.loss.to_bits(),
+            compute_us: chunk.compute_us,
         };
         match self.head {
             None => {
@@ -109,6 +111,7 @@ impl Upload {
         }
         let head = self.head.take().expect("set by the first chunk");
         let gradient = Gradient {
+            compute_us: head.compute_us,
             round: head.round,
             samples: head.samples,
             loss: f32::from_bits(head.loss_bits),

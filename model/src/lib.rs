@@ -21,6 +21,7 @@ pub mod error;
 pub mod eval;
 pub mod grad;
 mod layers;
+pub mod local;
 pub mod loss;
 pub mod network;
 pub mod optim;
@@ -35,8 +36,11 @@ pub use data::{assign_shards, batch_positions, Dataset, Normalization, Values};
 pub use error::ModelError;
 pub use eval::{evaluate, Evaluation};
 pub use grad::GradientSum;
+pub use local::{LocalPhase, PhaseResult};
 pub use network::{batch_seed, Network};
-pub use optim::{Adam, Momentum, Optimizer, OptimizerKind, OptimizerState, Sgd, StateError};
+pub use optim::{
+    Adam, Momentum, Nesterov, Optimizer, OptimizerKind, OptimizerState, Sgd, StateError,
+};
 pub use params::{ParamLayout, TensorSpec};
 pub use rng::SplitMix64;
 pub use scalar::Scalar;

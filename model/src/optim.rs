@@ -13,6 +13,11 @@ pub enum OptimizerKind {
         lr: f32,
         momentum: f32,
     },
+    /// Nesterov momentum, as DiLoCo's outer optimizer (lr 0.7, momentum 0.9 there).
+    Nesterov {
+        lr: f32,
+        momentum: f32,
+    },
     Adam {
         lr: f32,
         beta1: f32,
@@ -25,7 +30,10 @@ impl OptimizerKind {
     /// The learning rate.
     pub fn lr(self) -> f32 {
         match self {
-            Self::Sgd { lr } | Self::Momentum { lr, .. } | Self::Adam { lr, .. } => lr,
+            Self::Sgd { lr }
+            | Self::Momentum { lr, .. }
+            | Self::Nesterov { lr, .. }
+            | Self::Adam { lr, .. } => lr,
         }
     }
 
@@ -35,6 +43,7 @@ impl OptimizerKind {
         match self {
             Self::Sgd { .. } => Self::Sgd { lr },
             Self::Momentum { momentum, .. } => Self::Momentum { lr, momentum },
+            Self::Nesterov { momentum, .. } => Self::Nesterov { lr, momentum },
             Self::Adam {
                 beta1, beta2, eps, ..
             } => Self::Adam {
@@ -51,6 +60,7 @@ impl OptimizerKind {
         match self {
             Self::Sgd { lr } => Box::new(Sgd { lr }),
             Self::Momentum { lr, momentum } => Box::new(Momentum::new(lr, momentum, len)),
+            Self::Nesterov { lr, momentum } => Box::new(Nesterov(Momentum::new(lr, momentum, len))),
             Self::Adam {
                 lr,
                 beta1,
@@ -206,6 +216,49 @@ impl Optimizer for Momentum {
         let (_, mut tensors) = state.take(&["velocity"], self.velocity.len())?;
         self.velocity = tensors.remove(0);
         Ok(())
+    }
+}
+
+/// Nesterov momentum (PyTorch's `SGD(nesterov=True)`): `v = μ·v + g; p -= lr · (g + μ·v)`.
+/// Its state is momentum's (`velocity`).
+#[derive(Debug, Clone)]
+pub struct Nesterov(pub Momentum);
+
+impl Optimizer for Nesterov {
+    fn step(&mut self, params: &mut [f32], grads: &[f32]) {
+        let Momentum {
+            lr,
+            momentum,
+            velocity,
+        } = &mut self.0;
+        for ((p, v), &g) in params.iter_mut().zip(velocity.iter_mut()).zip(grads) {
+            *v = *momentum * *v + g;
+            *p -= *lr * (g + *momentum * *v);
+        }
+    }
+
+    fn would_stay_finite(&self, params: &[f32], grads: &[f32]) -> bool {
+        let m = &self.0;
+        params
+            .iter()
+            .zip(&m.velocity)
+            .zip(grads)
+            .fold(true, |ok, ((&p, &v), &g)| {
+                let v = m.momentum * v + g;
+                ok & v.is_finite() & (p - m.lr * (g + m.momentum * v)).is_finite()
+            })
+    }
+
+    fn state(&self) -> OptimizerState {
+        self.0.state()
+    }
+
+    fn set_lr(&mut self, lr: f32) {
+        self.0.lr = lr;
+    }
+
+    fn restore(&mut self, state: OptimizerState) -> Result<(), StateError> {
+        self.0.restore(state)
     }
 }
 

@@ -15,6 +15,26 @@ fn sgd_and_momentum_match_their_formulas() {
     assert!((p[0] - -(0.1 + 0.19)).abs() < 1e-7);
 }
 
+/// Nesterov against PyTorch's `SGD(nesterov=True)` written out: `v = μv + g`,
+/// `p -= lr·(g + μv)`, in f64 by hand.
+#[test]
+fn nesterov_matches_its_formula() {
+    let mut n = Nesterov(Momentum::new(0.7, 0.9, 2));
+    let mut p = vec![1.0f32, -0.5];
+    let (mut want, mut v) = ([1.0f64, -0.5], [0.0f64; 2]);
+    for g in [[0.2f32, -0.1], [0.3, 0.05], [-0.1, 0.4]] {
+        n.step(&mut p, &g);
+        for i in 0..2 {
+            v[i] = 0.9 * v[i] + f64::from(g[i]);
+            want[i] -= 0.7 * (f64::from(g[i]) + 0.9 * v[i]);
+        }
+    }
+    for (got, want) in p.iter().zip(want) {
+        assert!((f64::from(*got) - want).abs() < 1e-6, "{got} vs {want}");
+    }
+    assert!(!n.would_stay_finite(&[f32::MAX, 0.0], &[-3e38, 0.0]));
+}
+
 #[test]
 fn adam_first_step_moves_each_weight_by_lr() {
     // With bias correction, the first Adam step is lr · sign(g) (up to eps).
@@ -66,10 +86,14 @@ fn a_step_that_would_overflow_is_seen_before_it_is_taken() {
 }
 
 /// One of each optimizer, with rates that minimise a small quadratic.
-fn kinds() -> [OptimizerKind; 3] {
+fn kinds() -> [OptimizerKind; 4] {
     [
         OptimizerKind::Sgd { lr: 0.1 },
         OptimizerKind::Momentum {
+            lr: 0.05,
+            momentum: 0.9,
+        },
+        OptimizerKind::Nesterov {
             lr: 0.05,
             momentum: 0.9,
         },

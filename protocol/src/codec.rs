@@ -12,8 +12,8 @@ use thiserror::Error;
 
 use crate::ids::{Round, WorkerId};
 use crate::message::{
-    CoordinatorToWorker, ErrorCode, GradientChunk, Hello, ModelSpec, Shard, ShardValues, Task,
-    Weights, Welcome, WorkerKind, WorkerToCoordinator,
+    CoordinatorToWorker, ErrorCode, GradientChunk, Hello, InnerOptimizer, LocalPhase, ModelSpec,
+    Shard, ShardValues, Task, Weights, Welcome, WorkerKind, WorkerToCoordinator, MAX_LOCAL_STEPS,
 };
 use crate::tensor::Compression;
 use crate::PROTOCOL_VERSION;
@@ -90,7 +90,8 @@ pub fn encode_from_worker(msg: &WorkerToCoordinator) -> Vec<u8> {
         }
         WorkerToCoordinator::Gradient(g) => {
             let pos = (g.total, g.offset);
-            gradient_chunk(g.round, g.samples, g.loss, pos, &g.grads, Compression::None)
+            let head = (g.samples, g.loss, g.compute_us);
+            gradient_chunk(g.round, head, pos, &g.grads, Compression::None)
         }
     }
 }
@@ -137,9 +138,30 @@ pub fn encode_from_coordinator(msg: &CoordinatorToWorker) -> Vec<u8> {
             w.buf
         }
         CoordinatorToWorker::Task(t) => {
-            let mut w = Writer::new(TAG_TASK, 16);
+            let mut w = Writer::new(TAG_TASK, 40);
             w.u64(t.round.0);
             w.u64(t.batch);
+            match t.local {
+                None => w.u8(0),
+                Some(phase) => {
+                    w.u8(1);
+                    w.u32(phase.steps);
+                    let (kind, values) = match phase.optimizer {
+                        InnerOptimizer::Sgd { lr } => (0, [lr, 0.0, 0.0, 0.0]),
+                        InnerOptimizer::Momentum { lr, momentum } => (1, [lr, momentum, 0.0, 0.0]),
+                        InnerOptimizer::Adam {
+                            lr,
+                            beta1,
+                            beta2,
+                            eps,
+                        } => (2, [lr, beta1, beta2, eps]),
+                    };
+                    w.u8(kind);
+                    for v in values {
+                        w.f32(v);
+                    }
+                }
+            }
             w.buf
         }
         CoordinatorToWorker::Weights(m) => {
@@ -210,12 +232,14 @@ pub fn decode_worker_frame(frame: &[u8]) -> Result<WorkerFrame<'_>, DecodeError>
         }
         TAG_GRADIENT => {
             let (round, samples, loss) = (Round(r.u64()?), r.u32()?, r.f32()?);
+            let compute_us = r.u32()?;
             let (total, offset) = (r.u32()?, r.u32()?);
             let (compression, count, payload) = r.raw_tensor()?;
             WorkerFrame::Gradient(RawGradientChunk {
                 round,
                 samples,
                 loss,
+                compute_us,
                 pos: chunk_pos(total, offset, count)?,
                 compression,
                 payload,
@@ -238,6 +262,7 @@ pub fn decode_from_worker(frame: &[u8]) -> Result<WorkerToCoordinator, DecodeErr
                 round: raw.round,
                 samples: raw.samples,
                 loss: raw.loss,
+                compute_us: raw.compute_us,
                 total: raw.pos.total,
                 offset: raw.pos.offset,
                 grads,
@@ -305,6 +330,7 @@ pub fn decode_from_coordinator(frame: &[u8]) -> Result<CoordinatorToWorker, Deco
         TAG_TASK => CoordinatorToWorker::Task(Task {
             round: Round(r.u64()?),
             batch: r.u64()?,
+            local: local_phase(&mut r)?,
         }),
         TAG_WEIGHTS => {
             let round = Round(r.u64()?);
@@ -332,6 +358,45 @@ pub fn decode_from_coordinator(frame: &[u8]) -> Result<CoordinatorToWorker, Deco
     };
     r.finish()?;
     Ok(msg)
+}
+
+/// A `Task`'s local phase, checked: 1 to [`MAX_LOCAL_STEPS`] steps, a known optimizer, a
+/// finite positive learning rate, momenta in `[0, 1)` and a positive epsilon.
+fn local_phase(r: &mut Reader<'_>) -> Result<Option<LocalPhase>, DecodeError> {
+    let invalid = |field: &'static str, value: u64| DecodeError::InvalidValue { field, value };
+    match r.u8()? {
+        0 => return Ok(None),
+        1 => {}
+        v => return Err(invalid("task.local", v.into())),
+    }
+    let steps = r.u32()?;
+    if !(1..=MAX_LOCAL_STEPS).contains(&steps) {
+        return Err(invalid("task.steps", steps.into()));
+    }
+    let kind = r.u8()?;
+    let [lr, a, b, eps] = [r.f32()?, r.f32()?, r.f32()?, r.f32()?];
+    let bits = |v: f32| u64::from(v.to_bits());
+    if !(lr.is_finite() && lr > 0.0) {
+        return Err(invalid("task.inner_lr", bits(lr)));
+    }
+    for (field, m) in [("task.momentum", a), ("task.beta2", b)] {
+        if !(0.0..1.0).contains(&m) {
+            return Err(invalid(field, bits(m)));
+        }
+    }
+    let optimizer = match kind {
+        0 => InnerOptimizer::Sgd { lr },
+        1 => InnerOptimizer::Momentum { lr, momentum: a },
+        2 if eps.is_finite() && eps > 0.0 => InnerOptimizer::Adam {
+            lr,
+            beta1: a,
+            beta2: b,
+            eps,
+        },
+        2 => return Err(invalid("task.eps", bits(eps))),
+        v => return Err(invalid("task.inner_optimizer", v.into())),
+    };
+    Ok(Some(LocalPhase { steps, optimizer }))
 }
 
 #[cfg(test)]

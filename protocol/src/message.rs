@@ -118,15 +118,49 @@ impl ShardValues {
 
 /// The work a pull asks for, decided by the coordinator so that it can recompute the answer
 /// (`--verify-fraction`) without knowing anything the worker kept: the gradient on the
-/// weights of `round` over the batch of index `batch` of the worker's shard.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// weights of `round` over the batch of index `batch` of the worker's shard, or, with
+/// `local`, a local phase of several steps starting there.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Task {
     /// The round of the `Weights` that follow.
     pub round: Round,
     /// The batch index: the samples at shard positions `(batch · batch_size + i) mod len`,
-    /// and the dropout seed.
+    /// and the dropout seed. A local phase's step `k` uses batch `batch + k`.
     pub batch: u64,
+    /// `None`: answer with the gradient of that one batch. `Some`: take the phase's steps
+    /// and answer with the pseudo-gradient, the weights received minus the weights after.
+    pub local: Option<LocalPhase>,
 }
+
+/// A local phase (`--local-steps`): `steps` inner steps of `optimizer`, which starts each
+/// phase afresh, so the phase is a function of the weights, the batches and these settings
+/// alone, and the coordinator can replay it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LocalPhase {
+    pub steps: u32,
+    pub optimizer: InnerOptimizer,
+}
+
+/// The optimizer of a local phase's inner steps.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum InnerOptimizer {
+    Sgd {
+        lr: f32,
+    },
+    Momentum {
+        lr: f32,
+        momentum: f32,
+    },
+    Adam {
+        lr: f32,
+        beta1: f32,
+        beta2: f32,
+        eps: f32,
+    },
+}
+
+/// The most steps one local phase may ask for.
+pub const MAX_LOCAL_STEPS: u32 = 100_000;
 
 /// A chunk of weights version `round` (without the frozen tensors, if the model has any):
 /// `params` are values `offset..offset + params.len()` of `total`. Once the last chunk is in,
@@ -161,16 +195,20 @@ pub struct Gradient {
     pub samples: u32,
     /// Mean training loss over those samples (reported, not trusted).
     pub loss: f32,
+    /// Microseconds the worker spent computing it (reported, not trusted: it only sizes
+    /// that worker's own local phases, `--local-steps auto`, and its compute share).
+    pub compute_us: u32,
     pub grads: Vec<f32>,
 }
 
 /// One chunk of a `Gradient`: `grads` are values `offset..offset + grads.len()` of `total`.
-/// Every chunk of one gradient repeats its round, sample count and loss.
+/// Every chunk of one gradient repeats its round, sample count, loss and compute time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GradientChunk {
     pub round: Round,
     pub samples: u32,
     pub loss: f32,
+    pub compute_us: u32,
     pub total: u32,
     pub offset: u32,
     pub grads: Vec<f32>,

@@ -26,7 +26,7 @@ use protocol::{
     decode_from_coordinator, decode_from_worker, decode_worker_frame, encode_from_coordinator,
     encode_gradient, CoordinatorToWorker, Gradient, WorkerFrame, WorkerKind, WorkerToCoordinator,
 };
-use worker_core::WorkerCore;
+use worker_core::{ComputeClock, WorkerCore};
 
 use crate::link::{on_the_wire, Pipe};
 use crate::report::{Report, WorkerReport};
@@ -139,7 +139,8 @@ impl Engine {
                 let i64 = i as u64;
                 Sim {
                     core: WorkerCore::new(WorkerKind::Native, None)
-                        .with_compression(spec.compression),
+                        .with_compression(spec.compression)
+                        .with_clock(ComputeClock::PerStep(spec.step.as_micros() as u64)),
                     down: Pipe::new(spec.link.down, seed ^ (i64 << 32) ^ 1),
                     up: Pipe::new(spec.link.up, seed ^ (i64 << 32) ^ 2),
                     rng: SplitMix64::new(seed ^ (i64 << 32) ^ 3),
@@ -387,15 +388,26 @@ impl Engine {
                 Behaviour::WrongBatch => shift_task(frame),
                 _ => frame,
             };
-            match sim.core.handle_frame(&frame) {
-                Ok(reply) if reply.is_empty() => {}
-                Ok(reply) => {
+            let reply = sim.core.handle_frame(&frame).and_then(|reply| {
+                // A local phase: its steps, one after the other (nothing can arrive between
+                // two of them in the same instant of virtual time).
+                let (mut reply, mut steps) = (reply, 0);
+                while reply.is_empty() && sim.core.working() {
+                    reply = sim.core.work()?;
+                    steps += 1;
+                }
+                Ok((reply, steps.max(1)))
+            });
+            match reply {
+                Ok((reply, _)) if reply.is_empty() => {}
+                Ok((reply, steps)) => {
+                    let busy = sim.spec.step * steps;
                     sim.computing = true;
-                    sim.compute += sim.spec.step;
+                    sim.compute += busy;
                     sim.gradients += 1;
-                    let (epoch, step) = (sim.epoch, sim.spec.step);
+                    let epoch = sim.epoch;
                     self.at(
-                        now + step,
+                        now + busy,
                         Ev::Computed {
                             w,
                             epoch,
@@ -499,6 +511,7 @@ impl Engine {
             };
             workers.push(WorkerReport {
                 gradients_sent: sim.gradients,
+                local_steps: sim.core.stats().local_steps,
                 compute_share: share,
                 bytes_up: sim.up.bytes,
                 bytes_down: sim.down.bytes,
@@ -567,6 +580,7 @@ fn poison(
             unreachable!("a worker core sends gradient chunks")
         };
         let g = whole.get_or_insert_with(|| Gradient {
+            compute_us: chunk.compute_us,
             round: chunk.round,
             samples: chunk.samples,
             loss: chunk.loss,

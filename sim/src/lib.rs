@@ -23,4 +23,6 @@ pub use report::{Report, WorkerReport};
 pub use scenario::{measured_step, Behaviour, Churn, Scenario, Until, WorkerSpec};
 
 #[cfg(test)]
+mod local_tests;
+#[cfg(test)]
 mod tests;

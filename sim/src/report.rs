@@ -34,6 +34,8 @@ pub struct Report {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct WorkerReport {
     pub gradients_sent: u64,
+    /// Inner steps taken in local phases (`--local-steps`), in all.
+    pub local_steps: u64,
     /// Compute time over the time it was connected.
     pub compute_share: f64,
     pub bytes_up: u64,

@@ -9,12 +9,12 @@ use protocol::Compression;
 
 use crate::*;
 
-fn ms(n: u64) -> Duration {
+pub(crate) fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
 /// The embedded digits, split as the server splits them with seed 42.
-fn mnist() -> Data {
+pub(crate) fn mnist() -> Data {
     static DIGITS: std::sync::OnceLock<model::Dataset> = std::sync::OnceLock::new();
     let all = DIGITS.get_or_init(|| model::digits::embedded().expect("the embedded digits"));
     let (train, test) = all.clone().shuffled_split(42 ^ 0x5EED_DA7A, 8_000);
@@ -27,7 +27,7 @@ fn mnist() -> Data {
 }
 
 /// `hidden` units, on the digits.
-fn scenario(hidden: usize, workers: Vec<WorkerSpec>, settings: Settings) -> Scenario {
+pub(crate) fn scenario(hidden: usize, workers: Vec<WorkerSpec>, settings: Settings) -> Scenario {
     let data = mnist();
     let net = Network::new(NetSpec::mlp(data.train.shape(), &[hidden], 10), 10).expect("model");
     Scenario {
@@ -41,7 +41,7 @@ fn scenario(hidden: usize, workers: Vec<WorkerSpec>, settings: Settings) -> Scen
     }
 }
 
-fn sync(min_workers: usize) -> Settings {
+pub(crate) fn sync(min_workers: usize) -> Settings {
     Settings {
         min_workers,
         audit_seed: Some(11),
@@ -50,7 +50,7 @@ fn sync(min_workers: usize) -> Settings {
     }
 }
 
-fn honest(n: usize, link: Link, step: Duration) -> Vec<WorkerSpec> {
+pub(crate) fn honest(n: usize, link: Link, step: Duration) -> Vec<WorkerSpec> {
     (0..n)
         .map(|_| WorkerSpec::new(link, step).with_compression(Compression::Int8))
         .collect()

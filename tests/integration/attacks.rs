@@ -104,6 +104,7 @@ fn reassemble(frames: &[Vec<u8>]) -> Gradient {
             panic!("the worker core sends gradient chunks");
         };
         let g = whole.get_or_insert_with(|| Gradient {
+            compute_us: chunk.compute_us,
             round: chunk.round,
             samples: chunk.samples,
             loss: chunk.loss,

@@ -11,19 +11,21 @@
 //! very same training code.
 
 use model::{
-    batch_positions, batch_seed, Dataset, ModelError, NetSpec, Network, Normalization, Shape,
-    Values,
+    batch_positions, batch_seed, Dataset, LocalPhase, ModelError, NetSpec, Network, Normalization,
+    OptimizerKind, Shape, Values,
 };
 use protocol::{
     chunk::ChunkError, decode_from_coordinator, encode_from_worker, encode_gradient, Compression,
-    CoordinatorToWorker, DecodeError, ErrorCode, Gradient, Hello, Round, Shard, ShardValues, Task,
-    Weights, Welcome, WorkerId, WorkerKind, WorkerToCoordinator,
+    CoordinatorToWorker, DecodeError, ErrorCode, Gradient, Hello, InnerOptimizer, Round, Shard,
+    ShardValues, Task, Weights, Welcome, WorkerId, WorkerKind, WorkerToCoordinator,
 };
 use thiserror::Error;
 
 mod incoming;
+mod timing;
 
 use incoming::Incoming;
+pub use timing::ComputeClock;
 
 /// Why a worker stopped.
 #[derive(Debug, Error)]
@@ -56,6 +58,10 @@ pub struct Stats {
     pub round: Option<Round>,
     pub gradients_sent: u64,
     pub samples_computed: u64,
+    /// Inner steps of local phases taken (`--local-steps`).
+    pub local_steps: u64,
+    /// Microseconds spent computing, by the [`ComputeClock`].
+    pub compute_us: u64,
     pub last_loss: Option<f32>,
     /// Samples in the current shard.
     pub shard_len: usize,
@@ -81,12 +87,26 @@ struct Joined {
     task: Option<Task>,
 }
 
+/// A local phase under way: what its answer needs besides the phase itself.
+#[derive(Debug)]
+struct Phase {
+    round: Round,
+    /// The batch index of its first step.
+    first: u64,
+    phase: LocalPhase,
+    samples: u64,
+    compute_us: u64,
+}
+
 #[derive(Debug)]
 pub struct WorkerCore {
     hello: Hello,
     joined: Option<Joined>,
     resume_token: Option<String>,
     stats: Stats,
+    clock: ComputeClock,
+    /// The local phase under way, if any: [`WorkerCore::work`] takes its steps.
+    phase: Option<Phase>,
 }
 
 impl WorkerCore {
@@ -101,7 +121,65 @@ impl WorkerCore {
             joined: None,
             resume_token: None,
             stats: Stats::default(),
+            clock: ComputeClock::default(),
+            phase: None,
         }
+    }
+
+    /// How the time spent computing is measured (reported with each answer: it sizes this
+    /// worker's local phases under `--local-steps auto`, and its compute share).
+    pub fn with_clock(mut self, clock: ComputeClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// A local phase is under way: call [`WorkerCore::work`] until it answers. Between two
+    /// calls the transport may read frames, pause, or yield to its page.
+    pub fn working(&self) -> bool {
+        self.phase.is_some()
+    }
+
+    /// Takes one inner step of the local phase under way; once its last step is done,
+    /// returns the pseudo-gradient's frames. Nothing when no phase is under way.
+    pub fn work(&mut self) -> Result<Vec<Vec<u8>>, WorkerError> {
+        let (Some(joined), Some(phase)) = (self.joined.as_ref(), self.phase.as_mut()) else {
+            return Ok(Vec::new());
+        };
+        let Some(shard) = joined.shard.as_ref().filter(|s| !s.is_empty()) else {
+            self.phase = None;
+            return Ok(Vec::new());
+        };
+        let started = self.clock.start();
+        let batch = phase.first + u64::from(phase.phase.taken());
+        let (x, labels) = shard.batch(batch_positions(shard.len(), batch, joined.batch_size));
+        let seed = batch_seed(batch, joined.first_index);
+        let loss = phase.phase.step(&joined.net, x.view(), &labels, seed)?;
+        phase.samples += labels.len() as u64;
+        phase.compute_us += self.clock.elapsed(started, 1);
+        self.stats.local_steps += 1;
+        self.stats.samples_computed += labels.len() as u64;
+        self.stats.last_loss = Some(loss);
+        if !phase.phase.is_done() {
+            return Ok(Vec::new());
+        }
+        let Phase {
+            round,
+            phase,
+            samples,
+            compute_us,
+            ..
+        } = self.phase.take().expect("under way");
+        let result = phase.finish();
+        self.stats.gradients_sent += 1;
+        self.stats.compute_us += compute_us;
+        let gradient = Gradient {
+            round,
+            samples: u32::try_from(samples).unwrap_or(u32::MAX),
+            loss: result.mean_loss,
+            compute_us: u32::try_from(compute_us).unwrap_or(u32::MAX),
+            grads: result.delta,
+        };
+        Ok(encode_gradient(&gradient, joined.compression))
     }
 
     /// Asks the coordinator to send and accept tensors with this compression.
@@ -156,7 +234,10 @@ impl WorkerCore {
     /// many, or whole); returns the gradient to send, if any.
     pub fn handle(&mut self, msg: CoordinatorToWorker) -> Result<Option<Gradient>, WorkerError> {
         match msg {
-            CoordinatorToWorker::Welcome(welcome) => self.on_welcome(welcome).map(|()| None),
+            CoordinatorToWorker::Welcome(welcome) => {
+                self.phase = None;
+                self.on_welcome(welcome).map(|()| None)
+            }
             CoordinatorToWorker::Shard(shard) => self.on_shard(shard).map(|()| None),
             CoordinatorToWorker::Task(task) => self.on_task(task).map(|()| None),
             CoordinatorToWorker::Weights(chunk) => self.on_weights_chunk(chunk),
@@ -304,6 +385,19 @@ impl WorkerCore {
         let Some(shard) = joined.shard.as_ref().filter(|s| !s.is_empty()) else {
             return Ok(None);
         };
+        if let Some(local) = task.local {
+            // A phase replaces one under way (the coordinator moved on: its answer would be
+            // refused as late anyway).
+            self.phase = Some(Phase {
+                round: weights.round,
+                first: task.batch,
+                phase: LocalPhase::new(net, &weights.params, inner(local.optimizer), local.steps),
+                samples: 0,
+                compute_us: 0,
+            });
+            return Ok(None);
+        }
+        let started = self.clock.start();
         let batch = task.batch;
         let (x, labels) = shard.batch(batch_positions(shard.len(), batch, joined.batch_size));
         let seed = batch_seed(batch, joined.first_index);
@@ -312,15 +406,37 @@ impl WorkerCore {
             .loss_and_grad(&weights.params, x.view(), &labels, seed)?;
         // Frozen layers' gradients are not sent: only the trained tensors, in layout order.
         let grads = joined.net.compact(grads);
+        let compute_us = self.clock.elapsed(started, 1);
         self.stats.gradients_sent += 1;
         self.stats.samples_computed += labels.len() as u64;
+        self.stats.compute_us += compute_us;
         self.stats.last_loss = Some(loss);
         Ok(Some(Gradient {
             round: weights.round,
             samples: labels.len() as u32,
             loss,
+            compute_us: u32::try_from(compute_us).unwrap_or(u32::MAX),
             grads,
         }))
+    }
+}
+
+/// The model crate's optimizer for a `Task`'s inner optimizer.
+pub fn inner(optimizer: InnerOptimizer) -> OptimizerKind {
+    match optimizer {
+        InnerOptimizer::Sgd { lr } => OptimizerKind::Sgd { lr },
+        InnerOptimizer::Momentum { lr, momentum } => OptimizerKind::Momentum { lr, momentum },
+        InnerOptimizer::Adam {
+            lr,
+            beta1,
+            beta2,
+            eps,
+        } => OptimizerKind::Adam {
+            lr,
+            beta1,
+            beta2,
+            eps,
+        },
     }
 }
 

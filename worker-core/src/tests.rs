@@ -38,6 +38,7 @@ const PARAMS: [f32; 6] = [0.1, -0.2, 0.3, 0.4, 0.0, 0.0];
 
 fn task(round: u64, batch: u64) -> CoordinatorToWorker {
     CoordinatorToWorker::Task(Task {
+        local: None,
         round: Round(round),
         batch,
     })
@@ -207,6 +208,7 @@ fn f32_shards_are_normalised_and_frozen_layers_are_left_out_of_the_gradient() {
     };
     assert_eq!(core.handle(frozen).expect("frozen"), None);
     core.handle(CoordinatorToWorker::Task(Task {
+        local: None,
         round: Round(0),
         batch: 0,
     }))

@@ -75,6 +75,7 @@ pub fn worker_messages() -> Vec<WorkerToCoordinator> {
             compression: Compression::F16,
         }),
         WorkerToCoordinator::Gradient(GradientChunk {
+            compute_us: 0,
             round: Round(77),
             samples: 31,
             loss: 0.125,
@@ -116,6 +117,7 @@ pub fn coordinator_messages() -> Vec<CoordinatorToWorker> {
             params: vec![1.5, -0.25],
         },
         CoordinatorToWorker::Task(Task {
+            local: None,
             round: Round(u64::MAX),
             batch: u64::MAX - 1,
         }),

@@ -99,6 +99,11 @@ impl Socket {
         self.events.next().await
     }
 
+    /// An event that has already arrived, if any (between two inner steps).
+    pub fn try_next(&mut self) -> Option<SocketEvent> {
+        self.events.try_recv().ok()
+    }
+
     /// A handle to close the socket from elsewhere (e.g. `stop()`).
     pub fn handle(&self) -> WebSocket {
         self.ws.clone()

@@ -8,7 +8,7 @@ use js_sys::{Object, Reflect};
 use protocol::{ErrorCode, WorkerKind};
 use wasm_bindgen::prelude::*;
 use web_sys::WebSocket;
-use worker_core::{Stats, WorkerCore, WorkerError};
+use worker_core::{ComputeClock, Stats, WorkerCore, WorkerError};
 
 use crate::transport::{Socket, SocketEvent};
 
@@ -113,9 +113,11 @@ pub fn stop(inner: &Rc<Inner>) {
 async fn run(inner: Rc<Inner>, generation: u32) {
     // One core for the whole run: after a reconnect its Hello carries the resume token.
     let token = inner.resume_token.borrow().clone();
+    let clock = || (performance_now() * 1000.0) as u64;
     let mut core = WorkerCore::new(WorkerKind::Browser, inner.join_token.clone())
         .with_resume_token(token)
-        .with_compression(inner.compression);
+        .with_compression(inner.compression)
+        .with_clock(ComputeClock::Clock(Box::new(clock)));
     let mut rate = Rate::default();
     let mut backoff = BACKOFF_FIRST_MS;
     while inner.is_current(generation) {
@@ -176,7 +178,49 @@ async fn session(
         return Ended::Retry(e);
     }
     inner.emit("connected", &[]);
-    while let Some(event) = socket.next().await {
+    // A local phase's time so far: its steps and the CPU setting's idling.
+    let mut phase_ms = 0.0;
+    loop {
+        let event = if core.working() {
+            // Between two inner steps: what has arrived (a pause closes the socket, newer
+            // weights replace the phase), else the next step.
+            match socket.try_next() {
+                Some(event) => event,
+                None => {
+                    let started = performance_now();
+                    let reply = match core.work() {
+                        Ok(reply) => reply,
+                        Err(err) => return Ended::Retry(err.to_string()),
+                    };
+                    let elapsed_ms = performance_now() - started;
+                    let idle_ms = elapsed_ms * (1.0 / inner.cpu.get() - 1.0);
+                    if idle_ms >= 1.0 {
+                        sleep(idle_ms as u32).await;
+                    } else {
+                        yield_now().await;
+                    }
+                    phase_ms += elapsed_ms + idle_ms.max(0.0);
+                    if reply.is_empty() {
+                        continue;
+                    }
+                    for chunk in &reply {
+                        if let Err(e) = socket.send(chunk) {
+                            return Ended::Retry(e);
+                        }
+                    }
+                    rate.update(core.stats().samples_computed, std::mem::take(&mut phase_ms));
+                    let mut fields = stats_fields(core.stats());
+                    fields.push(("samplesPerSec", rate.per_sec.into()));
+                    inner.emit("training", &fields);
+                    continue;
+                }
+            }
+        } else {
+            match socket.next().await {
+                Some(event) => event,
+                None => break,
+            }
+        };
         let frame = match event {
             SocketEvent::Frame(frame) => frame,
             SocketEvent::Closed { code, reason } => {
@@ -288,6 +332,22 @@ impl Rate {
             RATE_SMOOTHING * now + (1.0 - RATE_SMOOTHING) * self.per_sec
         };
     }
+}
+
+/// Lets the page's event loop run (socket messages, a pause) between two inner steps,
+/// without `setTimeout`'s 4 ms clamp: a message to itself on a `MessageChannel`.
+async fn yield_now() {
+    let promise = js_sys::Promise::new(&mut |resolve, _| {
+        let Ok(channel) = web_sys::MessageChannel::new() else {
+            let _ = resolve.call0(&JsValue::NULL);
+            return;
+        };
+        channel.port1().set_onmessage(Some(&resolve));
+        if channel.port2().post_message(&JsValue::NULL).is_err() {
+            let _ = resolve.call0(&JsValue::NULL);
+        }
+    });
+    let _ = wasm_bindgen_futures::JsFuture::from(promise).await;
 }
 
 async fn sleep(ms: u32) {

@@ -9,11 +9,12 @@ pub mod tls;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{FutureExt, SinkExt, StreamExt};
 use protocol::WorkerKind;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
+use worker_core::ComputeClock;
 pub use worker_core::{Stats, WorkerCore, WorkerError};
 
 #[derive(Debug, thiserror::Error)]
@@ -54,8 +55,11 @@ pub struct Options {
 
 /// A fresh core for these options.
 pub fn new_core(options: &Options) -> WorkerCore {
+    let epoch = std::time::Instant::now();
+    let clock = move || u64::try_from(epoch.elapsed().as_micros()).unwrap_or(u64::MAX);
     WorkerCore::new(WorkerKind::Native, options.join_token.clone())
         .with_compression(options.compression)
+        .with_clock(ComputeClock::Clock(Box::new(clock)))
 }
 
 /// Connects, joins and trains until the coordinator closes the connection, `shutdown` is
@@ -92,12 +96,32 @@ pub async fn run_with(
     })?;
     ws.send(Message::Binary(core.hello_frame().into())).await?;
     let ended = loop {
-        let msg = tokio::select! {
-            () = shutdown.cancelled() => {
-                let _ = ws.close(None).await;
-                break Ended::Stopped;
+        // In a local phase, one inner step at a time, reading whatever has arrived between
+        // two (pings are answered by the read; newer weights replace the phase).
+        let arrived = if core.working() && !shutdown.is_cancelled() {
+            ws.next().now_or_never()
+        } else {
+            None
+        };
+        let msg = match arrived {
+            Some(msg) => msg,
+            None if core.working() && !shutdown.is_cancelled() => {
+                let reply = core.work()?;
+                if reply.is_empty() {
+                    continue;
+                }
+                if let Err(err) = send_all(&mut ws, reply).await {
+                    return Err(after_write_error(&mut ws, core, err).await);
+                }
+                continue;
             }
-            msg = ws.next() => msg,
+            None => tokio::select! {
+                () = shutdown.cancelled() => {
+                    let _ = ws.close(None).await;
+                    break Ended::Stopped;
+                }
+                msg = ws.next() => msg,
+            },
         };
         match msg {
             Some(Ok(Message::Binary(frame))) => {

@@ -2,9 +2,11 @@
 //! real worker cores over simulated links). Seconds of computing for hours of training.
 //!
 //! Each worker's link is `--link RTT/MBIT` (repeat the flag for different workers; fewer
-//! than `--workers` repeat in turn; `0/0` is loopback), its speed the time one gradient takes
-//! here (measured on this machine, the median of 30, unless `--step` gives it). Prints the
-//! scenario, then the report, as JSON.
+//! than `--workers` repeat in turn; `0/0` is loopback), its speed the time one step takes
+//! here (measured on this machine, the median of 30, unless `--step` gives it; `--slower`
+//! makes some workers slower). Everything else is the coordinator's own flags, given as
+//! they would be to it: `--coordinator "--local-steps 16 --mode async"` (its `--min-workers`
+//! defaults to `--workers` here). Prints the scenario, then the report, as JSON.
 //!
 //! `sim --workers 4 --link 50ms/10 --max-rounds 200` is per-step sync on a home link.
 
@@ -12,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use coordinator_core::{Mode, Settings};
 use protocol::Compression;
 use sim::{Link, Scenario, Until, Way, WorkerSpec};
 
@@ -27,22 +28,18 @@ struct Cli {
     /// Jitter on each frame's delay, each way.
     #[arg(long, default_value = "0", value_parser = server::config::parse_duration)]
     jitter: Duration,
-    /// Time one gradient takes [measured here].
+    /// Time one step takes [measured here].
     #[arg(long, value_parser = server::config::parse_duration)]
     step: Option<Duration>,
-    /// `mlp` (784-128-10) or `cnn`.
-    #[arg(long, default_value = "mlp")]
-    model: String,
-    #[arg(long, default_value = "sync")]
-    mode: String,
-    /// Sync: the quorum; async: ignored.
-    #[arg(long)]
-    min_workers: Option<usize>,
+    /// Step time multipliers, one per worker in turn (`1,1,2,4`): workers of mixed speeds.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    slower: Vec<f64>,
     /// none, f16 or int8 (the worker's default).
     #[arg(long, default_value = "int8")]
     compression: String,
-    #[arg(long, default_value_t = 10)]
-    eval_interval: u64,
+    /// The coordinator's flags (model, optimizer, mode, local steps, ...), as one string.
+    #[arg(long, default_value = "", allow_hyphen_values = true)]
+    coordinator: String,
     #[arg(long)]
     target_accuracy: Option<f64>,
     #[arg(long)]
@@ -50,22 +47,22 @@ struct Cli {
     /// Virtual time at most.
     #[arg(long, default_value = "1h", value_parser = server::config::parse_duration)]
     max_time: Duration,
-    #[arg(long, default_value_t = 0.05)]
-    verify_fraction: f64,
     #[arg(long, default_value_t = 42)]
     seed: u64,
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    let flags = cli.coordinator.split_whitespace();
+    let seed = cli.seed.to_string();
+    let args = ["coordinator", "--seed", seed.as_str()]
+        .into_iter()
+        .chain(flags);
+    let coordinator = server::config::Cli::try_parse_from(args)
+        .map_err(|e| anyhow::anyhow!("--coordinator: {e}"))?;
+    let config = server::config::Config::try_from(coordinator)?;
     let split = server::dataset::load_default(cli.seed)?;
-    let hidden = [128];
-    let choice = match cli.model.as_str() {
-        "mlp" => server::config::ModelChoice::from_flags("mlp", &hidden, false)?,
-        "cnn" => server::config::ModelChoice::from_flags("cnn", &hidden, false)?,
-        other => bail!("--model mlp or cnn, not {other:?}"),
-    };
-    let net = split.network(&choice)?;
+    let net = split.network(&config.model)?;
     let step = match cli.step {
         Some(step) => step,
         None => sim::measured_step(&net, &split.train)?,
@@ -81,28 +78,21 @@ fn main() -> anyhow::Result<()> {
         .iter()
         .map(|l| link(l, cli.jitter))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    if cli.slower.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
+        bail!("--slower: positive multipliers, like 1,1,2,4");
+    }
     let workers: Vec<WorkerSpec> = (0..cli.workers)
-        .map(|i| WorkerSpec::new(links[i % links.len()], step).with_compression(compression))
+        .map(|i| {
+            let speed = step.mul_f64(cli.slower[i % cli.slower.len()]);
+            WorkerSpec::new(links[i % links.len()], speed).with_compression(compression)
+        })
         .collect();
-    let mode = match cli.mode.as_str() {
-        "sync" => Settings::default().mode,
-        "async" => Mode::Async {
-            buffer: 1,
-            max_staleness: 8,
-        },
-        other => bail!("--mode sync or async, not {other:?}"),
-    };
-    let settings = Settings {
-        model_name: cli.model.clone(),
-        min_workers: cli.min_workers.unwrap_or(cli.workers),
-        mode,
-        eval_interval: cli.eval_interval,
-        max_rounds: cli.max_rounds,
-        verify_fraction: cli.verify_fraction,
-        seed: cli.seed,
-        audit_seed: Some(cli.seed),
-        ..Settings::default()
-    };
+    let mut settings = config.settings();
+    if !cli.coordinator.contains("--min-workers") {
+        settings.min_workers = cli.workers;
+    }
+    settings.max_rounds = cli.max_rounds.or(settings.max_rounds);
+    settings.audit_seed = Some(cli.seed);
     println!(
         "{}",
         serde_json::json!({
@@ -110,9 +100,10 @@ fn main() -> anyhow::Result<()> {
                 "workers": cli.workers,
                 "links": cli.links,
                 "step_ms": step.as_secs_f64() * 1e3,
+                "slower": cli.slower,
                 "model": net.spec().to_string(),
                 "parameters": net.param_count(),
-                "mode": cli.mode,
+                "coordinator": cli.coordinator,
                 "compression": cli.compression,
                 "seed": cli.seed,
             }

@@ -141,6 +141,8 @@ mod tests {
     /// A pull of `version` on `shard`, on the batch of index `version`.
     fn on(version: u64, shard: std::ops::Range<usize>) -> Option<Pull> {
         Some(Pull {
+            timed: true,
+            local: None,
             version,
             batch: version,
             shard,

@@ -107,8 +107,16 @@ impl Coordinator {
         }
     }
 
-    /// Norm bound, assigned batch, then the schedule.
+    /// Length, norm bound, assigned batch, then the schedule. A local phase's answer is
+    /// first brought to the common length (`local.rs`): its norm too.
     fn admit(&mut self, worker: WorkerId, gradient: &Gradient, norm: f64, now: Instant) {
+        let steps = self
+            .registry
+            .pull(worker)
+            .and_then(|p| p.local)
+            .map_or(1, |l| l.steps);
+        let length = self.local.as_ref().map_or(1.0, |plan| plan.scale(steps));
+        let norm = norm * f64::from(length);
         let clip = self.bound.clip(norm);
         if clip.clipped {
             debug!(%worker, norm, bound = self.bound.bound(), "gradient clipped to the norm bound");
@@ -121,7 +129,8 @@ impl Coordinator {
             .unwrap_or(gradient.samples);
         let contribution = Contribution {
             samples,
-            scale: clip.scale,
+            scale: clip.scale * length,
+            steps,
             ..Contribution::of(gradient)
         };
         let actions = self
@@ -166,6 +175,7 @@ impl Coordinator {
             batch_size: self.settings.batch_size as usize,
             compression,
             grads: &gradient.grads,
+            local: pull.local,
         };
         match verify(self.trainer.net(), &self.train, &claim) {
             Ok(Ok(())) => {

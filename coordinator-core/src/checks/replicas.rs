@@ -173,6 +173,7 @@ mod tests {
         (worker, round, value): (u32, u64, f32),
     ) -> (Vec<(u32, Fate)>, Fate) {
         let gradient = Gradient {
+            compute_us: 0,
             round: Round(round),
             samples: 32,
             loss: 1.0,

@@ -19,10 +19,14 @@
 //!
 //! A gradient scaled by 1.01 or computed on another batch is outside that on most values;
 //! one value changed by more than 5 % of the norm is refused too.
+//!
+//! A local phase's answer (`--local-steps`) is replayed step by step ([`replay`], the
+//! worker's own code, `model::LocalPhase`) and its pseudo-gradient compared the same way:
+//! replaying H steps costs H gradients.
 
 use std::ops::Range;
 
-use model::{batch_positions, batch_seed, Dataset, ModelError, Network};
+use model::{batch_positions, batch_seed, Dataset, LocalPhase, ModelError, Network, PhaseResult};
 use protocol::tensor::INT8_CHUNK;
 use protocol::Compression;
 
@@ -50,6 +54,37 @@ pub struct Claim<'a> {
     pub compression: Compression,
     /// What the worker sent (decoded).
     pub grads: &'a [f32],
+    /// The local phase its `Task` asked for, if any.
+    pub local: Option<protocol::LocalPhase>,
+}
+
+/// Where a worker's batches come from: its shard of the train split, the batch index of the
+/// first, and the batch size.
+#[derive(Debug, Clone)]
+pub struct Batches {
+    pub shard: Range<usize>,
+    pub first: u64,
+    pub size: usize,
+}
+
+/// A local phase from `weights` (full layout) on `batches`, as the worker takes it.
+pub fn replay(
+    net: &Network,
+    train: &Dataset,
+    batches: &Batches,
+    local: protocol::LocalPhase,
+    weights: &[f32],
+) -> Result<PhaseResult, ModelError> {
+    let optimizer = worker_core::inner(local.optimizer);
+    let mut phase = LocalPhase::new(net, weights, optimizer, local.steps);
+    while !phase.is_done() {
+        let index = batches.first + u64::from(phase.taken());
+        let positions = batch_positions(batches.shard.len(), index, batches.size);
+        let (x, labels) = train.batch(positions.map(|p| batches.shard.start + p));
+        let seed = batch_seed(index, batches.shard.start);
+        phase.step(net, x.view(), &labels, seed)?;
+    }
+    Ok(phase.finish())
 }
 
 /// The first value outside the tolerance, and how many and how much lie outside.
@@ -87,6 +122,15 @@ pub fn verify(
     train: &Dataset,
     claim: &Claim<'_>,
 ) -> Result<Result<(), Mismatch>, ModelError> {
+    if let Some(local) = claim.local {
+        let batches = Batches {
+            shard: claim.shard.clone(),
+            first: claim.batch_index,
+            size: claim.batch_size,
+        };
+        let expected = replay(net, train, &batches, local, claim.weights)?.delta;
+        return Ok(compare(claim.grads, &expected, claim.compression));
+    }
     let positions = batch_positions(claim.shard.len(), claim.batch_index, claim.batch_size);
     let (x, labels) = train.batch(positions.map(|p| claim.shard.start + p));
     let seed = batch_seed(claim.batch_index, claim.shard.start);
@@ -229,6 +273,7 @@ mod tests {
             let weights = wire(&params, c);
             let claim = |grads: &[f32], batch_index| {
                 let claim = Claim {
+                    local: None,
                     weights: &weights,
                     shard: 100..400,
                     batch_index,

@@ -36,9 +36,19 @@ impl Coordinator {
             return;
         };
         if let Some(sent) = sent {
-            let latency = now.saturating_duration_since(sent).as_secs_f64();
+            let wall = now.saturating_duration_since(sent);
             self.outputs
-                .push_back(Output::Observe(Observation::GradientLatency(latency)));
+                .push_back(Output::Observe(Observation::GradientLatency(
+                    wall.as_secs_f64(),
+                )));
+            let pull = self.registry.pull(worker);
+            let pull = pull.filter(|p| p.version == gradient.round.0);
+            let phase = pull.and_then(|p| p.local.map(|l| (l.steps, p.timed)));
+            if let (Some(plan), Some((steps, timed))) = (self.local.as_mut(), phase) {
+                let compute = std::time::Duration::from_micros(gradient.compute_us.into());
+                // Only an answer with nothing but weights before it measures the link.
+                plan.answered(worker, steps, timed.then_some((compute, wall)));
+            }
         }
         let bytes = gradient_wire_len(gradient.grads.len(), compression).unwrap_or(0);
         self.metrics.traffic(bytes as u64, 0);

@@ -74,7 +74,11 @@ impl Coordinator {
             session: admission.session,
             // A gradient carries the trained tensors only.
             param_count: self.trainer.net().trainable_count(),
-            batch_size: self.settings.batch_size,
+            // A local phase's answer counts the samples of all its steps.
+            batch_size: self
+                .settings
+                .batch_size
+                .saturating_mul(self.settings.local.map_or(1, |l| l.max_steps())),
         })
     }
 }

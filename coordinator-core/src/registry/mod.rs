@@ -56,15 +56,23 @@ struct Worker {
     samples: u64,
     /// Whether this connection holds the frozen tensors' current values.
     has_frozen: bool,
+    /// A shard or the frozen tensors went to it since its last pull: its next answer's
+    /// time does not measure its link alone.
+    bulk_sent: bool,
 }
 
 /// What a worker's answer to one pull is computed on: the weights of `version`, and the
 /// batch of index `batch` of `shard` (told to it in the pull's `Task`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Pull {
     pub version: u64,
     pub batch: u64,
     pub shard: Range<usize>,
+    /// The local phase its `Task` asked for (`--local-steps`).
+    pub local: Option<protocol::LocalPhase>,
+    /// Only weights went before its answer (no shard, no frozen tensors): the answer's
+    /// time measures the worker's link and speed (`--local-steps auto`).
+    pub timed: bool,
 }
 
 /// A worker let in by [`Registry::admit`].
@@ -201,6 +209,7 @@ impl Registry {
                 compression: hello.compression,
                 shard: None,
                 has_frozen: false,
+                bulk_sent: false,
                 pull: None,
                 last_batch,
                 tally,

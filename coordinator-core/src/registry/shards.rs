@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 
 use model::{Dataset, Values};
-use protocol::{encode_from_coordinator, CoordinatorToWorker, Shard, ShardValues, WorkerId};
+use protocol::{
+    encode_from_coordinator, CoordinatorToWorker, LocalPhase, Shard, ShardValues, WorkerId,
+};
 
 use super::{GroupKey, Pull, Registry};
 use crate::io::Outbound;
@@ -24,6 +26,7 @@ impl Registry {
         match self.workers.get_mut(&id) {
             Some(w) if !w.has_frozen => {
                 w.has_frozen = true;
+                w.bulk_sent = true;
                 true
             }
             _ => false,
@@ -41,17 +44,28 @@ impl Registry {
     /// on (`version`, or one past its previous batch if that is larger, so that the same
     /// weights sent twice never give the same batch), on the shard it holds now. Returns
     /// the batch index, for its `Task`.
-    pub fn pulled(&mut self, id: WorkerId, version: u64, now: std::time::Instant) -> Option<u64> {
+    pub fn pulled(
+        &mut self,
+        id: WorkerId,
+        version: u64,
+        local: Option<LocalPhase>,
+        now: std::time::Instant,
+    ) -> Option<u64> {
         let w = self.workers.get_mut(&id)?;
         let batch = match w.last_batch {
             Some(last) => version.max(last.saturating_add(1)),
             None => version,
         };
-        w.last_batch = Some(batch);
+        // A local phase of H steps uses batches `batch..batch + H`.
+        let steps = local.map_or(1, |l| u64::from(l.steps));
+        w.last_batch = Some(batch.saturating_add(steps - 1));
+        let timed = !std::mem::take(&mut w.bulk_sent);
         w.pull = w.shard.clone().map(|shard| Pull {
             version,
             batch,
             shard,
+            local,
+            timed,
         });
         w.weights_sent_at = Some(now);
         Some(batch)
@@ -92,6 +106,7 @@ impl Registry {
                     continue;
                 }
                 worker.shard = Some(range.clone());
+                worker.bulk_sent = true;
                 let (shape, values, labels, norm) = train.slice(range.clone()).into_parts();
                 let frame = encode_from_coordinator(&CoordinatorToWorker::Shard(Shard {
                     first_index: range.start as u32,

@@ -185,16 +185,16 @@ fn an_answer_is_checked_against_the_shard_held_when_the_weights_were_sent() {
     let train = Dataset::new(2, (0..20).collect(), vec![0, 1, 0, 1, 0, 1, 0, 1, 0, 1]).expect("ok");
     let a = r.admit(&hello(None, None), LOCAL, t()).expect("in");
     let shard = |r: &Registry| r.pull(a.id).map(|p| p.shard.clone());
-    assert_eq!(r.pulled(a.id, 0, t()), Some(0));
+    assert_eq!(r.pulled(a.id, 0, None, t()), Some(0));
     assert_eq!(shard(&r), None, "no shard yet: nothing to compute on");
     r.rebalance(&train);
-    r.pulled(a.id, 1, t());
+    r.pulled(a.id, 1, None, t());
     assert_eq!(shard(&r), Some(0..10));
     // A newcomer mid-round re-cuts the shards; `a` is still computing on its old one.
     let _b = r.admit(&hello(None, None), LOCAL, t()).expect("in");
     r.rebalance(&train);
     assert_eq!(shard(&r), Some(0..10));
-    r.pulled(a.id, 2, t());
+    r.pulled(a.id, 2, None, t());
     assert_eq!(shard(&r), Some(0..5));
 }
 
@@ -205,7 +205,7 @@ fn the_batch_of_a_pull_is_its_version_and_never_repeats_on_one_identity() {
     let a = r.admit(&hello(None, None), LOCAL, t()).expect("in");
     r.rebalance(&train);
     let pull = |r: &mut Registry, version| {
-        r.pulled(a.id, version, t());
+        r.pulled(a.id, version, None, t());
         let p = r.pull(a.id).expect("a pull");
         (p.version, p.batch)
     };
@@ -251,7 +251,7 @@ fn replicate_gives_groups_of_one_compression_the_same_shard() {
     }
     r.rebalance(&train);
     for (id, _) in &ids {
-        r.pulled(*id, 0, t());
+        r.pulled(*id, 0, None, t());
     }
     let group = |i: usize| r.replica_group(ids[i].0);
     // f32: workers 0 and 2 share a shard; 4 is alone (no partner). int8: 1 and 3.

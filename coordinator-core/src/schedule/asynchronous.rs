@@ -103,7 +103,7 @@ impl Schedule for AsyncSchedule {
         };
         *awaiting = None;
         let staleness = view.version - pulled;
-        let samples = gradient.samples;
+        let samples = gradient.samples.saturating_mul(gradient.steps);
         let weight = match self.max_staleness {
             Some(max) if staleness > max => {
                 let msg =
@@ -114,9 +114,9 @@ impl Schedule for AsyncSchedule {
                 ];
             }
             // Stale within the bound: down-weighted by 1 / (1 + staleness).
-            Some(_) => samples as f32 / (1 + staleness) as f32,
+            Some(_) => gradient.samples as f32 / (1 + staleness) as f32,
             // Hogwild: every gradient at full weight.
-            None => samples as f32,
+            None => gradient.samples as f32,
         };
         self.buffer
             .add(gradient.grads, samples, weight, gradient.scale);

@@ -78,8 +78,12 @@ pub struct Contribution<'a> {
     pub samples: u32,
     /// The worker's reported loss, for the log line only.
     pub loss: f32,
-    /// 1, or less when the norm bound clipped it.
+    /// The norm bound's clipping factor (1 or less) times, for a local phase, its
+    /// length's (`local.rs`).
     pub scale: f32,
+    /// Steps behind it: a local phase's length, else 1. It is weighed by `samples` alone
+    /// (one step's), and counts `samples × steps`.
+    pub steps: u32,
 }
 
 impl<'a> Contribution<'a> {
@@ -91,6 +95,7 @@ impl<'a> Contribution<'a> {
             samples: gradient.samples,
             loss: gradient.loss,
             scale: 1.0,
+            steps: 1,
         }
     }
 }
@@ -203,6 +208,7 @@ pub(crate) mod testing {
     /// A gradient of `len` values all `value`, claiming `samples`, with loss 2.
     pub fn gradient(round: u64, value: f32, samples: u32, len: usize) -> Gradient {
         Gradient {
+            compute_us: 0,
             round: Round(round),
             samples,
             loss: 2.0,

@@ -176,9 +176,10 @@ impl OpenRound {
             return Err(RoundError::NotParticipant(worker));
         }
         self.answered.insert(worker);
-        let samples = gradient.samples;
+        let samples = gradient.samples.saturating_mul(gradient.steps);
+        let weight = gradient.samples as f32;
         self.aggregator
-            .add(gradient.grads, samples, samples as f32, gradient.scale);
+            .add(gradient.grads, samples, weight, gradient.scale);
         self.loss_sum += f64::from(gradient.loss) * f64::from(samples);
         self.latencies
             .push(now.saturating_duration_since(self.started_at));

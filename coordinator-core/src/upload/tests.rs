@@ -16,6 +16,7 @@ fn joined(param_count: usize) -> Joined {
 
 fn gradient(grads: Vec<f32>, samples: u32, loss: f32) -> Gradient {
     Gradient {
+        compute_us: 0,
         round: Round(3),
         samples,
         loss,
@@ -132,6 +133,7 @@ fn chunks_out_of_order_of_another_gradient_or_size_are_refused() {
     assert!(r.message.contains(&format!("has {n} values")), "{r}");
     // An empty chunk does not advance.
     let empty = encode_from_worker(&WorkerToCoordinator::Gradient(GradientChunk {
+        compute_us: 0,
         round: Round(3),
         samples: 8,
         loss: 1.0,

@@ -26,6 +26,7 @@ fn all_worker_messages() -> Vec<WorkerToCoordinator> {
             compression: Compression::Int8,
         }),
         WorkerToCoordinator::Gradient(GradientChunk {
+            compute_us: 123_456,
             round: Round(u64::MAX - 3),
             samples: 32,
             loss: 2.5,
@@ -34,6 +35,7 @@ fn all_worker_messages() -> Vec<WorkerToCoordinator> {
             grads: vec![0.0, -1.5, f32::MIN_POSITIVE, 1e30, -0.0],
         }),
         WorkerToCoordinator::Gradient(GradientChunk {
+            compute_us: 0,
             round: Round(0),
             samples: 0,
             loss: 0.0,
@@ -78,8 +80,41 @@ fn all_coordinator_messages() -> Vec<CoordinatorToWorker> {
             params: vec![0.5, -1.25, 3.0],
         },
         CoordinatorToWorker::Task(Task {
+            local: None,
             round: Round(u64::MAX),
             batch: 0x0102_0304_0506_0708,
+        }),
+        CoordinatorToWorker::Task(Task {
+            round: Round(7),
+            batch: 3,
+            local: Some(LocalPhase {
+                steps: 1,
+                optimizer: InnerOptimizer::Sgd { lr: 0.05 },
+            }),
+        }),
+        CoordinatorToWorker::Task(Task {
+            round: Round(8),
+            batch: 40,
+            local: Some(LocalPhase {
+                steps: MAX_LOCAL_STEPS,
+                optimizer: InnerOptimizer::Momentum {
+                    lr: 0.01,
+                    momentum: 0.9,
+                },
+            }),
+        }),
+        CoordinatorToWorker::Task(Task {
+            round: Round(9),
+            batch: u64::MAX,
+            local: Some(LocalPhase {
+                steps: 64,
+                optimizer: InnerOptimizer::Adam {
+                    lr: 1e-3,
+                    beta1: 0.9,
+                    beta2: 0.999,
+                    eps: 1e-8,
+                },
+            }),
         }),
         CoordinatorToWorker::Weights(Weights::whole(
             Round(12),
@@ -127,6 +162,7 @@ fn nan_and_infinity_survive_the_codec_bit_for_bit() {
     // Validation is the coordinator's job; the codec must not hide what was sent.
     let grads = vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY];
     let bytes = encode_from_worker(&WorkerToCoordinator::Gradient(GradientChunk {
+        compute_us: 0,
         round: Round(1),
         samples: 1,
         loss: f32::NAN,
@@ -200,6 +236,7 @@ fn tensors_travel_in_chunks_that_reassemble_exactly() {
         assert_eq!(got, crate::tensor::decode_payload(&raw, total, c), "{c:?}");
         // Gradients: the same chunks, each carrying round, samples and loss.
         let g = Gradient {
+            compute_us: 0,
             round: Round(4),
             samples: 32,
             loss: 0.5,
@@ -227,6 +264,7 @@ fn tensors_travel_in_chunks_that_reassemble_exactly() {
 fn oversized_or_overflowing_chunks_are_refused() {
     let chunk = |total: u32, offset: u32, n: usize| {
         encode_from_worker(&WorkerToCoordinator::Gradient(GradientChunk {
+            compute_us: 0,
             round: Round(1),
             samples: 1,
             loss: 0.0,
@@ -336,6 +374,7 @@ fn hand_written_bad_frames_are_rejected_with_the_right_error() {
 fn a_lying_length_field_is_truncated_not_allocated() {
     // A gradient header claiming u32::MAX floats (16 GiB) in a 35-byte frame.
     let mut frame = encode_from_worker(&WorkerToCoordinator::Gradient(GradientChunk {
+        compute_us: 0,
         round: Round(1),
         samples: 1,
         loss: 0.0,
@@ -391,6 +430,7 @@ fn a_lying_length_field_is_truncated_not_allocated() {
 fn compressed_tensors_round_trip_within_their_rounding_and_shrink_the_frame() {
     let grads: Vec<f32> = (0..1000).map(|i| (i as f32 - 500.0) * 1e-3).collect();
     let g = Gradient {
+        compute_us: 0,
         round: Round(3),
         samples: 7,
         loss: 0.5,
@@ -438,13 +478,14 @@ fn compressed_tensors_round_trip_within_their_rounding_and_shrink_the_frame() {
 #[test]
 fn unknown_tensor_encodings_and_lying_compressed_lengths_are_refused() {
     let g = Gradient {
+        compute_us: 0,
         round: Round(3),
         samples: 1,
         loss: 0.5,
         grads: vec![1.0; 10],
     };
     let mut frame = one(encode_gradient(&g, Compression::Int8));
-    let enc_at = 5 + 8 + 4 + 4 + 4 + 4;
+    let enc_at = 5 + 8 + 4 + 4 + 4 + 4 + 4;
     frame[enc_at] = 9;
     assert!(matches!(
         decode_from_worker(&frame),
@@ -531,7 +572,7 @@ proptest! {
     fn gradients_round_trip(round in any::<u64>(), samples in any::<u32>(), loss in any::<f32>(),
                             grads in proptest::collection::vec(any::<f32>(), 0..64)) {
         let (total, offset) = (grads.len() as u32 + 7, 7);
-        let msg = WorkerToCoordinator::Gradient(GradientChunk { round: Round(round), samples, loss, total, offset, grads });
+        let msg = WorkerToCoordinator::Gradient(GradientChunk { compute_us: 0, round: Round(round), samples, loss, total, offset, grads });
         let bytes = encode_from_worker(&msg);
         let back = decode_from_worker(&bytes).expect("round trip");
         // Compare through the encoding so NaN payloads compare bit-for-bit.
@@ -553,6 +594,7 @@ fn a_gradients_wire_length_is_known_without_encoding_it() {
             3 * CHUNK_VALUES + 1,
         ] {
             let g = Gradient {
+                compute_us: 0,
                 round: Round(3),
                 samples: 32,
                 loss: 1.5,
@@ -565,4 +607,58 @@ fn a_gradients_wire_length_is_known_without_encoding_it() {
             );
         }
     }
+}
+
+/// A local phase the worker could not run, or that would make it diverge or spin, is refused
+/// with the field that is wrong: no steps, too many, an unknown optimizer, a learning rate
+/// that is not finite and positive, a momentum outside [0, 1), an epsilon that is not
+/// positive.
+#[test]
+fn impossible_local_phases_are_refused_by_field() {
+    let phase = |steps: u32, kind: u8, values: [f32; 4]| {
+        let mut frame = encode_from_coordinator(&CoordinatorToWorker::Task(Task {
+            round: Round(1),
+            batch: 2,
+            local: None,
+        }));
+        frame.pop();
+        frame.push(1);
+        frame.extend_from_slice(&steps.to_le_bytes());
+        frame.push(kind);
+        for v in values {
+            frame.extend_from_slice(&v.to_le_bytes());
+        }
+        decode_from_coordinator(&frame)
+    };
+    let field = |r: Result<CoordinatorToWorker, DecodeError>| match r {
+        Err(DecodeError::InvalidValue { field, .. }) => field,
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    assert!(phase(4, 2, [1e-3, 0.9, 0.999, 1e-8]).is_ok());
+    assert_eq!(field(phase(0, 0, [0.1, 0.0, 0.0, 0.0])), "task.steps");
+    assert_eq!(
+        field(phase(MAX_LOCAL_STEPS + 1, 0, [0.1, 0.0, 0.0, 0.0])),
+        "task.steps"
+    );
+    assert_eq!(
+        field(phase(4, 3, [0.1, 0.0, 0.0, 0.0])),
+        "task.inner_optimizer"
+    );
+    for lr in [0.0, -0.1, f32::NAN, f32::INFINITY] {
+        assert_eq!(field(phase(4, 0, [lr, 0.0, 0.0, 0.0])), "task.inner_lr");
+    }
+    for m in [1.0, -0.1, f32::NAN] {
+        assert_eq!(field(phase(4, 1, [0.1, m, 0.0, 0.0])), "task.momentum");
+        assert_eq!(field(phase(4, 2, [0.1, 0.9, m, 1e-8])), "task.beta2");
+    }
+    for eps in [0.0, -1e-8, f32::NAN] {
+        assert_eq!(field(phase(4, 2, [0.1, 0.9, 0.999, eps])), "task.eps");
+    }
+    let mut frame = encode_from_coordinator(&CoordinatorToWorker::Task(Task {
+        round: Round(1),
+        batch: 2,
+        local: None,
+    }));
+    *frame.last_mut().expect("the flag") = 2;
+    assert_eq!(field(decode_from_coordinator(&frame)), "task.local");
 }

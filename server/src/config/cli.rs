@@ -54,17 +54,41 @@ pub struct Cli {
     #[arg(long, default_value_t = 0.2)]
     pub test_fraction: f64,
 
-    /// Optimizer the coordinator applies to the averaged gradient.
-    #[arg(long, value_enum, default_value_t = OptimizerChoice::Adam)]
-    pub optimizer: OptimizerChoice,
+    /// Optimizer the coordinator applies to the combined gradient (with --local-steps, to
+    /// the combined pseudo-gradient: the outer optimizer) [default: adam; with
+    /// --local-steps, nesterov in sync mode and sgd at lr 1 (averaging) otherwise].
+    #[arg(long, value_enum)]
+    pub optimizer: Option<OptimizerChoice>,
 
-    /// Learning rate [default: 0.001 for adam, 0.1 for sgd, 0.05 for momentum].
+    /// Learning rate [default: 0.001 for adam, 0.1 for sgd (1 as the outer optimizer of
+    /// async local steps), 0.05 for momentum, 0.7 for nesterov].
     #[arg(long)]
     pub lr: Option<f32>,
 
-    /// Momentum coefficient; only with --optimizer momentum [default: 0.9].
+    /// Momentum coefficient; only with --optimizer momentum or nesterov [default: 0.9].
     #[arg(long)]
     pub momentum: Option<f32>,
+
+    /// Each worker takes this many inner steps on consecutive batches before it answers,
+    /// with the pseudo-gradient (the weights it got minus the weights it ended with), or
+    /// `auto`: each worker's own number, so that its link takes at most about 10 % of its
+    /// time [default: one step, answered with its gradient].
+    #[arg(long)]
+    pub local_steps: Option<String>,
+
+    /// With --local-steps auto: the most steps a phase may take [default: 4096].
+    #[arg(long)]
+    pub max_local_steps: Option<u32>,
+
+    /// With --local-steps: the workers' optimizer for the inner steps, fresh each phase
+    /// [default: sgd].
+    #[arg(long, value_enum)]
+    pub inner_optimizer: Option<InnerChoice>,
+
+    /// With --local-steps: the inner learning rate [default: 0.1 for sgd, 0.05 for
+    /// momentum, 0.001 for adam].
+    #[arg(long)]
+    pub inner_lr: Option<f32>,
 
     /// Samples per gradient, per worker and round.
     #[arg(long, default_value_t = 32)]
@@ -270,6 +294,14 @@ pub enum LogFormat {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OptimizerChoice {
+    Sgd,
+    Momentum,
+    Nesterov,
+    Adam,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum InnerChoice {
     Sgd,
     Momentum,
     Adam,

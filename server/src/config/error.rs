@@ -19,10 +19,20 @@ pub enum ConfigError {
     TestFraction(f64),
     #[error("--lr must be a finite number in (0, 10], got {0}")]
     LearningRate(f32),
-    #[error("--momentum only applies to --optimizer momentum (got --optimizer {0})")]
+    #[error("--momentum only applies to --optimizer momentum or nesterov (got --optimizer {0})")]
     MomentumWithoutMomentumOptimizer(&'static str),
     #[error("--momentum must be in [0, 1), got {0}")]
     Momentum(f32),
+    #[error("--local-steps must be a whole number from 1 to 100000, or auto (and --max-local-steps from 1 to 100000); got {0}")]
+    LocalSteps(String),
+    #[error("--max-local-steps only applies to --local-steps auto")]
+    MaxLocalStepsWithoutAuto,
+    #[error("--max-local-steps, --inner-optimizer and --inner-lr only apply with --local-steps")]
+    InnerWithoutLocalSteps,
+    #[error("with --local-steps 1 every answer is one batch's gradient, for --optimizer to apply: --inner-optimizer and --inner-lr do not apply")]
+    InnerWithOneStep,
+    #[error("--inner-lr must be a finite number in (0, 10], got {0}")]
+    InnerLearningRate(f32),
     #[error("--batch-size must be between 1 and {max}, got {got}")]
     BatchSize { got: u32, max: usize },
     #[error("--eval-interval must be at least 1")]

@@ -9,6 +9,7 @@ mod duration;
 mod error;
 pub mod layers;
 pub mod model_choice;
+mod optimizer;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -22,6 +23,7 @@ pub use self::cli::{
 pub use self::duration::parse_duration;
 pub use self::error::ConfigError;
 pub use self::model_choice::ModelChoice;
+use self::optimizer::optimizers;
 pub use coordinator_core::Mode;
 use coordinator_core::Settings;
 
@@ -53,6 +55,8 @@ pub struct Config {
     /// `--test-fraction`: the share of samples kept on the coordinator for evaluation.
     pub test_fraction: f64,
     pub optimizer: OptimizerKind,
+    /// `--local-steps` and the inner optimizer; `None`: one step per answer.
+    pub local: Option<coordinator_core::Local>,
     pub batch_size: u32,
     pub eval_interval: u64,
     pub seed: u64,
@@ -109,6 +113,7 @@ impl Config {
     /// What the coordinator's core is told.
     pub fn settings(&self) -> Settings {
         Settings {
+            local: self.local,
             model_name: self.model.name().to_string(),
             optimizer: self.optimizer,
             batch_size: self.batch_size,
@@ -143,34 +148,7 @@ impl TryFrom<Cli> for Config {
         if !(cli.test_fraction > 0.0 && cli.test_fraction < 1.0) {
             return Err(ConfigError::TestFraction(cli.test_fraction));
         }
-        let (default_lr, name) = match cli.optimizer {
-            OptimizerChoice::Sgd => (0.1, "sgd"),
-            OptimizerChoice::Momentum => (0.05, "momentum"),
-            OptimizerChoice::Adam => (0.001, "adam"),
-        };
-        let lr = cli.lr.unwrap_or(default_lr);
-        if !(lr.is_finite() && lr > 0.0 && lr <= 10.0) {
-            return Err(ConfigError::LearningRate(lr));
-        }
-        if cli.momentum.is_some() && cli.optimizer != OptimizerChoice::Momentum {
-            return Err(ConfigError::MomentumWithoutMomentumOptimizer(name));
-        }
-        let optimizer = match cli.optimizer {
-            OptimizerChoice::Sgd => OptimizerKind::Sgd { lr },
-            OptimizerChoice::Momentum => {
-                let momentum = cli.momentum.unwrap_or(0.9);
-                if !(0.0..1.0).contains(&momentum) {
-                    return Err(ConfigError::Momentum(momentum));
-                }
-                OptimizerKind::Momentum { lr, momentum }
-            }
-            OptimizerChoice::Adam => OptimizerKind::Adam {
-                lr,
-                beta1: 0.9,
-                beta2: 0.999,
-                eps: 1e-8,
-            },
-        };
+        let (optimizer, local) = optimizers(&cli)?;
         if cli.batch_size == 0 || cli.batch_size as usize > MAX_BATCH {
             return Err(ConfigError::BatchSize {
                 got: cli.batch_size,
@@ -257,6 +235,7 @@ impl TryFrom<Cli> for Config {
             init: cli.init.clone(),
             test_fraction: cli.test_fraction,
             optimizer,
+            local,
             batch_size: cli.batch_size,
             eval_interval: cli.eval_interval,
             seed: cli.seed,

@@ -360,3 +360,99 @@ fn bad_files_and_values_are_refused_with_the_key_named() {
     let err = layered(&["--config", "/no/such/file.toml"], &[]).expect_err("missing");
     assert!(err.contains("/no/such/file.toml"), "{err}");
 }
+
+/// `--local-steps`: the outer optimizer defaults to DiLoCo's Nesterov (lr 0.7, momentum 0.9)
+/// and the inner one to SGD at 0.1; `1` is today's exchange; the flags that only go with
+/// local steps, or only with `auto`, are refused elsewhere, by name.
+#[test]
+fn local_steps_take_their_own_flags() {
+    use coordinator_core::{Local, LocalSteps};
+    use protocol::InnerOptimizer;
+    let c = parse(&["--local-steps", "16"]).expect("valid");
+    assert_eq!(
+        c.local,
+        Some(Local {
+            steps: LocalSteps::Fixed(16),
+            inner: InnerOptimizer::Sgd { lr: 0.1 },
+        })
+    );
+    assert_eq!(
+        c.optimizer,
+        OptimizerKind::Nesterov {
+            lr: 0.7,
+            momentum: 0.9
+        }
+    );
+    let c = parse(&[
+        "--local-steps",
+        "auto",
+        "--max-local-steps",
+        "500",
+        "--inner-optimizer",
+        "adam",
+        "--inner-lr",
+        "0.002",
+        "--optimizer",
+        "sgd",
+        "--lr",
+        "1",
+    ])
+    .expect("valid");
+    assert_eq!(
+        c.local.map(|l| l.steps),
+        Some(LocalSteps::Auto { max: 500 })
+    );
+    assert!(matches!(
+        c.local.map(|l| l.inner),
+        Some(InnerOptimizer::Adam { lr, .. }) if lr == 0.002
+    ));
+    assert_eq!(c.optimizer, OptimizerKind::Sgd { lr: 1.0 });
+    let auto = parse(&["--local-steps", "auto"]).expect("valid");
+    assert_eq!(
+        auto.local.map(|l| l.steps),
+        Some(LocalSteps::Auto { max: 4096 })
+    );
+    let averaging = parse(&["--local-steps", "8", "--mode", "async"]).expect("valid");
+    assert_eq!(averaging.optimizer, OptimizerKind::Sgd { lr: 1.0 });
+    let one = parse(&["--local-steps", "1"]).expect("valid");
+    assert_eq!(one.local, None);
+    assert_eq!(one.settings(), parse(&[]).expect("valid").settings());
+    for (args, says) in [
+        (&["--local-steps", "0"][..], "--local-steps must be"),
+        (&["--local-steps", "100001"], "--local-steps must be"),
+        (&["--local-steps", "many"], "--local-steps must be"),
+        (
+            &["--local-steps", "16", "--max-local-steps", "64"],
+            "only applies to --local-steps auto",
+        ),
+        (
+            &["--local-steps", "auto", "--max-local-steps", "0"],
+            "--local-steps must be",
+        ),
+        (&["--inner-lr", "0.1"], "only apply with --local-steps"),
+        (&["--max-local-steps", "8"], "only apply with --local-steps"),
+        (
+            &["--local-steps", "1", "--inner-optimizer", "adam"],
+            "--inner-optimizer and --inner-lr do not apply",
+        ),
+        (
+            &["--local-steps", "8", "--inner-lr", "0"],
+            "--inner-lr must be",
+        ),
+        (
+            &["--local-steps", "8", "--inner-lr", "NaN"],
+            "--inner-lr must be",
+        ),
+        (
+            &["--optimizer", "adam", "--momentum", "0.5"],
+            "only applies to --optimizer momentum or nesterov",
+        ),
+        (
+            &["--optimizer", "nesterov", "--momentum", "1"],
+            "--momentum must be in [0, 1)",
+        ),
+    ] {
+        let err = parse(args).expect_err(&format!("{args:?} is refused"));
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}

@@ -37,6 +37,7 @@ impl Fingerprint {
         let optimizer = match config.optimizer {
             model::OptimizerKind::Sgd { .. } => "sgd".to_string(),
             model::OptimizerKind::Momentum { momentum, .. } => format!("momentum {momentum}"),
+            model::OptimizerKind::Nesterov { momentum, .. } => format!("nesterov {momentum}"),
             model::OptimizerKind::Adam {
                 beta1, beta2, eps, ..
             } => format!("adam beta1 {beta1} beta2 {beta2} eps {eps}"),

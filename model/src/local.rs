@@ -1,0 +1,142 @@
+//! A local phase (`--local-steps`): several inner optimizer steps on consecutive batches,
+//! taken by a worker from the weights it was sent, and answered with the pseudo-gradient,
+//! the weights it started from minus the weights it ended with (DiLoCo's outer gradient).
+//!
+//! The inner optimizer starts afresh each phase, so a phase is a function of its start
+//! weights, its batches and its settings alone: the coordinator replays it exactly to verify
+//! an answer (`--verify-fraction`), and a worker that reconnects loses nothing but the phase
+//! it was in. Worker and coordinator run this same code, one step at a time, so a browser
+//! tab can pause, or yield to its page, between two steps.
+
+use ndarray::ArrayView2;
+
+use crate::optim::{Optimizer, OptimizerKind};
+use crate::{ModelError, Network};
+
+/// A phase under way: the trained tensors as they are now, and the inner optimizer.
+#[derive(Debug)]
+pub struct LocalPhase {
+    start: Vec<f32>,
+    trained: Vec<f32>,
+    /// The frozen tensors' values (empty without frozen layers).
+    frozen: Vec<f32>,
+    optimizer: Box<dyn Optimizer + Send>,
+    steps: u32,
+    taken: u32,
+    loss_sum: f64,
+}
+
+/// What a finished phase answers with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PhaseResult {
+    /// `start − end` over the trained tensors, in layout order (what `Gradient` carries).
+    pub delta: Vec<f32>,
+    /// The mean of the steps' training losses.
+    pub mean_loss: f32,
+}
+
+impl LocalPhase {
+    /// A phase of `steps` steps of `optimizer` (fresh state) from the full weights `start`.
+    pub fn new(net: &Network, start: &[f32], optimizer: OptimizerKind, steps: u32) -> Self {
+        let trained = net.trained_part(start);
+        let frozen = net.frozen_part(start);
+        Self {
+            optimizer: optimizer.build(trained.len()),
+            start: trained.clone(),
+            trained,
+            frozen,
+            steps,
+            taken: 0,
+            loss_sum: 0.0,
+        }
+    }
+
+    /// Steps taken so far; the next one uses batch `first + taken()`.
+    pub fn taken(&self) -> u32 {
+        self.taken
+    }
+
+    pub fn steps(&self) -> u32 {
+        self.steps
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.taken >= self.steps
+    }
+
+    /// One inner step on the batch `x`, `labels` with dropout seed `seed`; returns its loss.
+    pub fn step(
+        &mut self,
+        net: &Network,
+        x: ArrayView2<'_, f32>,
+        labels: &[u8],
+        seed: u64,
+    ) -> Result<f32, ModelError> {
+        let (loss, grads) = if self.frozen.is_empty() {
+            net.loss_and_grad(&self.trained, x, labels, seed)?
+        } else {
+            let full = net.join(&self.trained, &self.frozen);
+            net.loss_and_grad(&full, x, labels, seed)?
+        };
+        let grads = net.compact(grads);
+        self.optimizer.step(&mut self.trained, &grads);
+        self.taken += 1;
+        self.loss_sum += f64::from(loss);
+        Ok(loss)
+    }
+
+    /// The pseudo-gradient, once every step is taken (or after fewer, for a phase cut
+    /// short: it is then the phase so far).
+    pub fn finish(self) -> PhaseResult {
+        let delta = self
+            .start
+            .iter()
+            .zip(&self.trained)
+            .map(|(s, e)| s - e)
+            .collect();
+        PhaseResult {
+            delta,
+            mean_loss: (self.loss_sum / f64::from(self.taken.max(1))) as f32,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::optim::OptimizerKind;
+
+    fn data(net: &Network, n: usize, seed: u64) -> (ndarray::Array2<f32>, Vec<u8>) {
+        let mut rng = crate::SplitMix64::new(seed);
+        let x =
+            ndarray::Array2::from_shape_fn((n, net.inputs()), |_| (rng.next_f64() - 0.5) as f32);
+        let labels = (0..n).map(|i| (i % net.classes()) as u8).collect();
+        (x, labels)
+    }
+
+    /// H steps of SGD in a phase are H steps of the SGD optimizer on the same batches, bit
+    /// for bit, and the answer is the start minus the end.
+    #[test]
+    fn a_phase_of_sgd_is_plain_sgd_and_answers_start_minus_end() {
+        let net = Network::mlp(&[6, 5, 3]).expect("mlp");
+        let start: Vec<f32> = net.init(7);
+        let kind = OptimizerKind::Sgd { lr: 0.1 };
+        let mut phase = LocalPhase::new(&net, &start, kind, 4);
+        let mut plain = start.clone();
+        let mut sgd = kind.build(plain.len());
+        for k in 0..4u64 {
+            let (x, labels) = data(&net, 8, k);
+            phase.step(&net, x.view(), &labels, k).expect("step");
+            let (_, g) = net
+                .loss_and_grad(&plain, x.view(), &labels, k)
+                .expect("grad");
+            sgd.step(&mut plain, &g);
+        }
+        assert!(phase.is_done());
+        let result = phase.finish();
+        for ((d, s), p) in result.delta.iter().zip(&start).zip(&plain) {
+            assert_eq!(*d, s - p);
+        }
+        assert!(result.mean_loss.is_finite() && result.mean_loss > 0.0);
+    }
+}
