@@ -58,6 +58,7 @@ function onStatus(s) {
   $("state").dataset.state = s.state;
   $("run").textContent = `model ${s.model_name}: ${s.model} (${s.param_count.toLocaleString()} parameters) · ` +
     `${s.dataset} · ${s.mode} · aggregator ${s.aggregator} · ${s.optimizer}`;
+  $("efficiency").textContent = efficiency(s);
   if (s.train_loss != null && s.last_round_ms != null) {
     addPoint({
       round: s.round, unix_ms: Date.now(), train_loss: s.train_loss, test_accuracy: s.test_accuracy,
@@ -113,6 +114,17 @@ function legend(svg, points) {
   });
 }
 
+const percent = (v) => (v == null ? "–" : `${(v * 100).toFixed(v < 0.1 ? 1 : 0)} %`);
+
+// How much of the volunteers' time goes to computing, and what the link carries.
+function efficiency(s) {
+  const parts = [`workers computing ${percent(s.utilisation)} of their time`];
+  if (s.local_steps != null) parts.push(`local steps ${s.local_steps.toFixed(s.local_steps < 10 ? 1 : 0)} per answer`);
+  else parts.push("one step per answer");
+  if (s.bytes_per_sample != null) parts.push(`${s.bytes_per_sample.toPrecision(3)} bytes per sample`);
+  return parts.join(" · ");
+}
+
 const ago = (ms) => (ms == null ? "–" : `${Math.max(0, Math.round((Date.now() - ms) / 1000))} s ago`);
 
 function table(s) {
@@ -121,7 +133,8 @@ function table(s) {
     const rejected = Object.entries(w.rejected).map(([k, v]) => `${k} ${v}`).join(", ") || "–";
     const since = w.connected_at_ms ? new Date(w.connected_at_ms).toLocaleTimeString() : "–";
     return `<tr data-worker="${w.id}"><td>${w.id}</td><td>${w.kind}</td><td>${since}</td><td>${w.gradients}</td>` +
-      `<td>${w.samples_per_sec == null ? "–" : Math.round(w.samples_per_sec)}</td><td>${ago(w.last_seen_ms)}</td>` +
+      `<td>${w.samples_per_sec == null ? "–" : Math.round(w.samples_per_sec)}</td>` +
+      `<td>${w.local_steps ?? 1}</td><td>${percent(w.compute_share)}</td><td>${ago(w.last_seen_ms)}</td>` +
       `<td>${w.compression ?? "–"}</td><td>${rejected}</td><td>${w.strikes}</td>` +
       `<td class="admin"><button data-kick="${w.id}">kick</button><button class="danger" data-ban="${w.id}">ban</button></td></tr>`;
   });

@@ -64,6 +64,7 @@ worker.onmessage = ({ data: e }) => {
   if (e.gradients != null) $("gradients").textContent = e.gradients;
   if (e.loss != null) $("loss").textContent = e.loss.toFixed(4);
   if (e.samplesPerSec) $("rate").textContent = Math.round(e.samplesPerSec).toLocaleString();
+  if (e.computeShare != null) $("computing").textContent = `${(e.computeShare * 100).toFixed(e.computeShare < 0.1 ? 1 : 0)} % of the time`;
   if (e.workerId != null) { $("worker-id").textContent = e.workerId; workerId = e.workerId; }
   if (e.state === "disconnected") {
     const retry = `retrying in ${(e.retryInMs / 1000).toFixed(1)} s`;

@@ -56,4 +56,6 @@ pub use settings::{Mode, Settings};
 pub use status::Status;
 
 #[cfg(test)]
+mod local_tests;
+#[cfg(test)]
 mod tests;

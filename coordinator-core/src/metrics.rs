@@ -45,6 +45,8 @@ pub struct Live {
     pub bans: Arc<Vec<String>>,
     /// `--replicate`: (agreed, disputed).
     pub replicas: (u64, u64),
+    /// `--local-steps`: the mean length of the latest phases.
+    pub local_steps: Option<f64>,
 }
 
 /// The run's counters: what a checkpoint keeps, so that totals survive a restart.
@@ -234,6 +236,19 @@ impl Metrics {
             dataset: self.info.dataset.clone(),
             bytes_in: self.counters.bytes_in,
             bytes_out: self.counters.bytes_out,
+            bytes_per_sample: (self.counters.samples_seen > 0).then(|| {
+                (self.counters.bytes_in + self.counters.bytes_out) as f64
+                    / self.counters.samples_seen as f64
+            }),
+            local_steps: live.local_steps,
+            utilisation: {
+                let shares: Vec<f64> = live
+                    .worker_list
+                    .iter()
+                    .filter_map(|w| w.compute_share)
+                    .collect();
+                (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64)
+            },
             checkpoints: None,
             worker_list: live.worker_list,
         }
@@ -288,6 +303,7 @@ mod tests {
             worker_list: Arc::default(),
             grad_norm_bound: 2.5,
             bans: Arc::new(vec!["worker 3".into()]),
+            local_steps: None,
             replicas: (4, 1),
         }
     }

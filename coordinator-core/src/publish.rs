@@ -20,8 +20,12 @@ impl Coordinator {
             (None, false) => State::Waiting,
         };
         if self.registry.take_changed() {
-            let schedule = &self.schedule;
-            self.worker_list = Arc::new(self.registry.list(|id| schedule.is_skipped(id), self.now));
+            let (schedule, local) = (&self.schedule, &self.local);
+            let steps = |id| local.as_ref().map(|plan| plan.steps(id));
+            let list = self
+                .registry
+                .list(|id| schedule.is_skipped(id), steps, self.now);
+            self.worker_list = Arc::new(list);
         }
         if self.registry.bans().len() != self.bans.len() {
             self.bans = Arc::new(
@@ -41,6 +45,7 @@ impl Coordinator {
             grad_norm_bound: self.bound.bound(),
             bans: self.bans.clone(),
             replicas: (self.replicas.agreed, self.replicas.disputed),
+            local_steps: self.local.as_ref().map(crate::local::LocalPlan::mean_steps),
         });
         self.status = status;
         self.status_fresh = true;

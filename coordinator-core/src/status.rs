@@ -45,6 +45,11 @@ pub struct WorkerStatus {
     pub shard_len: usize,
     /// Sync: missed too many deadlines in a row; not waited for until it answers again.
     pub skipped: bool,
+    /// `--local-steps`: the length of its next phase.
+    pub local_steps: Option<u32>,
+    /// The compute time its answers reported, over its time connected (to its last
+    /// answer); `None` before its first answer.
+    pub compute_share: Option<f64>,
 }
 
 /// The latest closed round (or applied update, in async modes).
@@ -142,6 +147,12 @@ pub struct Status {
     /// Bytes of gradient frames received, and of frames sent to workers.
     pub bytes_in: u64,
     pub bytes_out: u64,
+    /// Bytes both ways per sample trained on; `None` before the first update.
+    pub bytes_per_sample: Option<f64>,
+    /// `--local-steps`: the mean length of the latest phases (H̄); `None` without.
+    pub local_steps: Option<f64>,
+    /// The mean compute share of the workers that answered.
+    pub utilisation: Option<f64>,
     /// `--checkpoint-dir`: what the checkpoint writer has done (absent without one; the
     /// driver that writes them fills it in).
     pub checkpoints: Option<Arc<CheckpointReport>>,

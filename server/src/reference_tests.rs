@@ -94,6 +94,9 @@ fn every_metric_is_in_the_reference_and_every_listed_metric_exists() {
         test_accuracy: Some(0.9),
         test_loss: Some(0.3),
         train_loss: Some(0.4),
+        local_steps: Some(16.0),
+        utilisation: Some(0.9),
+        bytes_per_sample: Some(12.5),
         checkpoints: Some(Arc::new(CheckpointReport::default())),
         ..Status::default()
     };

@@ -180,6 +180,13 @@ async fn session(
     inner.emit("connected", &[]);
     // A local phase's time so far: its steps and the CPU setting's idling.
     let mut phase_ms = 0.0;
+    // For the tab's compute share of its time connected.
+    let since = (performance_now(), core.stats().compute_us);
+    let share = |stats: &Stats| {
+        let wall_ms = performance_now() - since.0;
+        let compute_ms = stats.compute_us.saturating_sub(since.1) as f64 / 1000.0;
+        (wall_ms > 0.0).then(|| (compute_ms / wall_ms).min(1.0))
+    };
     loop {
         let event = if core.working() {
             // Between two inner steps: what has arrived (a pause closes the socket, newer
@@ -211,6 +218,9 @@ async fn session(
                     rate.update(core.stats().samples_computed, std::mem::take(&mut phase_ms));
                     let mut fields = stats_fields(core.stats());
                     fields.push(("samplesPerSec", rate.per_sec.into()));
+                    if let Some(share) = share(core.stats()) {
+                        fields.push(("computeShare", share.into()));
+                    }
                     inner.emit("training", &fields);
                     continue;
                 }
@@ -277,6 +287,9 @@ async fn session(
                 }
                 rate.update(core.stats().samples_computed, elapsed_ms + idle_ms);
                 fields.push(("samplesPerSec", rate.per_sec.into()));
+                if let Some(share) = share(core.stats()) {
+                    fields.push(("computeShare", share.into()));
+                }
                 "training"
             }
             // Welcome, Shard, a non-fatal Error, or Weights before this worker has a shard.

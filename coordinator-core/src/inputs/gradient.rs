@@ -32,7 +32,10 @@ impl Coordinator {
     }
 
     fn arrived(&mut self, worker: WorkerId, gradient: &Gradient, now: Instant) {
-        let Some((sent, compression)) = self.registry.seen(worker, gradient.samples, now) else {
+        let Some((sent, compression)) =
+            self.registry
+                .seen(worker, (gradient.samples, gradient.compute_us), now)
+        else {
             return;
         };
         if let Some(sent) = sent {

@@ -15,12 +15,13 @@ impl Registry {
     pub fn seen(
         &mut self,
         id: WorkerId,
-        samples: u32,
+        (samples, compute_us): (u32, u32),
         now: Instant,
     ) -> Option<(Option<Instant>, Compression)> {
         let w = self.workers.get_mut(&id)?;
         w.last_seen = Some(now);
         w.samples += u64::from(samples);
+        w.compute += std::time::Duration::from_micros(compute_us.into());
         Some((w.weights_sent_at, w.compression))
     }
 
@@ -30,7 +31,13 @@ impl Registry {
     }
 
     /// The table, as of `now`: times as Unix milliseconds, samples a second since joining.
-    pub fn list(&self, skipped: impl Fn(WorkerId) -> bool, now: Instant) -> Vec<WorkerStatus> {
+    /// `steps`: a worker's next local phase's length (`--local-steps`).
+    pub fn list(
+        &self,
+        skipped: impl Fn(WorkerId) -> bool,
+        steps: impl Fn(WorkerId) -> Option<u32>,
+        now: Instant,
+    ) -> Vec<WorkerStatus> {
         let wall_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
@@ -59,6 +66,11 @@ impl Registry {
                 strikes: self.bans.strikes(id),
                 shard_len: w.shard.as_ref().map_or(0, Range::len),
                 skipped: skipped(id),
+                local_steps: steps(id),
+                compute_share: w.last_seen.and_then(|last| {
+                    let secs = last.saturating_duration_since(w.connected_at).as_secs_f64();
+                    (secs > 0.0).then(|| (w.compute.as_secs_f64() / secs).min(1.0))
+                }),
             })
             .collect()
     }

@@ -54,6 +54,8 @@ struct Worker {
     connected_at: Instant,
     last_seen: Option<Instant>,
     samples: u64,
+    /// The compute time its answers reported.
+    compute: std::time::Duration,
     /// Whether this connection holds the frozen tensors' current values.
     has_frozen: bool,
     /// A shard or the frozen tensors went to it since its last pull: its next answer's
@@ -219,6 +221,7 @@ impl Registry {
                 connected_at: now,
                 last_seen: None,
                 samples: 0,
+                compute: std::time::Duration::ZERO,
             },
         );
         self.changed = true;

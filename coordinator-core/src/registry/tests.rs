@@ -84,7 +84,7 @@ fn a_resume_replaces_the_live_session_and_keeps_the_gradient_count() {
         .admit(&hello(None, Some(&a.token)), LOCAL, t())
         .expect("in");
     assert_eq!((c.id, c.replaced), (a.id, None));
-    assert_eq!(r.list(|_| false, Instant::now())[0].gradients, 2);
+    assert_eq!(r.list(|_| false, |_| None, Instant::now())[0].gradients, 2);
     // Unknown tokens are new identities; tokens are distinct.
     let d = r
         .admit(&hello(None, Some("not-a-token")), LOCAL, t())
@@ -137,7 +137,7 @@ fn rebalance_sends_each_worker_its_shard_only_when_it_changes() {
         .map(|(id, s)| (id, s.0, s.1))
         .collect();
     assert_eq!(cut, [(a.id, 0, 5), (b.id, 5, 5)]);
-    let list = r.list(|id| id == b.id, Instant::now());
+    let list = r.list(|id| id == b.id, |_| None, Instant::now());
     assert_eq!(
         list.iter()
             .map(|w| (w.id, w.shard_len, w.skipped))

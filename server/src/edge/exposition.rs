@@ -226,7 +226,7 @@ impl Collector for FromStatus {
                 c.failed,
             )?;
         }
-        let gauges: [(&str, &str, Option<f64>); 8] = [
+        let gauges: [(&str, &str, Option<f64>); 11] = [
             (
                 "round",
                 "Updates applied (the current round or version)",
@@ -258,6 +258,21 @@ impl Collector for FromStatus {
                 "grad_norm_bound",
                 "The L2 norm a gradient is clipped to",
                 Some(s.grad_norm_bound),
+            ),
+            (
+                "local_steps",
+                "--local-steps: the mean length of the latest local phases",
+                s.local_steps,
+            ),
+            (
+                "utilisation",
+                "The workers' mean compute share of their connected time (0-1)",
+                s.utilisation,
+            ),
+            (
+                "bytes_per_sample",
+                "Bytes both ways per sample trained on",
+                s.bytes_per_sample,
             ),
         ];
         for (name, help, value) in gauges {
