@@ -24,6 +24,14 @@ fn main() {
         )
         .expect("write the native gradient");
     }
+    for (preset, name, optimizer) in fixture::phases() {
+        let delta = fixture::local_phase(preset, optimizer);
+        std::fs::write(
+            out.join(format!("native_phase_{preset}_{name}.bin")),
+            fixture::gradient_bytes(0.0, &delta),
+        )
+        .expect("write the native phase");
+    }
     let worker: Vec<Vec<u8>> = fixture::worker_messages()
         .iter()
         .map(protocol::encode_from_worker)

@@ -4,7 +4,10 @@
 
 #![allow(dead_code)]
 
-use model::{batch_seed, Dataset, NetSpec, Network, Normalization, Shape, SplitMix64, Values};
+use model::{
+    batch_positions, batch_seed, Dataset, LocalPhase, NetSpec, Network, Normalization,
+    OptimizerKind, Shape, SplitMix64, Values,
+};
 use protocol::{
     Compression, CoordinatorToWorker, ErrorCode, GradientChunk, Hello, ModelSpec, Round, Shard,
     ShardValues, Task, Weights, Welcome, WorkerId, WorkerKind, WorkerToCoordinator,
@@ -48,6 +51,38 @@ pub fn gradient(preset: &str) -> (f32, Vec<f32>) {
     let (x, labels) = data.batch(0..BATCH);
     net.loss_and_grad(&params, x.view(), &labels, batch_seed(0, 0))
         .expect("valid shapes")
+}
+
+/// Steps of the reference local phases.
+pub const PHASE_STEPS: u32 = 16;
+
+/// The reference local phases: (preset, inner optimizer's name, the optimizer).
+pub fn phases() -> [(&'static str, &'static str, OptimizerKind); 3] {
+    let adam = OptimizerKind::Adam {
+        lr: 0.001,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+    };
+    [
+        ("mlp", "sgd", OptimizerKind::Sgd { lr: 0.1 }),
+        ("mlp", "adam", adam),
+        ("cnn", "sgd", OptimizerKind::Sgd { lr: 0.05 }),
+    ]
+}
+
+/// A local phase of [`PHASE_STEPS`] steps from the preset's weights on batches 0, 1, ... of
+/// the fixture's samples, as a worker takes it: its pseudo-gradient.
+pub fn local_phase(preset: &str, optimizer: OptimizerKind) -> Vec<f32> {
+    let (net, params, data) = inputs(preset);
+    let mut phase = LocalPhase::new(&net, &params, optimizer, PHASE_STEPS);
+    for k in 0..u64::from(PHASE_STEPS) {
+        let (x, labels) = data.batch(batch_positions(data.len(), k, BATCH));
+        phase
+            .step(&net, x.view(), &labels, batch_seed(k, 0))
+            .expect("valid shapes");
+    }
+    phase.finish().delta
 }
 
 /// `Welcome.model` for a spec.

@@ -73,6 +73,60 @@ fn compare_with_native(preset: &str, native: &[u8]) {
     assert!(max_diff < 1e-6, "max abs diff {max_diff}");
 }
 
+static NATIVE_PHASES: [&[u8]; 3] = [
+    include_bytes!(concat!(env!("OUT_DIR"), "/native_phase_mlp_sgd.bin")),
+    include_bytes!(concat!(env!("OUT_DIR"), "/native_phase_mlp_adam.bin")),
+    include_bytes!(concat!(env!("OUT_DIR"), "/native_phase_cnn_sgd.bin")),
+];
+
+/// A local phase of 16 steps in the browser against the same phase computed natively:
+/// bitwise equal against a native build without FMA; against one with FMA, how far the
+/// rounding drifts after 16 steps, and within the coordinator's recomputation tolerance
+/// (1e-6 + 1e-4·|value| per value, up to 0.5 % of the values outside it as long as their
+/// excess is at most 5 % of the norm: `coordinator-core`'s `checks/verify.rs`).
+#[wasm_bindgen_test]
+fn a_local_phase_in_wasm_is_the_native_phase_within_the_verification_tolerance() {
+    for ((preset, name, optimizer), native) in fixture::phases().into_iter().zip(NATIVE_PHASES) {
+        let wasm = fixture::gradient_bytes(0.0, &fixture::local_phase(preset, optimizer));
+        assert_eq!(wasm.len(), native.len());
+        if wasm == native {
+            console_log!("{preset} {name}: a 16-step phase in wasm == native: BITWISE identical");
+            continue;
+        }
+        assert!(
+            option_env!("CROWDTRAIN_REFERENCE_WITHOUT_FMA").is_none(),
+            "the native reference was computed without FMA, so it must be bitwise identical"
+        );
+        let (wasm, native) = (floats(&wasm), floats(native));
+        let (mut max_diff, mut max_rel, mut differing, mut outside) = (0.0f32, 0.0f32, 0, 0);
+        let (mut excess_sq, mut norm_sq) = (0.0f64, 0.0f64);
+        for (&a, &e) in wasm.iter().zip(&native) {
+            norm_sq += f64::from(e) * f64::from(e);
+            let off = (a - e).abs();
+            if off > 0.0 {
+                differing += 1;
+                max_diff = max_diff.max(off);
+                max_rel = max_rel.max(off / e.abs().max(1e-12));
+            }
+            let tolerance = 1e-6 + 1e-4 * e.abs();
+            if off > tolerance {
+                outside += 1;
+                excess_sq += f64::from(off - tolerance).powi(2);
+            }
+        }
+        let excess = (excess_sq / norm_sq).sqrt();
+        console_log!(
+            "{preset} {name}: a 16-step phase in wasm vs native with FMA: {differing} of {} values differ, max abs diff {max_diff:e}, max relative {max_rel:e}; {outside} outside the per-value tolerance, {:.3} % of the norm",
+            native.len(),
+            excess * 100.0
+        );
+        assert!(
+            outside <= native.len() / 200 && excess <= 0.05,
+            "{preset} {name}: {outside} values outside, {excess} of the norm"
+        );
+    }
+}
+
 #[wasm_bindgen_test]
 fn wasm_decodes_what_native_encodes_and_encodes_the_same_bytes() {
     let worker_frames = fixture::unpack(NATIVE_WORKER_FRAMES);
@@ -119,6 +173,7 @@ fn the_worker_core_answers_weights_with_a_gradient_in_the_browser() {
     let task = protocol::Task {
         round: protocol::Round(0),
         batch: 0,
+        local: None,
     };
     core.handle(CoordinatorToWorker::Task(task)).expect("task");
     let frames = protocol::encode_weights(protocol::Round(0), &params, protocol::Compression::None);

@@ -4,10 +4,12 @@
 //! crate, tokio-tungstenite), each worker through its own delaying proxy on loopback that
 //! holds every byte for half the round trip and paces each direction at the link's
 //! bandwidth (`--link 0/0`: no proxy at all). Then the `sim` crate runs the same scenario:
-//! same settings, seed, model and data, the link as given, each gradient taking the time it
-//! takes here (measured, the median of 30). Prints both reports as JSON: the rounds, the
-//! accuracy at the last round, samples per second over the timed rounds, and each worker's
-//! compute share (real: its gradients × that measured time, over the timed wall time).
+//! same flags (`--coordinator "--local-steps auto"` adds any), seed, model and data, the
+//! link as given, each step taking the time it takes here (measured, the median of 30).
+//! Prints both reports as JSON: the rounds, the accuracy at the end, the time to
+//! `--target-accuracy` (real: wall time from the coordinator's start), samples per second
+//! after the warm-up, each worker's compute share (real: the compute time its own clock
+//! measured, over its time connected), bytes per sample.
 //!
 //! What the proxy does not carry: TCP/IP headers (the simulator counts 52 bytes per 1,448),
 //! and TCP's own pacing (it reads as fast as its side sends, then releases at the link's
@@ -18,7 +20,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use coordinator_core::Settings;
 use protocol::Compression;
 use sim::{Link, Scenario, Until, Way, WorkerSpec};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -33,13 +34,43 @@ struct Cli {
     /// Every worker's link, `RTT/MBIT` each way (`50ms/10`); `0/0`: loopback, no proxy.
     #[arg(long, default_value = "0/0")]
     link: String,
-    /// Rounds in all; the first `--warmup` are not timed.
+    /// Rounds at most; the first `--warmup` are not timed.
     #[arg(long, default_value_t = 200)]
     rounds: u64,
     #[arg(long, default_value_t = 10)]
     warmup: u64,
+    /// Stop when an evaluation reaches this accuracy (both runs), and report when.
+    #[arg(long)]
+    target_accuracy: Option<f64>,
+    /// More of the coordinator's flags, as one string (`--local-steps auto`), for both runs.
+    #[arg(long, default_value = "", allow_hyphen_values = true)]
+    coordinator: String,
+    /// Skip the simulator's run.
+    #[arg(long)]
+    real_only: bool,
     #[arg(long, default_value_t = 42)]
     seed: u64,
+}
+
+impl Cli {
+    /// The coordinator's flags for both runs.
+    fn flags(&self) -> Vec<String> {
+        let mut flags: Vec<String> = [
+            "--min-workers",
+            &self.workers.to_string(),
+            "--max-rounds",
+            &self.rounds.to_string(),
+            "--seed",
+            &self.seed.to_string(),
+        ]
+        .map(String::from)
+        .into();
+        if let Some(target) = self.target_accuracy {
+            flags.extend(["--target-accuracy".into(), target.to_string()]);
+        }
+        flags.extend(self.coordinator.split_whitespace().map(String::from));
+        flags
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -49,19 +80,18 @@ fn main() -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
+    let args = std::iter::once("coordinator".to_string()).chain(cli.flags());
+    let config = server::Config::from_args(args).map_err(anyhow::Error::msg)?;
     let split = server::dataset::load_default(cli.seed)?;
-    let choice = server::config::ModelChoice::from_flags("mlp", &[128], false)?;
-    let net = split.network(&choice)?;
+    let net = split.network(&config.model)?;
     let step = sim::measured_step(&net, &split.train)?;
-    let real = rt.block_on(real_run(&cli, way, step))?;
+    let real = rt.block_on(real_run(&cli, way))?;
     println!("{real}");
-    let settings = Settings {
-        min_workers: cli.workers,
-        max_rounds: Some(cli.rounds),
-        seed: cli.seed,
-        audit_seed: Some(cli.seed),
-        ..Settings::default()
-    };
+    if cli.real_only {
+        return Ok(());
+    }
+    let mut settings = config.settings();
+    settings.audit_seed = Some(cli.seed);
     let link = Link { down: way, up: way };
     let workers = (0..cli.workers)
         .map(|_| WorkerSpec::new(link, step).with_compression(Compression::Int8))
@@ -74,6 +104,7 @@ fn main() -> anyhow::Result<()> {
         seed: cli.seed,
         until: Until {
             rounds: Some(cli.rounds),
+            accuracy: cli.target_accuracy,
             ..Until::default()
         },
         evaluation_time: Duration::ZERO,
@@ -90,15 +121,19 @@ fn main() -> anyhow::Result<()> {
         serde_json::json!({
             "run": "simulated",
             "link": cli.link,
+            "coordinator": cli.coordinator,
             "step_ms": step.as_secs_f64() * 1e3,
             "rounds": report.rounds,
             "accuracy": report.accuracy,
             "evaluated_round": report.evaluated_round,
+            "seconds_to_target": report.seconds_to_target,
             "samples_per_sec": report.samples_per_sec,
             "samples_per_sec_from_warmup": timed.map(|(t, round)| {
-                ((report.rounds - round) * 32 * cli.workers as u64) as f64 / (report.seconds - t)
+                let per_round = report.samples as f64 / report.rounds.max(1) as f64;
+                (report.rounds - round) as f64 * per_round / (report.seconds - t)
             }),
             "compute_share": report.workers.iter().map(|w| w.compute_share).collect::<Vec<_>>(),
+            "bytes_per_sample": report.bytes_per_sample,
             "virtual_seconds": report.seconds,
             "real_seconds": started.elapsed().as_secs_f64(),
         })
@@ -106,27 +141,16 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn real_run(cli: &Cli, way: Way, step: Duration) -> anyhow::Result<serde_json::Value> {
+async fn real_run(cli: &Cli, way: Way) -> anyhow::Result<serde_json::Value> {
     let workers = cli.workers.to_string();
-    let rounds = cli.rounds.to_string();
-    let seed = cli.seed.to_string();
-    let args = [
-        "coordinator",
-        "--log-level",
-        "warn",
-        "--min-workers",
-        &workers,
-        "--max-per-ip",
-        &workers,
-        "--upload-slots-per-ip",
-        &workers,
-        "--max-rounds",
-        &rounds,
-        "--seed",
-        &seed,
-    ];
+    let mut args: Vec<String> = ["coordinator", "--log-level", "warn"]
+        .map(String::from)
+        .into();
+    args.extend(["--max-per-ip", &workers, "--upload-slots-per-ip", &workers].map(String::from));
+    args.extend(cli.flags());
     let config = server::Config::from_args(args).map_err(anyhow::Error::msg)?;
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    let begun = Instant::now();
     let server = server::start(listener, config, std::future::pending()).await?;
     let mut status = server.status.clone();
     let cancel = CancellationToken::new();
@@ -143,44 +167,48 @@ async fn real_run(cli: &Cli, way: Way, step: Duration) -> anyhow::Result<serde_j
             ..worker::Options::default()
         };
         let cancel = cancel.clone();
-        tasks.push(tokio::spawn(
-            async move { worker::run(&options, cancel).await },
-        ));
+        tasks.push(tokio::spawn(async move {
+            let started = Instant::now();
+            let ran = worker::run(&options, cancel).await;
+            (ran, started.elapsed())
+        }));
     }
     let mut started = None;
+    let mut last = server.status.borrow().clone();
     loop {
         if status.changed().await.is_err() {
             break;
         }
-        let round = status.borrow_and_update().round;
-        if started.is_none() && round >= cli.warmup {
-            started = Some((Instant::now(), round));
-        }
-        if round >= cli.rounds {
-            break;
+        last = status.borrow_and_update().clone();
+        if started.is_none() && last.round >= cli.warmup {
+            started = Some((Instant::now(), last.round, last.samples_seen));
         }
     }
-    let (t0, round0) = started.context("the warm-up rounds")?;
-    let wall = t0.elapsed().as_secs_f64();
+    let wall_seconds = begun.elapsed().as_secs_f64();
     let summary = server.wait().await?;
     cancel.cancel();
     let mut shares = Vec::new();
     for task in tasks {
-        if let Ok(Ok((_, stats))) = task.await {
-            // Its gradients over the timed rounds, each the time one takes here.
-            let timed = (cli.rounds - round0).min(stats.gradients_sent);
-            shares.push(timed as f64 * step.as_secs_f64() / wall);
+        if let Ok((Ok((_, stats)), connected)) = task.await {
+            // What its own clock says it computed, over its time connected.
+            shares.push(stats.compute_us as f64 / 1e6 / connected.as_secs_f64());
         }
     }
-    let samples = (cli.rounds - round0) * 32 * cli.workers as u64;
+    let from_warmup = started
+        .map(|(t0, _, samples)| (last.samples_seen - samples) as f64 / t0.elapsed().as_secs_f64());
     Ok(serde_json::json!({
         "run": "real",
         "link": cli.link,
+        "coordinator": cli.coordinator,
         "rounds": summary.rounds,
         "accuracy": summary.test_accuracy,
-        "samples_per_sec_from_warmup": samples as f64 / wall,
+        "reached_target": summary.reached_target,
+        "wall_seconds": wall_seconds,
+        "samples_per_sec_from_warmup": from_warmup,
         "compute_share": shares,
-        "wall_seconds": wall,
+        "bytes_per_sample": last.bytes_per_sample,
+        "utilisation": last.utilisation,
+        "local_steps": last.local_steps,
     }))
 }
 
