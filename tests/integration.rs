@@ -74,3 +74,6 @@ mod dashboard;
 /// Operators' own data (CSV, IDX, image folders) and model specs (TOML, JSON).
 #[path = "integration/datasets.rs"]
 mod datasets;
+
+#[path = "integration/links.rs"]
+mod links;

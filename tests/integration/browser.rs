@@ -158,7 +158,7 @@ impl Browser {
     }
 }
 
-fn page(addr: SocketAddr) -> String {
+pub fn page(addr: SocketAddr) -> String {
     format!("http://{addr}/")
 }
 

@@ -11,19 +11,15 @@
 //! after the warm-up, each worker's compute share (real: the compute time its own clock
 //! measured, over its time connected), bytes per sample.
 //!
-//! What the proxy does not carry: TCP/IP headers (the simulator counts 52 bytes per 1,448),
-//! and TCP's own pacing (it reads as fast as its side sends, then releases at the link's
-//! rate).
+//! The proxy is `slowlink`'s.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
 use protocol::Compression;
 use sim::{Link, Scenario, Until, Way, WorkerSpec};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Parser)]
@@ -159,7 +155,11 @@ async fn real_run(cli: &Cli, way: Way) -> anyhow::Result<serde_json::Value> {
         let addr = if way == Way::LOOPBACK {
             server.addr
         } else {
-            proxy(server.addr, way, cancel.clone()).await?
+            let way = slowlink::Way {
+                latency: way.latency,
+                bandwidth: way.bandwidth,
+            };
+            slowlink::proxy(server.addr, (way, way), cancel.clone()).await?
         };
         let options = worker::Options {
             url: format!("ws://{addr}/ws"),
@@ -225,66 +225,4 @@ fn parse_link(text: &str) -> anyhow::Result<Way> {
         (false, false) => bail!("--link {text:?}: give the bandwidth in Mbit/s"),
         (_, true) => Ok(Way::new(rtt / 2, mbit)),
     }
-}
-
-/// A proxy on a free loopback port to `upstream`: each direction delayed by `way.latency`
-/// and paced at `way.bandwidth`.
-async fn proxy(
-    upstream: SocketAddr,
-    way: Way,
-    cancel: CancellationToken,
-) -> anyhow::Result<SocketAddr> {
-    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
-    let addr = listener.local_addr()?;
-    tokio::spawn(async move {
-        loop {
-            let accepted = tokio::select! {
-                () = cancel.cancelled() => return,
-                a = listener.accept() => a,
-            };
-            let Ok((client, _)) = accepted else { return };
-            let Ok(server) = TcpStream::connect(upstream).await else {
-                return;
-            };
-            let _ = (client.set_nodelay(true), server.set_nodelay(true));
-            let (client_read, client_write) = client.into_split();
-            let (server_read, server_write) = server.into_split();
-            tokio::spawn(carry(client_read, server_write, way));
-            tokio::spawn(carry(server_read, client_write, way));
-        }
-    });
-    Ok(addr)
-}
-
-/// One direction: what is read is released `way.latency` after the link would have
-/// finished sending it.
-async fn carry(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    way: Way,
-) {
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
-    let writer = tokio::spawn(async move {
-        while let Some((at, bytes)) = rx.recv().await {
-            tokio::time::sleep_until(at).await;
-            if to.write_all(&bytes).await.is_err() {
-                break;
-            }
-        }
-        let _ = to.shutdown().await;
-    });
-    let mut free = tokio::time::Instant::now();
-    let mut buf = vec![0u8; 16 << 10];
-    while let Ok(n) = from.read(&mut buf).await {
-        if n == 0 {
-            break;
-        }
-        let start = free.max(tokio::time::Instant::now());
-        free = start + Duration::from_secs_f64(n as f64 / way.bandwidth);
-        if tx.send((free + way.latency, buf[..n].to_vec())).is_err() {
-            break;
-        }
-    }
-    drop(tx);
-    let _ = writer.await;
 }
