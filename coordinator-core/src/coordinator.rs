@@ -256,6 +256,7 @@ impl Coordinator {
             version: self.trainer.version(),
             finished: self.outcome.is_some(),
             paused: self.paused.is_some(),
+            expected: self.local.as_ref().and_then(LocalPlan::expected),
         }
     }
 

@@ -126,7 +126,7 @@ impl LocalPlan {
     pub fn answered(&mut self, id: WorkerId, steps: u32, timing: Option<(Duration, Duration)>) {
         let steps = steps.max(1);
         self.mean_steps += NEWEST_LENGTH * (f64::from(steps) - self.mean_steps);
-        let (LocalSteps::Auto { max }, Some((compute, wall))) = (self.local.steps, timing) else {
+        let Some((compute, wall)) = timing else {
             return;
         };
         let m = self.workers.entry(id).or_default();
@@ -136,6 +136,9 @@ impl LocalPlan {
         let mean = |old: Option<f64>, new: f64| Some(old.map_or(new, |o| o + NEWEST * (new - o)));
         m.step = mean(m.step, step);
         m.comm = mean(m.comm, comm);
+        let LocalSteps::Auto { max } = self.local.steps else {
+            return;
+        };
         let (step, comm) = (m.step.unwrap_or(0.0), m.comm.unwrap_or(0.0));
         let want = if step > 0.0 {
             ((1.0 - COMM_SHARE) / COMM_SHARE * comm / step).ceil()
@@ -152,6 +155,20 @@ impl LocalPlan {
             return 1.0;
         }
         (self.mean_steps / f64::from(steps.max(1))) as f32
+    }
+
+    /// How long the slowest measured worker's next phase should take, its link included:
+    /// a round's deadline waits at least 1.5 times that (`schedule/sync.rs`), so a phase
+    /// that grew is not cut by a deadline learnt from shorter ones.
+    pub fn expected(&self) -> Option<Duration> {
+        self.workers
+            .iter()
+            .filter_map(|(&id, m)| {
+                let (step, comm) = (m.step?, m.comm?);
+                Some(f64::from(self.steps(id)) * step + comm)
+            })
+            .reduce(f64::max)
+            .map(Duration::from_secs_f64)
     }
 
     /// `H̄`, the mean length of the latest answers.

@@ -546,6 +546,7 @@ impl Engine {
             gradients_accepted: status.gradients_accepted,
             gradients_rejected: status.gradients_rejected,
             verification_mismatches: status.verification_mismatches,
+            deadline_extensions: status.deadline_extensions,
             bans: status.bans.len(),
             curve: self.curve,
             workers,

@@ -169,3 +169,39 @@ fn on_a_home_link_auto_keeps_workers_busy_and_reaches_the_target_sooner() {
     );
     assert!(mixed.seconds_to_target.is_some(), "{mixed:?}");
 }
+
+/// A round's automatic deadline is learnt from answer times; when the phases grow (auto, from
+/// 4 steps to hundreds), a deadline learnt from the short ones must not pass before the long
+/// ones can end: with a quorum of 2 of 4, no deadline passes unanswered, no answer is refused
+/// as late, and every worker answers every round (150 ms, 100 Mbit/s: the first answers
+/// take 0.2-0.3 s, the grown phases 1.3 s; without the floor one deadline passes unanswered).
+#[test]
+fn deadlines_wait_for_phases_that_grew() {
+    let fibre = Link::symmetric(ms(75), 100.0);
+    let workers = [1, 1, 2, 3]
+        .iter()
+        .map(|&s| WorkerSpec::new(fibre, ms(s)).with_compression(Compression::Int8))
+        .collect();
+    let settings = Settings {
+        eval_interval: 5,
+        ..local(LocalSteps::Auto { max: 4096 }, SGD)
+    };
+    let mut s = scenario(
+        32,
+        workers,
+        Settings {
+            min_workers: 2,
+            ..settings
+        },
+    );
+    s.until.rounds = Some(12);
+    let r = run(s);
+    assert_eq!(r.rounds, 12, "{r:?}");
+    assert_eq!(r.gradients_rejected, 0, "{r:?}");
+    assert_eq!(r.deadline_extensions, 0, "{r:?}");
+    assert!(r.workers.iter().all(|w| w.gradients_sent >= 11), "{r:?}");
+    assert!(
+        r.workers.iter().all(|w| w.local_steps > 11 * 50),
+        "the phases grew: {r:?}"
+    );
+}

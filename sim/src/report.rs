@@ -24,6 +24,8 @@ pub struct Report {
     pub gradients_accepted: u64,
     pub gradients_rejected: u64,
     pub verification_mismatches: u64,
+    /// Sync: deadlines that passed without a quorum, and were extended.
+    pub deadline_extensions: u64,
     pub bans: usize,
     /// Each evaluation: (virtual seconds, round, accuracy).
     pub curve: Vec<(f64, u64, f64)>,

@@ -44,6 +44,13 @@ struct Cli {
     /// Skip the simulator's run.
     #[arg(long)]
     real_only: bool,
+    /// Print each update of the real run to stderr.
+    #[arg(long)]
+    progress: bool,
+    /// Stop the real run after this long, as an operator would (the simulator's too, in
+    /// virtual time).
+    #[arg(long, value_parser = server::config::parse_duration)]
+    max_time: Option<Duration>,
     #[arg(long, default_value_t = 42)]
     seed: u64,
 }
@@ -101,7 +108,7 @@ fn main() -> anyhow::Result<()> {
         until: Until {
             rounds: Some(cli.rounds),
             accuracy: cli.target_accuracy,
-            ..Until::default()
+            time: cli.max_time.unwrap_or(Until::default().time),
         },
         evaluation_time: Duration::ZERO,
     };
@@ -147,7 +154,8 @@ async fn real_run(cli: &Cli, way: Way) -> anyhow::Result<serde_json::Value> {
     let config = server::Config::from_args(args).map_err(anyhow::Error::msg)?;
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
     let begun = Instant::now();
-    let server = server::start(listener, config, std::future::pending()).await?;
+    let limit = cli.max_time.unwrap_or(Duration::from_secs(30 * 24 * 3600));
+    let server = server::start(listener, config, tokio::time::sleep(limit)).await?;
     let mut status = server.status.clone();
     let cancel = CancellationToken::new();
     let mut tasks = Vec::new();
@@ -179,7 +187,21 @@ async fn real_run(cli: &Cli, way: Way) -> anyhow::Result<serde_json::Value> {
         if status.changed().await.is_err() {
             break;
         }
+        let round = last.round;
         last = status.borrow_and_update().clone();
+        if cli.progress && last.round != round {
+            eprintln!(
+                "{:7.2} s round {} accuracy {:?} H̄ {:?} utilisation {:?} deadline hit {:?}",
+                begun.elapsed().as_secs_f64(),
+                last.round,
+                last.test_accuracy,
+                last.local_steps,
+                last.utilisation,
+                last.last_round
+                    .as_ref()
+                    .map(|r| (r.deadline_hit, r.answered, r.missed, r.ms)),
+            );
+        }
         if started.is_none() && last.round >= cli.warmup {
             started = Some((Instant::now(), last.round, last.samples_seen));
         }

@@ -57,6 +57,17 @@ impl DeadlinePolicy {
     }
 
     /// The timeout for the next round (and for each extension of it).
+    /// The timeout, and under `Auto` at least 1.5 × `expected` (the slowest local phase
+    /// expected in the round, which may exceed `AUTO_MAX`: its length is bounded by
+    /// `--max-local-steps`).
+    pub fn timeout_at_least(&self, expected: Option<Duration>) -> Duration {
+        let timeout = self.timeout();
+        match (self.timeout, expected) {
+            (RoundTimeout::Auto, Some(expected)) => timeout.max(expected * 3 / 2),
+            _ => timeout,
+        }
+    }
+
     pub fn timeout(&self) -> Duration {
         match self.timeout {
             RoundTimeout::Fixed(d) => d,
@@ -80,6 +91,19 @@ mod tests {
         let mut p = DeadlinePolicy::new(RoundTimeout::Fixed(Duration::from_millis(700)));
         p.record(Duration::from_secs(9));
         assert_eq!(p.timeout(), Duration::from_millis(700));
+    }
+
+    #[test]
+    fn auto_waits_for_the_longest_expected_local_phase_and_fixed_does_not() {
+        let mut p = DeadlinePolicy::new(RoundTimeout::Auto);
+        for _ in 0..50 {
+            p.record(Duration::from_millis(100));
+        }
+        assert_eq!(p.timeout_at_least(None), Duration::from_millis(250));
+        let long = Some(Duration::from_secs(80));
+        assert_eq!(p.timeout_at_least(long), Duration::from_secs(120));
+        let fixed = DeadlinePolicy::new(RoundTimeout::Fixed(Duration::from_secs(2)));
+        assert_eq!(fixed.timeout_at_least(long), Duration::from_secs(2));
     }
 
     #[test]

@@ -65,6 +65,9 @@ pub struct View {
     pub finished: bool,
     /// The operator paused training: open no new round (the open one completes).
     pub paused: bool,
+    /// `--local-steps`: how long the slowest worker's next phase should take (its link
+    /// included), when measured: an automatic deadline is at least 1.5 times that.
+    pub expected: Option<std::time::Duration>,
 }
 
 /// A gradient as a schedule combines it: validated by the session, weighed by the

@@ -85,7 +85,7 @@ impl SyncSchedule {
                 actions.push(Action::Weights(id));
             }
         }
-        let timeout = self.deadline.timeout();
+        let timeout = self.deadline.timeout_at_least(view.expected);
         self.round_timeout = Some(timeout);
         debug!(
             round = view.version,
