@@ -6,7 +6,6 @@
 use std::time::{Duration, Instant};
 
 use model::{Evaluation, OptimizerState};
-use protocol::WorkerId;
 use tracing::{info, warn};
 
 use crate::io::{Outcome, Output};
@@ -55,7 +54,10 @@ impl Coordinator {
     /// fine-tuned model's gradients can be far smaller than a random one's.
     fn rebase_norm_bound(&mut self) {
         let batch = self.settings.batch_size as usize;
-        let local = self.local.as_ref().map(|plan| plan.phase(WorkerId(0)));
+        let local = self
+            .local
+            .as_ref()
+            .map(crate::local::LocalPlan::first_phase);
         match self.trainer.reference_norm(&self.train, batch, local) {
             Ok(reference) => self.bound.set_reference(reference),
             Err(err) => {

@@ -102,7 +102,7 @@ impl Coordinator {
         let reference = trainer.reference_norm(
             &data.train,
             settings.batch_size as usize,
-            local.as_ref().map(|plan| plan.phase(WorkerId(0))),
+            local.as_ref().map(LocalPlan::first_phase),
         )?;
         let bound = NormBound::new(settings.max_grad_norm, reference);
         let schedule = schedule::for_mode(
@@ -301,7 +301,11 @@ impl Coordinator {
             }
         }
         let version = self.trainer.version();
-        let local = self.local.as_ref().map(|plan| plan.phase(id));
+        let pass = self
+            .registry
+            .shard_len(id)
+            .div_ceil(self.settings.batch_size as usize);
+        let local = self.local.as_mut().map(|plan| plan.phase(id, pass));
         let Some(batch) = self.registry.pulled(id, version, local, self.now) else {
             return;
         };

@@ -30,7 +30,11 @@ use protocol::{InnerOptimizer, LocalPhase, WorkerId};
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum LocalSteps {
     Fixed(u32),
-    Auto { max: u32 },
+    /// At most `max` steps, and at most `passes` passes over the worker's own shard.
+    Auto {
+        max: u32,
+        passes: f64,
+    },
 }
 
 /// The run's local-phase settings.
@@ -45,7 +49,7 @@ impl Local {
     pub fn max_steps(&self) -> u32 {
         match self.steps {
             LocalSteps::Fixed(h) => h,
-            LocalSteps::Auto { max } => max,
+            LocalSteps::Auto { max, .. } => max,
         }
     }
 }
@@ -67,6 +71,8 @@ struct Measured {
     /// Seconds of communication per answer.
     comm: Option<f64>,
     steps: Option<u32>,
+    /// Steps of one pass over its shard.
+    pass: Option<usize>,
 }
 
 /// The plan of local phases: each worker's next H, and `H̄`.
@@ -81,7 +87,7 @@ impl LocalPlan {
     pub fn new(local: Local) -> Self {
         let mean_steps = match local.steps {
             LocalSteps::Fixed(h) => f64::from(h),
-            LocalSteps::Auto { max } => f64::from(FIRST_STEPS.min(max)),
+            LocalSteps::Auto { max, .. } => f64::from(FIRST_STEPS.min(max)),
         };
         Self {
             local,
@@ -99,25 +105,36 @@ impl LocalPlan {
         self.local.inner = inner;
     }
 
-    /// The phase `id`'s next pull asks for.
-    pub fn phase(&self, id: WorkerId) -> LocalPhase {
+    /// The phase `id`'s next pull asks for; `pass`: the steps of one pass over its shard.
+    pub fn phase(&mut self, id: WorkerId, pass: usize) -> LocalPhase {
+        self.workers.entry(id).or_default().pass = Some(pass.max(1));
         LocalPhase {
             steps: self.steps(id),
             optimizer: self.local.inner,
         }
     }
 
+    /// The phase before anything is known (the norm bound's reference).
+    pub fn first_phase(&self) -> LocalPhase {
+        LocalPhase {
+            steps: self.steps(WorkerId(0)),
+            optimizer: self.local.inner,
+        }
+    }
+
     /// `id`'s next H.
     pub fn steps(&self, id: WorkerId) -> u32 {
-        match self.local.steps {
-            LocalSteps::Fixed(h) => h,
-            LocalSteps::Auto { max } => self
-                .workers
-                .get(&id)
-                .and_then(|m| m.steps)
-                .unwrap_or(FIRST_STEPS)
-                .clamp(1, max),
-        }
+        let LocalSteps::Auto { max, passes } = self.local.steps else {
+            return self.local.max_steps();
+        };
+        let m = self.workers.get(&id);
+        let wanted = m.and_then(|m| m.steps).unwrap_or(FIRST_STEPS);
+        let shard = m.and_then(|m| m.pass).map_or(u32::MAX, |pass| {
+            (passes * pass as f64)
+                .ceil()
+                .clamp(1.0, f64::from(u32::MAX)) as u32
+        });
+        wanted.min(shard).clamp(1, max)
     }
 
     /// `id` answered a phase of `steps` steps; `timing`: it says the phase took `compute`
@@ -136,7 +153,7 @@ impl LocalPlan {
         let mean = |old: Option<f64>, new: f64| Some(old.map_or(new, |o| o + NEWEST * (new - o)));
         m.step = mean(m.step, step);
         m.comm = mean(m.comm, comm);
-        let LocalSteps::Auto { max } = self.local.steps else {
+        let LocalSteps::Auto { max, .. } = self.local.steps else {
             return;
         };
         let (step, comm) = (m.step.unwrap_or(0.0), m.comm.unwrap_or(0.0));
@@ -188,7 +205,7 @@ mod tests {
 
     fn auto(max: u32) -> LocalPlan {
         LocalPlan::new(Local {
-            steps: LocalSteps::Auto { max },
+            steps: LocalSteps::Auto { max, passes: 1e9 },
             inner: InnerOptimizer::Sgd { lr: 0.1 },
         })
     }
@@ -223,6 +240,26 @@ mod tests {
         assert_eq!(small.steps(id), 64);
         small.left(id);
         assert_eq!(small.steps(id), FIRST_STEPS);
+    }
+
+    /// `--max-local-epochs`: a worker whose link asks for 450 steps but whose shard is 62
+    /// batches long takes 62 (one pass) by default, 124 with 2.
+    #[test]
+    fn auto_stops_at_the_passes_over_the_shard() {
+        for (passes, want) in [(1.0, 62), (2.0, 124), (100.0, 450)] {
+            let mut plan = LocalPlan::new(Local {
+                steps: LocalSteps::Auto { max: 1000, passes },
+                inner: InnerOptimizer::Sgd { lr: 0.1 },
+            });
+            let id = WorkerId(1);
+            assert_eq!(plan.phase(id, 62).steps, FIRST_STEPS);
+            plan.answered(
+                id,
+                4,
+                Some((Duration::from_millis(8), Duration::from_millis(108))),
+            );
+            assert_eq!(plan.phase(id, 62).steps, want, "{passes} passes");
+        }
     }
 
     #[test]

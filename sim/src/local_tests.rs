@@ -151,7 +151,16 @@ fn on_a_home_link_auto_keeps_workers_busy_and_reaches_the_target_sooner() {
         run(s)
     };
     let per_step = train(sync(4), [2; 4]);
-    let auto = train(local(LocalSteps::Auto { max: 4096 }, SGD), [2; 4]);
+    let auto = train(
+        local(
+            LocalSteps::Auto {
+                max: 4096,
+                passes: 1e6,
+            },
+            SGD,
+        ),
+        [2; 4],
+    );
     let (slow, fast) = (
         per_step.seconds_to_target.expect("per-step reaches it"),
         auto.seconds_to_target.expect("auto reaches it"),
@@ -161,7 +170,16 @@ fn on_a_home_link_auto_keeps_workers_busy_and_reaches_the_target_sooner() {
     assert!(auto.mean_compute_share > 0.5, "{auto:?}");
     assert!(fast * 4.0 < slow, "auto {fast} s, per-step {slow} s");
     // Mixed speeds: the slower worker's phases are shorter.
-    let mixed = train(local(LocalSteps::Auto { max: 4096 }, SGD), [1, 1, 2, 8]);
+    let mixed = train(
+        local(
+            LocalSteps::Auto {
+                max: 4096,
+                passes: 1e6,
+            },
+            SGD,
+        ),
+        [1, 1, 2, 8],
+    );
     let per_phase = |w: &WorkerReport| w.local_steps as f64 / w.gradients_sent as f64;
     assert!(
         per_phase(&mixed.workers[0]) > 2.0 * per_phase(&mixed.workers[3]),
@@ -184,7 +202,13 @@ fn deadlines_wait_for_phases_that_grew() {
         .collect();
     let settings = Settings {
         eval_interval: 5,
-        ..local(LocalSteps::Auto { max: 4096 }, SGD)
+        ..local(
+            LocalSteps::Auto {
+                max: 4096,
+                passes: 1e6,
+            },
+            SGD,
+        )
     };
     let mut s = scenario(
         32,

@@ -2,6 +2,7 @@
 //! computed on, and `--replicate`'s groups.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 use model::{Dataset, Values};
 use protocol::{
@@ -18,6 +19,14 @@ impl Registry {
     pub fn assigned_batch(&self, id: WorkerId, batch_size: u32) -> Option<u32> {
         let shard = self.workers.get(&id)?.shard.as_ref()?;
         Some(batch_size.min(u32::try_from(shard.len()).unwrap_or(u32::MAX)))
+    }
+
+    /// Samples in `id`'s shard (0 before it has one).
+    pub fn shard_len(&self, id: WorkerId) -> usize {
+        self.workers
+            .get(&id)
+            .and_then(|w| w.shard.as_ref())
+            .map_or(0, Range::len)
     }
 
     /// `id` is about to be sent the frozen tensors: whether its connection lacks them (then

@@ -80,6 +80,11 @@ pub struct Cli {
     #[arg(long)]
     pub max_local_steps: Option<u32>,
 
+    /// With --local-steps auto: the most passes a phase may make over the worker's own
+    /// shard; longer phases drift towards the shard's samples [default: 1].
+    #[arg(long)]
+    pub max_local_epochs: Option<f64>,
+
     /// With --local-steps: the workers' optimizer for the inner steps, fresh each phase
     /// [default: sgd].
     #[arg(long, value_enum)]

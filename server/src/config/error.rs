@@ -25,9 +25,11 @@ pub enum ConfigError {
     Momentum(f32),
     #[error("--local-steps must be a whole number from 1 to 100000, or auto (and --max-local-steps from 1 to 100000); got {0}")]
     LocalSteps(String),
-    #[error("--max-local-steps only applies to --local-steps auto")]
+    #[error("--max-local-epochs must be a positive number, got {0}")]
+    LocalEpochs(f64),
+    #[error("--max-local-steps and --max-local-epochs only apply to --local-steps auto")]
     MaxLocalStepsWithoutAuto,
-    #[error("--max-local-steps, --inner-optimizer and --inner-lr only apply with --local-steps")]
+    #[error("--max-local-steps, --max-local-epochs, --inner-optimizer and --inner-lr only apply with --local-steps")]
     InnerWithoutLocalSteps,
     #[error("with --local-steps 1 every answer is one batch's gradient, for --optimizer to apply: --inner-optimizer and --inner-lr do not apply")]
     InnerWithOneStep,

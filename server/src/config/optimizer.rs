@@ -61,7 +61,10 @@ pub(super) fn optimizers(cli: &Cli) -> Result<(OptimizerKind, Option<Local>), Co
 /// `--local-steps` and what goes with it.
 fn local(cli: &Cli) -> Result<Option<Local>, ConfigError> {
     let Some(steps) = cli.local_steps.as_deref() else {
-        if cli.max_local_steps.is_some() || cli.inner_optimizer.is_some() || cli.inner_lr.is_some()
+        if cli.max_local_steps.is_some()
+            || cli.max_local_epochs.is_some()
+            || cli.inner_optimizer.is_some()
+            || cli.inner_lr.is_some()
         {
             return Err(ConfigError::InnerWithoutLocalSteps);
         }
@@ -72,19 +75,23 @@ fn local(cli: &Cli) -> Result<Option<Local>, ConfigError> {
         return Err(ConfigError::LocalSteps(max.to_string()));
     }
     let steps = match steps.trim() {
-        "auto" => LocalSteps::Auto { max },
+        "auto" => {
+            let passes = cli.max_local_epochs.unwrap_or(1.0);
+            if !(passes.is_finite() && passes > 0.0 && passes <= 1e6) {
+                return Err(ConfigError::LocalEpochs(passes));
+            }
+            LocalSteps::Auto { max, passes }
+        }
         // One step per answer is today's exchange, the gradient itself, bit for bit.
         "1" if cli.inner_optimizer.is_some() || cli.inner_lr.is_some() => {
             return Err(ConfigError::InnerWithOneStep)
         }
-        "1" if cli.max_local_steps.is_none() => return Ok(None),
+        "1" if cli.max_local_steps.is_none() && cli.max_local_epochs.is_none() => return Ok(None),
         n => match n.parse::<u32>() {
-            Ok(h) if (1..=MAX_LOCAL_STEPS).contains(&h) && cli.max_local_steps.is_none() => {
-                LocalSteps::Fixed(h)
-            }
-            Ok(_) if cli.max_local_steps.is_some() => {
+            Ok(_) if cli.max_local_steps.is_some() || cli.max_local_epochs.is_some() => {
                 return Err(ConfigError::MaxLocalStepsWithoutAuto)
             }
+            Ok(h) if (1..=MAX_LOCAL_STEPS).contains(&h) => LocalSteps::Fixed(h),
             _ => return Err(ConfigError::LocalSteps(n.to_string())),
         },
     };

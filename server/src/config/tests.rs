@@ -400,7 +400,10 @@ fn local_steps_take_their_own_flags() {
     .expect("valid");
     assert_eq!(
         c.local.map(|l| l.steps),
-        Some(LocalSteps::Auto { max: 500 })
+        Some(LocalSteps::Auto {
+            max: 500,
+            passes: 1.0
+        })
     );
     assert!(matches!(
         c.local.map(|l| l.inner),
@@ -410,7 +413,10 @@ fn local_steps_take_their_own_flags() {
     let auto = parse(&["--local-steps", "auto"]).expect("valid");
     assert_eq!(
         auto.local.map(|l| l.steps),
-        Some(LocalSteps::Auto { max: 4096 })
+        Some(LocalSteps::Auto {
+            max: 4096,
+            passes: 1.0
+        })
     );
     let averaging = parse(&["--local-steps", "8", "--mode", "async"]).expect("valid");
     assert_eq!(averaging.optimizer, OptimizerKind::Sgd { lr: 1.0 });
@@ -423,7 +429,7 @@ fn local_steps_take_their_own_flags() {
         (&["--local-steps", "many"], "--local-steps must be"),
         (
             &["--local-steps", "16", "--max-local-steps", "64"],
-            "only applies to --local-steps auto",
+            "only apply to --local-steps auto",
         ),
         (
             &["--local-steps", "auto", "--max-local-steps", "0"],
@@ -431,6 +437,14 @@ fn local_steps_take_their_own_flags() {
         ),
         (&["--inner-lr", "0.1"], "only apply with --local-steps"),
         (&["--max-local-steps", "8"], "only apply with --local-steps"),
+        (
+            &["--local-steps", "auto", "--max-local-epochs", "0"],
+            "--max-local-epochs must be",
+        ),
+        (
+            &["--local-steps", "8", "--max-local-epochs", "2"],
+            "only apply to --local-steps auto",
+        ),
         (
             &["--local-steps", "1", "--inner-optimizer", "adam"],
             "--inner-optimizer and --inner-lr do not apply",
