@@ -111,3 +111,65 @@ fn one_worker_h_local_steps_under_outer_sgd_at_1_are_h_steps_of_sgd() {
     }
     assert!(moved > start.len() / 2, "the phase trained: {moved} moved");
 }
+
+/// A run with local phases of Nesterov stopped at round 2 and resumed from its snapshot in a
+/// new coordinator, the worker coming back with its token, gives round 3 bit for bit as the
+/// run that never stopped: the outer optimizer's velocity and the batch rule survive. (A
+/// fixed norm bound: the adaptive one's warm-up reference is taken again at the weights a
+/// run resumes from, by design.)
+#[test]
+fn a_resumed_run_with_local_steps_continues_bit_for_bit() {
+    let data = crate::data::digits(5);
+    let net = Network::new(model::NetSpec::mlp(data.train.shape(), &[16], 10), 10).expect("model");
+    let settings = |rounds| Settings {
+        optimizer: OptimizerKind::Nesterov {
+            lr: 0.7,
+            momentum: 0.9,
+        },
+        local: Some(Local {
+            steps: LocalSteps::Fixed(6),
+            inner: InnerOptimizer::Sgd { lr: 0.05 },
+        }),
+        verify_fraction: 1.0,
+        audit_seed: Some(2),
+        max_grad_norm: Some(1e30),
+        max_rounds: Some(rounds),
+        ..Settings::default()
+    };
+    let now = Instant::now();
+    let hello = |w: &WorkerCore| match protocol::decode_from_worker(&w.hello_frame()) {
+        Ok(protocol::WorkerToCoordinator::Hello(h)) => h,
+        other => panic!("a Hello: {other:?}"),
+    };
+    let peer = std::net::Ipv4Addr::LOCALHOST.into();
+    let run = |c: &mut Coordinator, w: &mut WorkerCore| {
+        let joined = c.join(&hello(w), peer, now).expect("admitted");
+        exchange(c, w, &joined, now);
+    };
+
+    let mut whole = Coordinator::new(settings(3), net.clone(), data.clone(), now).expect("model");
+    run(&mut whole, &mut WorkerCore::new(WorkerKind::Native, None));
+    assert_eq!(whole.trainer.version(), 3);
+
+    let mut first = Coordinator::new(settings(2), net.clone(), data.clone(), now).expect("model");
+    let mut w = WorkerCore::new(WorkerKind::Native, None);
+    run(&mut first, &mut w);
+    assert_eq!(first.trainer.version(), 2);
+    let saved = first.snapshot();
+    let mut resumed = Coordinator::new(settings(3), net, data, now).expect("model");
+    resumed.restore(saved, now).expect("fits");
+    run(&mut resumed, &mut w);
+    assert_eq!(resumed.trainer.version(), 3);
+    let differing = resumed
+        .trainer
+        .params()
+        .iter()
+        .zip(whole.trainer.params())
+        .filter(|(a, b)| a.to_bits() != b.to_bits())
+        .count();
+    assert_eq!(
+        differing, 0,
+        "values that differ from the run that never stopped"
+    );
+    assert_eq!(resumed.metrics.counters().verification_mismatches, 0);
+}

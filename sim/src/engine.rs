@@ -547,6 +547,8 @@ impl Engine {
             gradients_rejected: status.gradients_rejected,
             verification_mismatches: status.verification_mismatches,
             deadline_extensions: status.deadline_extensions,
+            replicas_agreed: status.replicas_agreed,
+            replicas_disputed: status.replicas_disputed,
             bans: status.bans.len(),
             curve: self.curve,
             workers,

@@ -229,3 +229,63 @@ fn deadlines_wait_for_phases_that_grew() {
         "the phases grew: {r:?}"
     );
 }
+
+/// Churn with local phases (32 steps of 3 ms): a worker that leaves, reconnects or freezes
+/// mid-phase loses that phase only; the run goes on, the reconnecting worker comes back as
+/// itself, a late joiner takes part, and with every phase recomputed nobody is struck.
+#[test]
+fn churn_with_local_steps_costs_a_phase_not_the_run() {
+    let link = Link::symmetric(ms(20), 50.0);
+    let mut workers = honest(4, link, ms(3));
+    workers[0] = workers[0].clone().with_churn(ms(1300), Churn::Leave);
+    workers[1] = workers[1]
+        .clone()
+        .with_churn(ms(1350), Churn::Reconnect)
+        .with_churn(ms(2050), Churn::Reconnect);
+    workers[2] = workers[2]
+        .clone()
+        .with_churn(ms(1400), Churn::Freeze(std::time::Duration::from_secs(2)));
+    workers.push(
+        WorkerSpec::new(link, ms(3))
+            .with_compression(Compression::Int8)
+            .joining_at(ms(2500)),
+    );
+    let settings = Settings {
+        verify_fraction: 1.0,
+        ..local(LocalSteps::Fixed(32), SGD)
+    };
+    let mut s = scenario(
+        32,
+        workers,
+        Settings {
+            min_workers: 2,
+            ..settings
+        },
+    );
+    s.until.rounds = Some(60);
+    let r = run(s);
+    assert_eq!(r.rounds, 60, "{r:?}");
+    assert_eq!(r.workers[0].ended.as_deref(), Some("left"));
+    assert_eq!(r.workers[1].sessions, 3, "came back twice as itself");
+    assert!(r.workers[4].gradients_sent > 0, "the late joiner took part");
+    assert_eq!((r.verification_mismatches, r.bans), (0, 0), "{r:?}");
+    assert!(r.accuracy.expect("evaluated") > 0.85, "{r:?}");
+}
+
+/// `--replicate 2` with local phases: partners on one shard take the same phase, so their
+/// pseudo-gradients agree, and none is disputed.
+#[test]
+fn replicas_agree_on_local_phases() {
+    let link = Link::symmetric(ms(10), 100.0);
+    let settings = Settings {
+        replicate: 2,
+        verify_fraction: 0.0,
+        ..local(LocalSteps::Fixed(8), SGD)
+    };
+    let mut s = scenario(32, honest(4, link, ms(1)), settings);
+    s.until.rounds = Some(20);
+    let r = run(s);
+    assert_eq!(r.rounds, 20, "{r:?}");
+    assert!(r.replicas_agreed >= 60, "{r:?}");
+    assert_eq!((r.replicas_disputed, r.bans), (0, 0), "{r:?}");
+}

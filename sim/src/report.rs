@@ -26,6 +26,9 @@ pub struct Report {
     pub verification_mismatches: u64,
     /// Sync: deadlines that passed without a quorum, and were extended.
     pub deadline_extensions: u64,
+    /// `--replicate`: answers that agreed with their partner's, and ones recomputed.
+    pub replicas_agreed: u64,
+    pub replicas_disputed: u64,
     pub bans: usize,
     /// Each evaluation: (virtual seconds, round, accuracy).
     pub curve: Vec<(f64, u64, f64)>,

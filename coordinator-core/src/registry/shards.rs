@@ -61,12 +61,15 @@ impl Registry {
         now: std::time::Instant,
     ) -> Option<u64> {
         let w = self.workers.get_mut(&id)?;
-        let batch = match w.last_batch {
-            Some(last) => version.max(last.saturating_add(1)),
-            None => version,
-        };
-        // A local phase of H steps uses batches `batch..batch + H`.
+        // A phase of H steps (1 without local steps) uses batches `batch..batch + H`, from
+        // `version × H`: in sync mode each pull then follows the last, and a run resumed
+        // from a checkpoint (which keeps no batch) picks the batches it would have.
         let steps = local.map_or(1, |l| u64::from(l.steps));
+        let first = version.saturating_mul(steps);
+        let batch = match w.last_batch {
+            Some(last) => first.max(last.saturating_add(1)),
+            None => first,
+        };
         w.last_batch = Some(batch.saturating_add(steps - 1));
         let timed = !std::mem::take(&mut w.bulk_sent);
         w.pull = w.shard.clone().map(|shard| Pull {
