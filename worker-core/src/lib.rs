@@ -24,6 +24,8 @@ use thiserror::Error;
 mod incoming;
 mod timing;
 
+use std::sync::Arc;
+
 use incoming::Incoming;
 pub use timing::ComputeClock;
 
@@ -73,7 +75,8 @@ pub struct Stats {
 struct Joined {
     net: Network,
     batch_size: usize,
-    shard: Option<Dataset>,
+    /// Shared with a phase under way, which keeps the shard it started on.
+    shard: Option<Arc<Dataset>>,
     /// Where the shard starts in the coordinator's train split (for the dropout seed).
     first_index: usize,
     /// The frozen tensors' values (`Frozen`), when the model has any.
@@ -93,6 +96,11 @@ struct Phase {
     round: Round,
     /// The batch index of its first step.
     first: u64,
+    /// The shard it started on, and where that shard starts: a `Shard` arriving mid-phase
+    /// (the coordinator re-cut the shards) is for the next pull, and the coordinator
+    /// replays the phase on the shard of its pull.
+    shard: Arc<Dataset>,
+    first_index: usize,
     phase: LocalPhase,
     samples: u64,
     compute_us: u64,
@@ -145,14 +153,11 @@ impl WorkerCore {
         let (Some(joined), Some(phase)) = (self.joined.as_ref(), self.phase.as_mut()) else {
             return Ok(Vec::new());
         };
-        let Some(shard) = joined.shard.as_ref().filter(|s| !s.is_empty()) else {
-            self.phase = None;
-            return Ok(Vec::new());
-        };
+        let shard = &phase.shard;
         let started = self.clock.start();
         let batch = phase.first + u64::from(phase.phase.taken());
         let (x, labels) = shard.batch(batch_positions(shard.len(), batch, joined.batch_size));
-        let seed = batch_seed(batch, joined.first_index);
+        let seed = batch_seed(batch, phase.first_index);
         let loss = phase.phase.step(&joined.net, x.view(), &labels, seed)?;
         phase.samples += labels.len() as u64;
         phase.compute_us += self.clock.elapsed(started, 1);
@@ -306,7 +311,7 @@ impl WorkerCore {
         let norm = Normalization::new(shard.mean, shard.std);
         let data = Dataset::from_parts(shape, values, shard.labels, norm)?;
         self.stats.shard_len = data.len();
-        joined.shard = Some(data);
+        joined.shard = Some(Arc::new(data));
         joined.first_index = shard.first_index as usize;
         Ok(())
     }
@@ -391,6 +396,8 @@ impl WorkerCore {
             self.phase = Some(Phase {
                 round: weights.round,
                 first: task.batch,
+                shard: Arc::clone(shard),
+                first_index: joined.first_index,
                 phase: LocalPhase::new(net, &weights.params, inner(local.optimizer), local.steps),
                 samples: 0,
                 compute_us: 0,

@@ -250,3 +250,44 @@ fn f32_shards_are_normalised_and_frozen_layers_are_left_out_of_the_gradient() {
         .expect("ok");
     assert_eq!(g.grads, full[9..]);
 }
+
+/// A `Shard` that arrives mid-phase (the coordinator re-cut the shards for the next pull)
+/// does not change the phase under way: the coordinator replays it on the shard of its pull,
+/// so an honest worker's answer must come from that shard.
+#[test]
+fn a_shard_arriving_mid_phase_is_for_the_next_phase() {
+    let phase_task = CoordinatorToWorker::Task(Task {
+        round: Round(4),
+        batch: 1,
+        local: Some(protocol::LocalPhase {
+            steps: 5,
+            optimizer: protocol::InnerOptimizer::Sgd { lr: 0.5 },
+        }),
+    });
+    let run = |recut: bool| {
+        let mut core = core_with_shard();
+        core.handle(phase_task.clone()).expect("task");
+        assert_eq!(core.handle(weights(4)).expect("weights"), None);
+        let mut frames = Vec::new();
+        for step in 0..5 {
+            if recut && step == 2 {
+                core.handle(CoordinatorToWorker::Shard(Shard {
+                    first_index: 7,
+                    shape: [2, 1, 1],
+                    labels: vec![1, 1],
+                    values: ShardValues::U8(vec![200, 100, 0, 255]),
+                    mean: vec![0.0],
+                    std: vec![255.0],
+                }))
+                .expect("shard");
+            }
+            assert!(core.working());
+            frames = core.work().expect("a step");
+        }
+        assert!(!core.working());
+        frames
+    };
+    let (steady, recut) = (run(false), run(true));
+    assert!(!steady.is_empty());
+    assert_eq!(steady, recut);
+}
