@@ -76,6 +76,8 @@ pub struct Coordinator {
     pub(crate) status_fresh: bool,
     /// `--local-steps`: each worker's next phase.
     pub(crate) local: Option<LocalPlan>,
+    /// The workers' mean compute share, as of the worker list.
+    pub(crate) utilisation: Option<f64>,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -157,6 +159,7 @@ impl Coordinator {
             status: Status::default(),
             status_fresh: false,
             local,
+            utilisation: None,
         };
         coordinator.publish();
         Ok(coordinator)

@@ -81,6 +81,9 @@ pub struct LocalPlan {
     local: Local,
     workers: HashMap<WorkerId, Measured>,
     mean_steps: f64,
+    /// The worker whose next phase should take longest, and how long (seconds), kept as
+    /// measurements come so that reading it costs nothing (every input reads it).
+    slowest: Option<(WorkerId, f64)>,
 }
 
 impl LocalPlan {
@@ -93,6 +96,7 @@ impl LocalPlan {
             local,
             workers: HashMap::new(),
             mean_steps,
+            slowest: None,
         }
     }
 
@@ -108,6 +112,7 @@ impl LocalPlan {
     /// The phase `id`'s next pull asks for; `pass`: the steps of one pass over its shard.
     pub fn phase(&mut self, id: WorkerId, pass: usize) -> LocalPhase {
         self.workers.entry(id).or_default().pass = Some(pass.max(1));
+        self.refresh(id);
         LocalPhase {
             steps: self.steps(id),
             optimizer: self.local.inner,
@@ -143,9 +148,15 @@ impl LocalPlan {
     pub fn answered(&mut self, id: WorkerId, steps: u32, timing: Option<(Duration, Duration)>) {
         let steps = steps.max(1);
         self.mean_steps += NEWEST_LENGTH * (f64::from(steps) - self.mean_steps);
-        let Some((compute, wall)) = timing else {
-            return;
-        };
+        if let Some((compute, wall)) = timing {
+            self.measure(id, steps, compute, wall);
+            self.refresh(id);
+        }
+    }
+
+    /// Takes one answer's step and link times into `id`'s means, and under `auto` chooses its
+    /// next H from them.
+    fn measure(&mut self, id: WorkerId, steps: u32, compute: Duration, wall: Duration) {
         let m = self.workers.entry(id).or_default();
         let compute = compute.as_secs_f64().min(wall.as_secs_f64());
         let step = compute / f64::from(steps);
@@ -178,14 +189,32 @@ impl LocalPlan {
     /// a round's deadline waits at least 1.5 times that (`schedule/sync.rs`), so a phase
     /// that grew is not cut by a deadline learnt from shorter ones.
     pub fn expected(&self) -> Option<Duration> {
+        self.slowest.map(|(_, s)| Duration::from_secs_f64(s))
+    }
+
+    /// How long `id`'s next phase should take, once measured.
+    fn expected_of(&self, id: WorkerId) -> Option<f64> {
+        let m = self.workers.get(&id)?;
+        Some(f64::from(self.steps(id)) * m.step? + m.comm?)
+    }
+
+    /// `id`'s expectation changed: the slowest is looked for among everyone only when it
+    /// was `id` (once a round at most), else compared with `id` alone.
+    fn refresh(&mut self, id: WorkerId) {
+        let now = self.expected_of(id);
+        self.slowest = match (self.slowest, now) {
+            (Some((w, _)), _) if w == id => self.find_slowest(),
+            (Some((_, s)), Some(e)) if e > s => Some((id, e)),
+            (None, Some(e)) => Some((id, e)),
+            (slowest, _) => slowest,
+        };
+    }
+
+    fn find_slowest(&self) -> Option<(WorkerId, f64)> {
         self.workers
-            .iter()
-            .filter_map(|(&id, m)| {
-                let (step, comm) = (m.step?, m.comm?);
-                Some(f64::from(self.steps(id)) * step + comm)
-            })
-            .reduce(f64::max)
-            .map(Duration::from_secs_f64)
+            .keys()
+            .filter_map(|&id| Some((id, self.expected_of(id)?)))
+            .reduce(|a, b| if b.1 > a.1 { b } else { a })
     }
 
     /// `H̄`, the mean length of the latest answers.
@@ -196,6 +225,9 @@ impl LocalPlan {
     /// `id` left: its measurements go (a reconnect measures its link again).
     pub fn left(&mut self, id: WorkerId) {
         self.workers.remove(&id);
+        if self.slowest.is_some_and(|(w, _)| w == id) {
+            self.slowest = self.find_slowest();
+        }
     }
 }
 
@@ -208,6 +240,31 @@ mod tests {
             steps: LocalSteps::Auto { max, passes: 1e9 },
             inner: InnerOptimizer::Sgd { lr: 0.1 },
         })
+    }
+
+    /// The slowest expected phase follows the answers: it rises with a slower one, falls
+    /// when the slowest speeds up or leaves, and matches a look over every worker.
+    #[test]
+    fn the_slowest_expected_phase_follows_the_answers() {
+        let mut plan = LocalPlan::new(Local {
+            steps: LocalSteps::Fixed(10),
+            inner: InnerOptimizer::Sgd { lr: 0.1 },
+        });
+        assert_eq!(plan.expected(), None);
+        let ms = Duration::from_millis;
+        // 10 steps of 1, 3 and 2 ms; 100 ms of link each: 110, 130, 120 ms.
+        for (id, step) in [(1, 1), (2, 3), (3, 2)] {
+            plan.answered(WorkerId(id), 10, Some((ms(10 * step), ms(10 * step + 100))));
+        }
+        assert_eq!(plan.expected(), Some(ms(130)));
+        assert_eq!(plan.slowest, plan.find_slowest());
+        // The slowest speeds up (its mean moves a quarter of the way): 130 → 125 ms.
+        plan.answered(WorkerId(2), 10, Some((ms(10), ms(110))));
+        assert_eq!(plan.slowest, plan.find_slowest());
+        assert_eq!(plan.slowest.map(|(w, _)| w), Some(WorkerId(2)));
+        plan.left(WorkerId(2));
+        assert_eq!(plan.slowest.map(|(w, _)| w), Some(WorkerId(3)));
+        assert_eq!(plan.slowest, plan.find_slowest());
     }
 
     #[test]

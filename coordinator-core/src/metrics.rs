@@ -47,6 +47,8 @@ pub struct Live {
     pub replicas: (u64, u64),
     /// `--local-steps`: the mean length of the latest phases.
     pub local_steps: Option<f64>,
+    /// The mean compute share of the listed workers that answered.
+    pub utilisation: Option<f64>,
 }
 
 /// The run's counters: what a checkpoint keeps, so that totals survive a restart.
@@ -241,14 +243,7 @@ impl Metrics {
                     / self.counters.samples_seen as f64
             }),
             local_steps: live.local_steps,
-            utilisation: {
-                let shares: Vec<f64> = live
-                    .worker_list
-                    .iter()
-                    .filter_map(|w| w.compute_share)
-                    .collect();
-                (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64)
-            },
+            utilisation: live.utilisation,
             checkpoints: None,
             worker_list: live.worker_list,
         }
@@ -304,6 +299,7 @@ mod tests {
             grad_norm_bound: 2.5,
             bans: Arc::new(vec!["worker 3".into()]),
             local_steps: None,
+            utilisation: None,
             replicas: (4, 1),
         }
     }

@@ -25,6 +25,12 @@ impl Coordinator {
             let list = self
                 .registry
                 .list(|id| schedule.is_skipped(id), steps, self.now);
+            // With the list, not per input: it reads every worker.
+            let (sum, n) = list
+                .iter()
+                .filter_map(|w| w.compute_share)
+                .fold((0.0, 0usize), |(sum, n), share| (sum + share, n + 1));
+            self.utilisation = (n > 0).then(|| sum / n as f64);
             self.worker_list = Arc::new(list);
         }
         if self.registry.bans().len() != self.bans.len() {
@@ -46,6 +52,7 @@ impl Coordinator {
             bans: self.bans.clone(),
             replicas: (self.replicas.agreed, self.replicas.disputed),
             local_steps: self.local.as_ref().map(crate::local::LocalPlan::mean_steps),
+            utilisation: self.utilisation,
         });
         self.status = status;
         self.status_fresh = true;

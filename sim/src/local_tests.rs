@@ -6,7 +6,7 @@ use coordinator_core::{Local, LocalSteps, Mode, Settings};
 use model::OptimizerKind;
 use protocol::{Compression, InnerOptimizer};
 
-use crate::tests::{honest, ms, scenario, sync};
+use crate::tests::{honest, ms, one_hostile_in_five, scenario, sync};
 use crate::*;
 
 fn local(steps: LocalSteps, inner: InnerOptimizer) -> Settings {
@@ -86,44 +86,11 @@ fn every_local_phase_is_recomputed_and_honest_workers_are_never_struck() {
 /// and the others) are banned; honest workers never are.
 #[test]
 fn one_hostile_worker_in_five_with_local_steps_is_held_to_todays_bound() {
-    let link = Link::symmetric(ms(10), 100.0);
-    let train = |hostile: Option<Behaviour>| {
-        let mut workers = honest(4, link, ms(1));
-        if let Some(b) = hostile {
-            workers.push(
-                WorkerSpec::new(link, ms(1))
-                    .with_compression(Compression::Int8)
-                    .behaving(b),
-            );
-        }
-        let settings = Settings {
-            verify_fraction: 0.2,
-            ..local(LocalSteps::Fixed(8), SGD)
-        };
-        let mut s = scenario(32, workers, settings);
-        s.until.rounds = Some(100);
-        run(s)
+    let settings = Settings {
+        verify_fraction: 0.2,
+        ..local(LocalSteps::Fixed(8), SGD)
     };
-    let clean = train(None);
-    let clean_accuracy = clean.accuracy.expect("evaluated");
-    assert!(clean_accuracy > 0.88, "{clean:?}");
-    for attack in [
-        Behaviour::Scaled(-10.0),
-        Behaviour::Noise(100.0),
-        Behaviour::Zeros,
-        Behaviour::Scaled(1.01),
-        Behaviour::WrongBatch,
-    ] {
-        let r = train(Some(attack));
-        let accuracy = r.accuracy.expect("evaluated");
-        assert!(
-            accuracy >= clean_accuracy - 0.02,
-            "{attack:?}: {accuracy} against {clean_accuracy} clean"
-        );
-        assert_eq!(r.bans, 2, "{attack:?}: the identity and its address: {r:?}");
-        assert_eq!(r.workers[4].ended.as_deref(), Some("banned"), "{attack:?}");
-        assert!(r.workers[..4].iter().all(|w| w.ended.is_none()), "{r:?}");
-    }
+    one_hostile_in_five(settings, ms(1), 100, 0.88);
 }
 
 /// Four workers on a 50 ms, 10 Mbit/s link, a 2 ms step: per-step exchange leaves them
