@@ -128,7 +128,8 @@ function efficiency(s) {
 const ago = (ms) => (ms == null ? "–" : `${Math.max(0, Math.round((Date.now() - ms) / 1000))} s ago`);
 
 function table(s) {
-  $("worker-count").textContent = `${s.workers} connected`;
+  const probation = s.on_probation ? `, ${s.on_probation} on probation` : "";
+  $("worker-count").textContent = `${s.workers} connected${probation}`;
   const rows = s.worker_list.map((w) => {
     const rejected = Object.entries(w.rejected).map(([k, v]) => `${k} ${v}`).join(", ") || "–";
     const since = w.connected_at_ms ? new Date(w.connected_at_ms).toLocaleTimeString() : "–";
@@ -136,6 +137,8 @@ function table(s) {
       `<td>${w.samples_per_sec == null ? "–" : Math.round(w.samples_per_sec)}</td>` +
       `<td>${w.local_steps ?? 1}</td><td>${percent(w.compute_share)}</td><td>${ago(w.last_seen_ms)}</td>` +
       `<td>${w.compression ?? "–"}</td><td>${rejected}</td><td>${w.strikes}</td>` +
+      `<td title="every answer of a worker on probation is recomputed before it counts">` +
+      `${w.probation_left ? `probation, ${w.probation_left} to go` : "trusted"}</td>` +
       `<td class="admin"><button data-kick="${w.id}">kick</button><button class="danger" data-ban="${w.id}">ban</button></td></tr>`;
   });
   $("workers").tBodies[0].innerHTML = rows.join("");

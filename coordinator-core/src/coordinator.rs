@@ -78,6 +78,8 @@ pub struct Coordinator {
     pub(crate) local: Option<LocalPlan>,
     /// The workers' mean compute share, as of the worker list.
     pub(crate) utilisation: Option<f64>,
+    /// Connected workers on probation, as of the worker list.
+    pub(crate) on_probation: usize,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -130,7 +132,12 @@ impl Coordinator {
             settings.max_workers,
             settings.ban_after,
         )
-        .with_replicate(settings.replicate);
+        .with_replicate(settings.replicate)
+        .with_probation(settings.probation)
+        .with_newcomers(
+            settings.new_identities_per_address,
+            settings.new_identities_per_network,
+        );
         let seed = settings
             .audit_seed
             .unwrap_or_else(crate::checks::unpredictable_seed);
@@ -160,6 +167,7 @@ impl Coordinator {
             status_fresh: false,
             local,
             utilisation: None,
+            on_probation: 0,
         };
         coordinator.publish();
         Ok(coordinator)
@@ -194,6 +202,12 @@ impl Coordinator {
     /// The current parameters (all of them, frozen layers included).
     pub fn params(&self) -> &[f32] {
         self.trainer.params()
+    }
+
+    /// Gradients accepted from worker `id` in all its sessions, while its identity is
+    /// kept.
+    pub fn accepted_from(&self, id: WorkerId) -> u64 {
+        self.registry.accepted(id)
     }
 
     /// Updates applied.
@@ -327,7 +341,8 @@ impl Coordinator {
         );
         let trainer = &mut self.trainer;
         let pull = self.registry.pull(id).cloned();
-        self.audits.sent(id, compression, pull, || {
+        let probation = self.registry.on_probation(id);
+        self.audits.sent(id, compression, pull, probation, || {
             trainer.weights_as_seen(compression)
         });
         self.schedule.sent(id, version);

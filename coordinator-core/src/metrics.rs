@@ -49,6 +49,8 @@ pub struct Live {
     pub local_steps: Option<f64>,
     /// The mean compute share of the listed workers that answered.
     pub utilisation: Option<f64>,
+    /// (`--probation`, connected workers on probation).
+    pub probation: (u32, usize),
 }
 
 /// The run's counters: what a checkpoint keeps, so that totals survive a restart.
@@ -71,6 +73,8 @@ pub struct Counters {
     pub sessions_rejected: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
+    pub probation_checks: u64,
+    pub probation_unchecked: u64,
 }
 
 #[derive(Debug)]
@@ -146,6 +150,16 @@ impl Metrics {
     pub fn verified(&mut self, matched: bool) {
         self.counters.gradients_verified += 1;
         self.counters.verification_mismatches += u64::from(!matched);
+    }
+
+    /// An answer was recomputed because its worker is on probation.
+    pub fn probation_checked(&mut self) {
+        self.counters.probation_checks += 1;
+    }
+
+    /// An answer on probation was dropped: there was no room to recompute it.
+    pub fn probation_unchecked(&mut self) {
+        self.counters.probation_unchecked += 1;
     }
 
     /// An update was not applied: it would have made a parameter non-finite.
@@ -244,6 +258,10 @@ impl Metrics {
             }),
             local_steps: live.local_steps,
             utilisation: live.utilisation,
+            probation: live.probation.0,
+            on_probation: live.probation.1,
+            probation_checks: self.counters.probation_checks,
+            probation_unchecked: self.counters.probation_unchecked,
             checkpoints: None,
             worker_list: live.worker_list,
         }
@@ -300,6 +318,7 @@ mod tests {
             bans: Arc::new(vec!["worker 3".into()]),
             local_steps: None,
             utilisation: None,
+            probation: (0, 0),
             replicas: (4, 1),
         }
     }

@@ -31,6 +31,7 @@ impl Coordinator {
                 .filter_map(|w| w.compute_share)
                 .fold((0.0, 0usize), |(sum, n), share| (sum + share, n + 1));
             self.utilisation = (n > 0).then(|| sum / n as f64);
+            self.on_probation = list.iter().filter(|w| w.probation_left > 0).count();
             self.worker_list = Arc::new(list);
         }
         if self.registry.bans().len() != self.bans.len() {
@@ -53,6 +54,7 @@ impl Coordinator {
             replicas: (self.replicas.agreed, self.replicas.disputed),
             local_steps: self.local.as_ref().map(crate::local::LocalPlan::mean_steps),
             utilisation: self.utilisation,
+            probation: (self.settings.probation, self.on_probation),
         });
         self.status = status;
         self.status_fresh = true;

@@ -8,6 +8,14 @@ use crate::aggregate::AggregatorKind;
 use crate::local::Local;
 use crate::schedule::deadline::RoundTimeout;
 
+/// `--probation`'s default: clean answers in a row before a new identity's answers are
+/// only sampled (docs/BENCHMARKS.md#probation: what it costs the coordinator).
+pub const PROBATION: u32 = 10;
+/// `--new-identities-per-address`'s default, per hour.
+pub const NEW_IDENTITIES_PER_ADDRESS: u32 = 10;
+/// `--new-identities-per-network`'s default, per hour.
+pub const NEW_IDENTITIES_PER_NETWORK: u32 = 40;
+
 /// How gradients become updates.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Mode {
@@ -48,6 +56,13 @@ pub struct Settings {
     pub mode: Mode,
     pub aggregator: AggregatorKind,
     pub verify_fraction: f64,
+    /// A new identity's answers are all recomputed until this many in a row have passed
+    /// (0: none are; trust is not earned).
+    pub probation: u32,
+    /// New identities per hour an address may be issued (loopback: any).
+    pub new_identities_per_address: u32,
+    /// New identities per hour a network (IPv4 /24, IPv6 /64) may be issued.
+    pub new_identities_per_network: u32,
     pub ban_after: u32,
     /// `None`: adaptive.
     pub max_grad_norm: Option<f64>,
@@ -89,6 +104,9 @@ impl Default for Settings {
             },
             aggregator: AggregatorKind::default(),
             verify_fraction: 0.05,
+            probation: PROBATION,
+            new_identities_per_address: NEW_IDENTITIES_PER_ADDRESS,
+            new_identities_per_network: NEW_IDENTITIES_PER_NETWORK,
             ban_after: 3,
             max_grad_norm: None,
             join_token: None,

@@ -47,6 +47,9 @@ pub struct WorkerStatus {
     pub skipped: bool,
     /// `--local-steps`: the length of its next phase.
     pub local_steps: Option<u32>,
+    /// `--probation`: clean answers it still owes before its answers are only sampled; 0:
+    /// trusted. Every answer of a worker on probation is recomputed before it counts.
+    pub probation_left: u32,
     /// The compute time its answers reported, over its time connected (to its last
     /// answer); `None` before its first answer.
     pub compute_share: Option<f64>,
@@ -153,6 +156,15 @@ pub struct Status {
     pub local_steps: Option<f64>,
     /// The mean compute share of the workers that answered.
     pub utilisation: Option<f64>,
+    /// `--probation`: clean answers in a row a new identity owes (0: off).
+    pub probation: u32,
+    /// Connected workers on probation (their every answer is recomputed).
+    pub on_probation: usize,
+    /// Answers recomputed because their worker was on probation (not sampled).
+    pub probation_checks: u64,
+    /// Answers of workers on probation dropped because they could not be recomputed (no
+    /// room for their weights; no strike).
+    pub probation_unchecked: u64,
     /// `--checkpoint-dir`: what the checkpoint writer has done (absent without one; the
     /// driver that writes them fills it in).
     pub checkpoints: Option<Arc<CheckpointReport>>,

@@ -69,8 +69,13 @@ impl Client {
 }
 
 /// The settings the coordinator's flags of the same names give (the few these tests use).
+/// Most of these tests send made-up gradients, which recomputation would refuse: there is no
+/// probation unless `--probation` is given.
 pub(crate) fn settings(flags: &[&str]) -> Settings {
-    let mut s = Settings::default();
+    let mut s = Settings {
+        probation: 0,
+        ..Settings::default()
+    };
     let (mut timeout, mut miss_limit) = (RoundTimeout::Auto, 3);
     let (mut mode, mut buffer, mut staleness) = ("sync", 1, 8);
     let (mut optimizer, mut lr) = ("adam", None);
@@ -92,6 +97,7 @@ pub(crate) fn settings(flags: &[&str]) -> Settings {
             "--lr" => lr = Some(number() as f32),
             "--max-grad-norm" => s.max_grad_norm = Some(number()),
             "--verify-fraction" => s.verify_fraction = number(),
+            "--probation" => s.probation = number() as u32,
             "--max-rounds" => s.max_rounds = Some(number() as u64),
             "--eval-interval" => s.eval_interval = number() as u64,
             "--target-accuracy" => s.target_accuracy = Some(number()),

@@ -14,7 +14,7 @@
 //! outboxes' bound.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
@@ -24,13 +24,17 @@ use coordinator_core::{Coordinator, Evaluated, Joined, Outbound, Output, Refusal
 use model::SplitMix64;
 use protocol::{
     decode_from_coordinator, decode_from_worker, decode_worker_frame, encode_from_coordinator,
-    encode_gradient, CoordinatorToWorker, Gradient, WorkerFrame, WorkerKind, WorkerToCoordinator,
+    encode_gradient, CoordinatorToWorker, Gradient, WorkerFrame, WorkerId, WorkerKind,
+    WorkerToCoordinator,
 };
 use worker_core::{ComputeClock, WorkerCore};
 
 use crate::link::{on_the_wire, Pipe};
 use crate::report::{Report, WorkerReport};
 use crate::scenario::{Behaviour, Churn, Scenario, Until};
+
+/// How long a worker refused for too many new identities waits before it tries again.
+const RETRY_AFTER_REFUSAL: Duration = Duration::from_secs(60);
 
 /// How far `Behaviour::WrongBatch` moves the batch its `Task` names: the next one (a shift
 /// by a multiple of the shard's batches would land on the same samples).
@@ -39,6 +43,14 @@ const BATCH_SHIFT: u64 = 1;
 /// Runs `scenario` to its end and says what it measured. Deterministic: the same scenario
 /// (seed included) gives the same report.
 pub fn run(scenario: Scenario) -> Report {
+    Engine::new(scenario).run().0
+}
+
+/// [`run`], and the real time the coordinator core spent on the workers' inputs (joins,
+/// answers with their checks and recomputations, leaves): what the run cost the
+/// coordinator's CPU, as far as a wall clock on an otherwise idle thread can tell. Not
+/// deterministic, so not in the [`Report`].
+pub fn run_measured(scenario: Scenario) -> (Report, Duration) {
     Engine::new(scenario).run()
 }
 
@@ -106,7 +118,13 @@ struct Sim {
     gone: bool,
     rng: SplitMix64,
     peer: IpAddr,
+    /// The identities it was issued, in order.
+    ids: Vec<WorkerId>,
 }
+
+/// `Behaviour::Alie`: the group's honest answers for one round, held until every
+/// connected member's is in: (worker, connection epoch, its answer).
+type Pool = BTreeMap<u64, Vec<(usize, u64, Gradient)>>;
 
 struct Engine {
     base: Instant,
@@ -123,6 +141,11 @@ struct Engine {
     target_at: Option<Duration>,
     curve: Vec<(f64, u64, f64)>,
     stopped: bool,
+    pool: Pool,
+    /// Fresh addresses handed to workers coming back (`comes_back`).
+    fresh_addresses: u32,
+    /// Real time spent in the core's worker inputs.
+    busy: Duration,
 }
 
 impl Engine {
@@ -138,9 +161,8 @@ impl Engine {
             .map(|(i, spec)| {
                 let i64 = i as u64;
                 Sim {
-                    core: WorkerCore::new(WorkerKind::Native, None)
-                        .with_compression(spec.compression)
-                        .with_clock(ComputeClock::PerStep(spec.step.as_micros() as u64)),
+                    core: core_for(&spec),
+                    ids: Vec::new(),
                     down: Pipe::new(spec.link.down, seed ^ (i64 << 32) ^ 1),
                     up: Pipe::new(spec.link.up, seed ^ (i64 << 32) ^ 2),
                     rng: SplitMix64::new(seed ^ (i64 << 32) ^ 3),
@@ -175,6 +197,9 @@ impl Engine {
             target_at: None,
             curve: Vec::new(),
             stopped: false,
+            pool: Pool::new(),
+            fresh_addresses: 0,
+            busy: Duration::ZERO,
         };
         for w in 0..engine.workers.len() {
             let spec = &engine.workers[w].spec;
@@ -198,7 +223,7 @@ impl Engine {
         self.base + self.now
     }
 
-    fn run(mut self) -> Report {
+    fn run(mut self) -> (Report, Duration) {
         while let Some(Reverse((at, seq))) = self.queue.pop() {
             if at > self.until.time {
                 self.now = self.until.time;
@@ -213,7 +238,8 @@ impl Engine {
                 break;
             }
         }
-        self.report()
+        let busy = self.busy;
+        (self.report(), busy)
     }
 
     fn handle(&mut self, ev: Ev) {
@@ -232,21 +258,27 @@ impl Engine {
                     sim.ended = Some(refusal.code.name().to_string());
                     sim.gone |= refusal.is_fatal();
                     self.disconnect(w);
+                    if self.workers[w].gone && self.workers[w].spec.comes_back {
+                        self.come_back_fresh(w);
+                    }
                 }
             },
             Ev::Computed { w, epoch, frames } if epoch == self.workers[w].epoch => {
                 let sim = &mut self.workers[w];
                 sim.computing = false;
-                let frames = poison(
-                    sim.spec.behaviour,
-                    sim.spec.compression,
-                    frames,
-                    &mut sim.rng,
-                );
-                for frame in frames {
-                    let bytes = on_the_wire(frame.len(), true);
-                    let arrival = self.workers[w].up.send(self.now, bytes);
-                    self.at(arrival, Ev::ToCoordinator { w, epoch, frame });
+                if let Behaviour::Alie(_) = sim.spec.behaviour {
+                    let answer = reassemble(&frames);
+                    let round = answer.round.0;
+                    self.pool.entry(round).or_default().push((w, epoch, answer));
+                    self.collude();
+                } else {
+                    let frames = poison(
+                        sim.spec.behaviour,
+                        sim.spec.compression,
+                        frames,
+                        &mut sim.rng,
+                    );
+                    self.upload(w, epoch, frames);
                 }
                 self.pump(w);
             }
@@ -362,6 +394,9 @@ impl Engine {
         };
         match self.core.join(&hello, sim.peer, now) {
             Ok(joined) => {
+                if sim.ids.last() != Some(&joined.worker) {
+                    sim.ids.push(joined.worker);
+                }
                 sim.conn = Some(Conn {
                     joined,
                     upload: Upload::default(),
@@ -372,6 +407,87 @@ impl Engine {
             Err(refusal) => {
                 sim.ended = Some(refusal.code.name().to_string());
                 sim.gone = true;
+                if sim.spec.comes_back {
+                    match refusal.code {
+                        // Its address is banned: another one.
+                        protocol::ErrorCode::Banned => self.come_back_fresh(w),
+                        // Too many new identities: later.
+                        protocol::ErrorCode::Full => {
+                            sim.gone = false;
+                            self.at(self.now + RETRY_AFTER_REFUSAL, Ev::Connect(w));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// A banned worker that comes back: a fresh core (no token), a fresh address in its
+    /// group's network, connecting at once.
+    fn come_back_fresh(&mut self, w: usize) {
+        let k = self.fresh_addresses;
+        self.fresh_addresses += 1;
+        let sim = &mut self.workers[w];
+        sim.core = core_for(&sim.spec);
+        sim.peer = IpAddr::V4(Ipv4Addr::new(10, 200, (k / 250) as u8, (k % 250) as u8 + 1));
+        sim.gone = false;
+        self.connect(w);
+    }
+
+    /// A worker's answer goes up its link.
+    fn upload(&mut self, w: usize, epoch: u64, frames: Vec<Vec<u8>>) {
+        for frame in frames {
+            let bytes = on_the_wire(frame.len(), true);
+            let arrival = self.workers[w].up.send(self.now, bytes);
+            self.at(arrival, Ev::ToCoordinator { w, epoch, frame });
+        }
+    }
+
+    /// `Behaviour::Alie`: a round's pool goes out once every connected member's answer is
+    /// in (or a later round's has started: a member that never got this round's weights
+    /// must not hold it forever). Each sends mean − z·std of the pool, value by value.
+    fn collude(&mut self) {
+        let members = self
+            .workers
+            .iter()
+            .filter(|s| matches!(s.spec.behaviour, Behaviour::Alie(_)) && s.conn.is_some())
+            .count()
+            .max(1);
+        let newest = self.pool.keys().next_back().copied();
+        let ready: Vec<u64> = self
+            .pool
+            .iter()
+            .filter(|&(&round, answers)| answers.len() >= members || Some(round) < newest)
+            .map(|(&round, _)| round)
+            .collect();
+        for round in ready {
+            let answers = self.pool.remove(&round).unwrap_or_default();
+            let n = answers.len() as f64;
+            let len = answers.first().map_or(0, |(_, _, g)| g.grads.len());
+            let (mut mean, mut var) = (vec![0.0f64; len], vec![0.0f64; len]);
+            for (_, _, g) in &answers {
+                for (m, &v) in mean.iter_mut().zip(&g.grads) {
+                    *m += f64::from(v) / n;
+                }
+            }
+            for (_, _, g) in &answers {
+                for ((s, &m), &v) in var.iter_mut().zip(&mean).zip(&g.grads) {
+                    *s += (f64::from(v) - m).powi(2) / n;
+                }
+            }
+            for (w, epoch, mut g) in answers {
+                if epoch != self.workers[w].epoch {
+                    continue;
+                }
+                let Behaviour::Alie(z) = self.workers[w].spec.behaviour else {
+                    continue;
+                };
+                for ((v, &m), &s) in g.grads.iter_mut().zip(&mean).zip(&var) {
+                    *v = (m - f64::from(z) * s.sqrt()) as f32;
+                }
+                let frames = encode_gradient(&g, self.workers[w].spec.compression);
+                self.upload(w, epoch, frames);
             }
         }
     }
@@ -445,8 +561,10 @@ impl Engine {
         match taken {
             Ok(Progress::More) => {}
             Ok(Progress::Done(gradient, norm)) => {
+                let started = std::time::Instant::now();
                 self.core
                     .gradient(joined.worker, joined.session, &gradient, norm, now);
+                self.busy += started.elapsed();
             }
             Err(refusal) => {
                 let peer = sim.peer;
@@ -492,6 +610,10 @@ impl Engine {
         }
         self.core
             .leave(conn.joined.worker, conn.joined.session, now);
+        if !self.pool.is_empty() {
+            // One colluder fewer to wait for.
+            self.collude();
+        }
     }
 
     fn report(mut self) -> Report {
@@ -517,6 +639,8 @@ impl Engine {
                 bytes_down: sim.down.bytes,
                 sessions: sim.sessions,
                 ended: sim.ended.clone(),
+                identities: sim.ids.len() as u32,
+                accepted: sim.ids.iter().map(|&id| self.core.accepted_from(id)).sum(),
             });
         }
         let computing: Vec<f64> = workers
@@ -567,6 +691,13 @@ fn shift_task(frame: Bytes) -> Bytes {
     }
 }
 
+/// A worker core as `spec` asks: fresh, with no identity yet.
+fn core_for(spec: &crate::scenario::WorkerSpec) -> WorkerCore {
+    WorkerCore::new(WorkerKind::Native, None)
+        .with_compression(spec.compression)
+        .with_clock(ComputeClock::PerStep(spec.step.as_micros() as u64))
+}
+
 /// A hostile worker's gradient: its honest chunks, reassembled, changed, chunked again.
 fn poison(
     behaviour: Behaviour,
@@ -577,8 +708,22 @@ fn poison(
     if matches!(behaviour, Behaviour::Honest | Behaviour::WrongBatch) {
         return frames;
     }
+    let mut g = reassemble(&frames);
+    for v in &mut g.grads {
+        match behaviour {
+            Behaviour::Scaled(k) => *v *= k,
+            Behaviour::Zeros => *v = 0.0,
+            Behaviour::Noise(std) => *v = std * gaussian(rng),
+            Behaviour::Honest | Behaviour::WrongBatch | Behaviour::Alie(_) => {}
+        }
+    }
+    encode_gradient(&g, compression)
+}
+
+/// A worker core's answer, its chunks reassembled (as decoded: after the wire compression).
+fn reassemble(frames: &[Vec<u8>]) -> Gradient {
     let mut whole: Option<Gradient> = None;
-    for frame in &frames {
+    for frame in frames {
         let Ok(WorkerToCoordinator::Gradient(chunk)) = decode_from_worker(frame) else {
             unreachable!("a worker core sends gradient chunks")
         };
@@ -591,16 +736,7 @@ fn poison(
         });
         g.grads.extend(chunk.grads);
     }
-    let mut g = whole.expect("at least one chunk");
-    for v in &mut g.grads {
-        match behaviour {
-            Behaviour::Scaled(k) => *v *= k,
-            Behaviour::Zeros => *v = 0.0,
-            Behaviour::Noise(std) => *v = std * gaussian(rng),
-            Behaviour::Honest | Behaviour::WrongBatch => {}
-        }
-    }
-    encode_gradient(&g, compression)
+    whole.expect("at least one chunk")
 }
 
 /// A standard normal draw (Box-Muller).

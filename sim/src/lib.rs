@@ -17,7 +17,7 @@ pub mod link;
 pub mod report;
 pub mod scenario;
 
-pub use engine::run;
+pub use engine::{run, run_measured};
 pub use link::{Link, Way};
 pub use report::{Report, WorkerReport};
 pub use scenario::{measured_step, Behaviour, Churn, Scenario, Until, WorkerSpec};

@@ -49,4 +49,9 @@ pub struct WorkerReport {
     pub sessions: u32,
     /// How its last session ended, if it did: a refusal's code name, or `left`.
     pub ended: Option<String>,
+    /// Identities it was issued (more than one: it came back fresh after a ban).
+    pub identities: u32,
+    /// Its answers that counted (accepted into an update or the async buffer), under all
+    /// its identities.
+    pub accepted: u64,
 }

@@ -57,6 +57,10 @@ pub struct WorkerSpec {
     /// What happens to it, at what time.
     pub churn: Vec<(Duration, Churn)>,
     pub behaviour: Behaviour,
+    /// Banned, it comes back at once under a fresh identity (no token) from a fresh
+    /// address of its group's network (10.200.0.0/24, then the next /24s); refused for
+    /// too many new identities, it tries again a minute later.
+    pub comes_back: bool,
 }
 
 impl WorkerSpec {
@@ -69,7 +73,14 @@ impl WorkerSpec {
             joins_at: Duration::ZERO,
             churn: Vec::new(),
             behaviour: Behaviour::Honest,
+            comes_back: false,
         }
+    }
+
+    /// Banned, it comes back under a fresh identity (see `comes_back`).
+    pub fn coming_back_fresh(mut self) -> Self {
+        self.comes_back = true;
+        self
     }
 
     pub fn with_compression(mut self, compression: Compression) -> Self {
@@ -118,6 +129,10 @@ pub enum Behaviour {
     Zeros,
     /// Its gradient on another batch than the one its `Task` names.
     WrongBatch,
+    /// "A Little Is Enough" (Baruch et al., 2019), colluding: every worker of the scenario
+    /// that behaves so computes its honest answer, the group pools them, and each sends the
+    /// per-value mean minus this many standard deviations of the pool.
+    Alie(f32),
 }
 
 /// The time one gradient (a batch of 32, forward and backward) takes here with the real

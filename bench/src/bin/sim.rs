@@ -9,6 +9,11 @@
 //! defaults to `--workers` here). Prints the scenario, then the report, as JSON.
 //!
 //! `sim --workers 4 --link 50ms/10 --max-rounds 200` is per-step sync on a home link.
+//!
+//! `--attackers 2 --alie 1.0` adds two colluding attackers ("A Little Is Enough", Baruch
+//! et al. 2019) beside the `--workers` honest ones, each coming back under a fresh identity
+//! and address after every ban (`sim::Behaviour::Alie`). `--newcomers N/min` adds honest
+//! workers arriving at that rate, each staying `--stay`, for what probation costs.
 
 use std::time::{Duration, Instant};
 
@@ -49,6 +54,18 @@ struct Cli {
     max_time: Duration,
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Colluding attackers, beside the honest `--workers`.
+    #[arg(long, default_value_t = 0)]
+    attackers: usize,
+    /// The attackers send the pool's mean minus this many standard deviations.
+    #[arg(long, default_value_t = 1.0)]
+    alie: f32,
+    /// Honest newcomers a minute of virtual time, each a fresh identity.
+    #[arg(long, default_value_t = 0.0)]
+    newcomers: f64,
+    /// How long each newcomer stays.
+    #[arg(long, default_value = "2m", value_parser = server::config::parse_duration)]
+    stay: Duration,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -81,12 +98,34 @@ fn main() -> anyhow::Result<()> {
     if cli.slower.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
         bail!("--slower: positive multipliers, like 1,1,2,4");
     }
-    let workers: Vec<WorkerSpec> = (0..cli.workers)
+    let mut workers: Vec<WorkerSpec> = (0..cli.workers)
         .map(|i| {
             let speed = step.mul_f64(cli.slower[i % cli.slower.len()]);
             WorkerSpec::new(links[i % links.len()], speed).with_compression(compression)
         })
         .collect();
+    for i in 0..cli.attackers {
+        workers.push(
+            WorkerSpec::new(links[i % links.len()], step)
+                .with_compression(compression)
+                .behaving(sim::Behaviour::Alie(cli.alie))
+                .coming_back_fresh(),
+        );
+    }
+    if cli.newcomers > 0.0 {
+        let every = Duration::from_secs_f64(60.0 / cli.newcomers);
+        let mut at = every;
+        while at < cli.max_time {
+            let i = workers.len();
+            workers.push(
+                WorkerSpec::new(links[i % links.len()], step)
+                    .with_compression(compression)
+                    .joining_at(at)
+                    .with_churn(at + cli.stay, sim::Churn::Leave),
+            );
+            at += every;
+        }
+    }
     let mut settings = config.settings();
     if !cli.coordinator.contains("--min-workers") {
         settings.min_workers = cli.workers;
@@ -104,6 +143,9 @@ fn main() -> anyhow::Result<()> {
                 "model": net.spec().to_string(),
                 "parameters": net.param_count(),
                 "coordinator": cli.coordinator,
+                "attackers": cli.attackers,
+                "alie": cli.alie,
+                "newcomers_per_min": cli.newcomers,
                 "compression": cli.compression,
                 "seed": cli.seed,
             }
@@ -123,9 +165,13 @@ fn main() -> anyhow::Result<()> {
         evaluation_time: Duration::ZERO,
     };
     let started = Instant::now();
-    let report = sim::run(scenario);
+    let (report, busy) = sim::run_measured(scenario);
     let mut json = serde_json::to_value(&report)?;
     json["real_seconds"] = serde_json::json!(started.elapsed().as_secs_f64());
+    // What the answers cost the coordinator, per minute of virtual time.
+    json["coordinator_busy_s"] = serde_json::json!(busy.as_secs_f64());
+    json["coordinator_busy_per_min_s"] =
+        serde_json::json!(busy.as_secs_f64() / (report.seconds / 60.0).max(1e-9));
     println!("{json}");
     Ok(())
 }

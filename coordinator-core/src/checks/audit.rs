@@ -8,9 +8,14 @@
 //! it arrives and however stale (async, hogwild), is recomputed on those. A worker cannot tell
 //! a sampled pull from another.
 //!
+//! A pull to a worker on probation (`--probation`, `registry/trust.rs`) is always audited:
+//! its answer counts only once it has been recomputed.
+//!
 //! Memory: at most [`MAX_VERSIONS`] distinct weights (a version in one compression) are kept
-//! at once, 4·P bytes each; a pull sampled while that many others are outstanding is not
-//! audited (counted).
+//! at once for sampled pulls, 4·P bytes each, and [`MAX_PROBATION_VERSIONS`] with those of
+//! probation; a sampled pull while that many others are outstanding is not audited
+//! (counted), and a probation pull's answer is then dropped unchecked, without a strike
+//! (counted): it cannot count before it is checked.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,6 +27,8 @@ use crate::registry::Pull;
 
 /// Distinct weights (version, compression) audits may keep alive at once.
 pub const MAX_VERSIONS: usize = 4;
+/// Distinct weights audits may keep alive at once when the pull is on probation.
+pub const MAX_PROBATION_VERSIONS: usize = 16;
 
 /// One sampled pull.
 #[derive(Debug, Clone)]
@@ -40,6 +47,8 @@ pub struct Audits {
     fraction: f64,
     rng: SplitMix64,
     pending: BTreeMap<WorkerId, Audit>,
+    /// Probation pulls that could not be audited: (worker, version) whose answer is dropped.
+    unchecked: BTreeMap<WorkerId, u64>,
     kept: Kept,
     /// Sampled pulls not audited for lack of room.
     skipped: u64,
@@ -51,6 +60,7 @@ impl Audits {
             fraction,
             rng: SplitMix64::new(seed),
             pending: BTreeMap::new(),
+            unchecked: BTreeMap::new(),
             kept: Kept::new(),
             skipped: 0,
         }
@@ -68,22 +78,34 @@ impl Audits {
     /// `worker` was sent weights in `compression`, to answer `pull` (`None`: it holds no
     /// shard, so it will not answer): decides whether its answer is recomputed. `weights`
     /// gives the weights as it decodes them (called only if sampled, and not already kept).
-    /// A newer pull replaces an older one's audit: its answer is the one expected.
+    /// A newer pull replaces an older one's audit: its answer is the one expected. On
+    /// `probation`, the pull is audited whatever the draw.
     pub fn sent(
         &mut self,
         worker: WorkerId,
         compression: Compression,
         pull: Option<Pull>,
+        probation: bool,
         weights: impl FnOnce() -> Arc<[f32]>,
     ) {
         self.left(worker);
         let Some(pull) = pull else { return };
-        if self.fraction <= 0.0 || self.rng.next_f64() >= self.fraction {
+        // Drawn for every pull, so probation does not shift which later pulls are sampled.
+        let drawn = self.fraction > 0.0 && self.rng.next_f64() < self.fraction;
+        if !drawn && !probation {
             return;
         }
         let key = (pull.version, compression.to_u8());
-        if !self.kept.contains_key(&key) && self.kept.len() >= MAX_VERSIONS {
+        let room = if probation {
+            MAX_PROBATION_VERSIONS
+        } else {
+            MAX_VERSIONS
+        };
+        if !self.kept.contains_key(&key) && self.kept.len() >= room {
             self.skipped += 1;
+            if probation {
+                self.unchecked.insert(worker, pull.version);
+            }
             return;
         }
         let (shared, holders) = self.kept.entry(key).or_insert_with(|| (weights(), 0));
@@ -107,7 +129,17 @@ impl Audits {
         }
     }
 
+    /// Whether `worker`'s answer computed on `version` was on probation and could not be
+    /// audited: it must be dropped (once).
+    pub fn unchecked(&mut self, worker: WorkerId, version: u64) -> bool {
+        match self.unchecked.get(&worker) {
+            Some(&v) if v == version => self.unchecked.remove(&worker).is_some(),
+            _ => false,
+        }
+    }
+
     pub fn left(&mut self, worker: WorkerId) {
+        self.unchecked.remove(&worker);
         self.remove(worker);
     }
 
@@ -152,7 +184,7 @@ mod tests {
     #[test]
     fn a_sampled_pull_is_checked_against_what_was_sent_whenever_it_answers() {
         let mut a = Audits::new(1.0, 1);
-        a.sent(WorkerId(1), F32, on(7, 0..10), weights(7.0));
+        a.sent(WorkerId(1), F32, on(7, 0..10), false, weights(7.0));
         assert!(a.take(WorkerId(1), 6).is_none(), "another version's answer");
         let audit = a.take(WorkerId(1), 7).expect("sampled");
         assert_eq!(
@@ -161,47 +193,47 @@ mod tests {
         );
         assert!(a.take(WorkerId(1), 7).is_none(), "taken once");
         // A newer pull replaces the older audit; leaving forgets it.
-        a.sent(WorkerId(2), F32, on(8, 0..10), weights(8.0));
-        a.sent(WorkerId(2), F32, on(9, 0..10), weights(9.0));
+        a.sent(WorkerId(2), F32, on(8, 0..10), false, weights(8.0));
+        a.sent(WorkerId(2), F32, on(9, 0..10), false, weights(9.0));
         assert!(a.take(WorkerId(2), 8).is_none());
         a.left(WorkerId(2));
         assert!(a.take(WorkerId(2), 9).is_none());
         // No shard yet: nothing to recompute on.
-        a.sent(WorkerId(3), F32, None, weights(9.0));
+        a.sent(WorkerId(3), F32, None, false, weights(9.0));
         assert!(a.take(WorkerId(3), 9).is_none());
     }
 
     #[test]
     fn workers_on_one_version_share_its_weights_and_versions_are_bounded() {
         let mut a = Audits::new(1.0, 1);
-        a.sent(WorkerId(1), F32, on(1, 0..1), weights(1.0));
-        a.sent(WorkerId(2), F32, on(1, 0..1), || {
+        a.sent(WorkerId(1), F32, on(1, 0..1), false, weights(1.0));
+        a.sent(WorkerId(2), F32, on(1, 0..1), false, || {
             panic!("shared, not rebuilt")
         });
         // The same version in another compression is other weights: not shared.
-        a.sent(WorkerId(11), Compression::Int8, on(1, 0..1), weights(1.5));
+        a.sent(WorkerId(11), Compression::Int8, on(1, 0..1), false, weights(1.5));
         assert_eq!(
             &a.take(WorkerId(11), 1).expect("sampled").weights[..],
             &[1.5; 3]
         );
         for v in 2..=4 {
-            a.sent(WorkerId(v as u32 + 1), F32, on(v, 0..1), weights(v as f32));
+            a.sent(WorkerId(v as u32 + 1), F32, on(v, 0..1), false, weights(v as f32));
         }
         // Four versions outstanding: a fifth is not audited, a kept one still is.
-        a.sent(WorkerId(9), F32, on(5, 0..1), weights(5.0));
+        a.sent(WorkerId(9), F32, on(5, 0..1), false, weights(5.0));
         assert!(a.take(WorkerId(9), 5).is_none());
         assert_eq!(a.skipped(), 1);
-        a.sent(WorkerId(10), F32, on(4, 0..1), || panic!("shared"));
+        a.sent(WorkerId(10), F32, on(4, 0..1), false, || panic!("shared"));
         assert!(a.take(WorkerId(10), 4).is_some());
         // Version 1's two holders answer, or leave: its weights are let go, and room is made.
         assert!(a.take(WorkerId(1), 1).is_some());
-        a.sent(WorkerId(9), F32, on(5, 0..1), weights(5.0));
+        a.sent(WorkerId(9), F32, on(5, 0..1), false, weights(5.0));
         assert!(
             a.take(WorkerId(9), 5).is_none(),
             "version 1 still held by worker 2"
         );
         a.left(WorkerId(2));
-        a.sent(WorkerId(9), F32, on(5, 0..1), weights(5.0));
+        a.sent(WorkerId(9), F32, on(5, 0..1), false, weights(5.0));
         assert_eq!(
             &a.take(WorkerId(9), 5).expect("room").weights[..],
             &[5.0; 3]
@@ -210,11 +242,40 @@ mod tests {
     }
 
     #[test]
+    fn a_pull_on_probation_is_always_audited_and_dropped_when_it_cannot_be() {
+        let mut a = Audits::new(0.0, 1);
+        a.sent(WorkerId(1), F32, on(3, 0..1), true, weights(3.0));
+        assert!(a.take(WorkerId(1), 3).is_some(), "at fraction 0 too");
+        // Sixteen versions kept by probation pulls: a seventeenth cannot be checked, so its
+        // answer is dropped, once, and a newer pull forgets it.
+        for v in 0..16 {
+            a.sent(WorkerId(100 + v as u32), F32, on(v, 0..1), true, weights(0.0));
+        }
+        a.sent(WorkerId(1), F32, on(16, 0..1), true, weights(0.0));
+        assert!(a.take(WorkerId(1), 16).is_none());
+        assert!(!a.unchecked(WorkerId(1), 15), "another version");
+        assert!(a.unchecked(WorkerId(1), 16));
+        assert!(!a.unchecked(WorkerId(1), 16), "once");
+        a.sent(WorkerId(2), F32, on(17, 0..1), true, weights(0.0));
+        a.sent(WorkerId(2), F32, on(18, 0..1), false, weights(0.0));
+        assert!(!a.unchecked(WorkerId(2), 17), "replaced by a newer pull");
+        // A sampled pull is not let past four versions, where probation's are.
+        let mut b = Audits::new(1.0, 1);
+        for v in 0..4 {
+            b.sent(WorkerId(v as u32), F32, on(v, 0..1), false, weights(0.0));
+        }
+        b.sent(WorkerId(8), F32, on(4, 0..1), false, weights(0.0));
+        assert!(b.take(WorkerId(8), 4).is_none() && !b.unchecked(WorkerId(8), 4));
+        b.sent(WorkerId(9), F32, on(4, 0..1), true, weights(0.0));
+        assert!(b.take(WorkerId(9), 4).is_some());
+    }
+
+    #[test]
     fn the_fraction_is_honoured() {
         let mut a = Audits::new(0.2, 5);
         let mut sampled = 0;
         for v in 0..10_000u64 {
-            a.sent(WorkerId(1), F32, on(v, 0..1), weights(0.0));
+            a.sent(WorkerId(1), F32, on(v, 0..1), false, weights(0.0));
             sampled += usize::from(a.take(WorkerId(1), v).is_some());
         }
         assert!(
@@ -222,6 +283,6 @@ mod tests {
             "{sampled} of 10,000 at 0.2"
         );
         let mut none = Audits::new(0.0, 5);
-        none.sent(WorkerId(1), F32, on(0, 0..1), || panic!("never sampled"));
+        none.sent(WorkerId(1), F32, on(0, 0..1), false, || panic!("never sampled"));
     }
 }

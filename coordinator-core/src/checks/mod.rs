@@ -11,7 +11,7 @@ pub mod verify;
 use std::time::Instant;
 
 use protocol::{Compression, ErrorCode, Gradient, WorkerId};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use self::replicas::Fate;
 use self::verify::{verify, Claim};
@@ -145,10 +145,23 @@ impl Coordinator {
     /// `--verify-fraction`: recomputes a gradient whose pull was sampled (see `audit.rs`),
     /// in any mode. A mismatch drops the gradient with a `Mismatch` error and a strike.
     /// Returns whether the gradient may go on.
+    /// On probation, every answer is recomputed; one that could not be (no room for its
+    /// weights) is dropped, without a strike.
     fn verified(&mut self, worker: WorkerId, gradient: &Gradient) -> bool {
+        if self.audits.unchecked(worker, gradient.round.0) {
+            debug!(%worker, round = %gradient.round, "on probation and not recomputed; dropped");
+            self.metrics.probation_unchecked();
+            let actions = self.schedule.excuse(worker);
+            self.execute(actions);
+            return false;
+        }
         let Some(audit) = self.audits.take(worker, gradient.round.0) else {
             return true;
         };
+        let probation = self.registry.on_probation(worker);
+        if probation {
+            self.metrics.probation_checked();
+        }
         self.recompute(
             worker,
             gradient,
@@ -180,7 +193,12 @@ impl Coordinator {
         match verify(self.trainer.net(), &self.train, &claim) {
             Ok(Ok(())) => {
                 self.metrics.verified(true);
+                let probation = self.registry.on_probation(worker);
                 self.registry.note(worker, Note::Verified);
+                if probation && !self.registry.on_probation(worker) {
+                    info!(%worker, "worker passed its probation: its answers are now sampled");
+                    self.registry.mark_changed();
+                }
                 true
             }
             Ok(Err(mismatch)) => {

@@ -19,6 +19,9 @@ pub struct SavedBans {
     /// (worker id, strikes).
     pub strikes: Vec<(u32, u32)>,
     pub address_strikes: Vec<(IpAddr, u32)>,
+    /// (worker id, clean answers in a row): how far each identity is through probation
+    /// (`trust.rs`; filled in by the registry).
+    pub trusted: Vec<(u32, u32)>,
 }
 
 /// One ban, for the status.
@@ -123,6 +126,7 @@ impl Bans {
                 .iter()
                 .map(|(&ip, &n)| (ip, n))
                 .collect(),
+            trusted: Vec::new(),
         };
         saved.workers.sort_unstable();
         saved.addresses.sort_unstable();

@@ -90,6 +90,11 @@ impl Identities {
         Some((id, identity.gradients))
     }
 
+    /// Accepted gradients of `id` as of its last departure.
+    pub fn gradients(&self, id: WorkerId) -> Option<u64> {
+        self.map.get(&id).map(|i| i.gradients)
+    }
+
     /// `id` disconnected having `gradients` accepted in all.
     pub fn left(&mut self, id: WorkerId, gradients: u64, now: Instant) {
         if let Some(identity) = self.map.get_mut(&id) {

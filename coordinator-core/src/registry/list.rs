@@ -67,6 +67,7 @@ impl Registry {
                 shard_len: w.shard.as_ref().map_or(0, Range::len),
                 skipped: skipped(id),
                 local_steps: steps(id),
+                probation_left: self.trust.left(id),
                 compute_share: w.last_seen.and_then(|last| {
                     let secs = last.saturating_duration_since(w.connected_at).as_secs_f64();
                     (secs > 0.0).then(|| (w.compute.as_secs_f64() / secs).min(1.0))

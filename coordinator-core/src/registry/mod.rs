@@ -17,7 +17,9 @@ use tracing::{info, warn};
 use self::bans::Bans;
 pub use self::bans::{Banned, SavedBans};
 use self::identities::Identities;
+use self::newcomers::Newcomers;
 use self::tally::{Note, Tally};
+use self::trust::Trust;
 use crate::checks::replicas::GroupKey;
 use crate::io::SessionId;
 use crate::refusal::Refusal;
@@ -25,9 +27,11 @@ use crate::refusal::Refusal;
 pub mod bans;
 pub mod identities;
 mod list;
+pub mod newcomers;
 mod saved;
 mod shards;
 pub mod tally;
+pub mod trust;
 
 #[derive(Debug)]
 struct Worker {
@@ -103,6 +107,10 @@ pub struct Registry {
     join_token: Option<String>,
     max_workers: usize,
     bans: Bans,
+    /// `--probation`: who has earned the sampled rate of checks.
+    trust: Trust,
+    /// `--new-identities-per-address` and `-per-network`.
+    newcomers: Newcomers,
     /// `--replicate`: workers per shard.
     replicate: usize,
     /// Bytes of frames queued to workers since last taken.
@@ -119,6 +127,8 @@ impl Registry {
     pub fn new(join_token: Option<String>, max_workers: usize, ban_after: u32) -> Self {
         Self {
             bans: Bans::new(ban_after),
+            trust: Trust::new(0),
+            newcomers: Newcomers::new(u32::MAX, u32::MAX),
             workers: BTreeMap::new(),
             identities: Identities::new(IDENTITIES_PER_WORKER_SLOT * max_workers.max(256)),
             next_worker: 1,
@@ -135,6 +145,18 @@ impl Registry {
     /// `--replicate r`: groups of `r` workers of one compression share a shard.
     pub fn with_replicate(mut self, r: usize) -> Self {
         self.replicate = r.max(1);
+        self
+    }
+
+    /// `--probation n`: a new identity's first `n` answers are all recomputed.
+    pub fn with_probation(mut self, n: u32) -> Self {
+        self.trust = Trust::new(n);
+        self
+    }
+
+    /// New identities per hour that an address, and its network, may be issued.
+    pub fn with_newcomers(mut self, per_address: u32, per_network: u32) -> Self {
+        self.newcomers = Newcomers::new(per_address, per_network);
         self
     }
 
@@ -177,6 +199,10 @@ impl Registry {
         let (token, (id, gradients), resumed) = match resumed {
             Some((token, identity)) => (token, identity, true),
             None => {
+                if let Err(spent) = self.newcomers.issue(peer, now) {
+                    info!(%peer, %spent, "new identity refused");
+                    return Err(Refusal::new(ErrorCode::Full, spent.to_string()));
+                }
                 let id = WorkerId(self.next_worker);
                 let token = self.identities.issue(id, now).map_err(|e| {
                     warn!(%e, "cannot issue a resume token");
@@ -267,6 +293,7 @@ impl Registry {
     /// whether that banned it (its session must then be closed).
     pub fn strike(&mut self, id: WorkerId) -> (u32, bool) {
         let (strikes, ban) = self.bans.strike(id);
+        self.trust.struck(id);
         let banned = ban && self.ban(id);
         self.changed = true;
         (strikes, banned)
@@ -294,6 +321,24 @@ impl Registry {
         true
     }
 
+    /// Gradients accepted from `id` in all its sessions (0 if unknown).
+    pub fn accepted(&self, id: WorkerId) -> u64 {
+        match self.workers.get(&id) {
+            Some(w) => w.tally.accepted,
+            None => self.identities.gradients(id).unwrap_or(0),
+        }
+    }
+
+    /// Whether every answer of `id` is recomputed before it counts (`--probation`).
+    pub fn on_probation(&self, id: WorkerId) -> bool {
+        self.trust.on_probation(id)
+    }
+
+    /// Clean answers `id` still owes before it leaves probation.
+    pub fn probation_left(&self, id: WorkerId) -> u32 {
+        self.trust.left(id)
+    }
+
     /// Every ban so far.
     pub fn bans(&self) -> &[Banned] {
         self.bans.list()
@@ -301,6 +346,9 @@ impl Registry {
 
     /// Something happened to one of `id`'s gradients.
     pub fn note(&mut self, id: WorkerId, note: Note) {
+        if note == Note::Verified {
+            self.trust.passed(id);
+        }
         if let Some(w) = self.workers.get_mut(&id) {
             w.tally.note(note);
             // Rejections show at once; counts at the next round (see `changed`).

@@ -17,11 +17,15 @@ impl Registry {
 
     /// Bans and strikes.
     pub fn saved_bans(&self) -> super::SavedBans {
-        self.bans.saved()
+        super::SavedBans {
+            trusted: self.trust.saved(),
+            ..self.bans.saved()
+        }
     }
 
     pub fn restore_bans(&mut self, saved: &super::SavedBans) {
         self.bans.restore(saved);
+        self.trust.restore(&saved.trusted);
         self.changed = true;
     }
 

@@ -197,6 +197,22 @@ pub struct Cli {
     #[arg(long, default_value_t = 3)]
     pub ban_after: u32,
 
+    /// A new worker identity is on probation: every one of its answers is recomputed before
+    /// it counts, until this many in a row have matched; then only --verify-fraction of
+    /// them are. A mismatch puts it back on probation. 0: no probation.
+    #[arg(long, default_value_t = coordinator_core::settings::PROBATION)]
+    pub probation: u32,
+
+    /// New worker identities an address may be issued per hour (a reload keeps its
+    /// identity; a new tab or a banned worker coming back does not). Raise it for a lab
+    /// behind one NAT. Loopback is not limited.
+    #[arg(long, default_value_t = coordinator_core::settings::NEW_IDENTITIES_PER_ADDRESS)]
+    pub new_identities_per_address: u32,
+
+    /// New worker identities a network (an IPv4 /24, an IPv6 /48) may be issued per hour.
+    #[arg(long, default_value_t = coordinator_core::settings::NEW_IDENTITIES_PER_NETWORK)]
+    pub new_identities_per_network: u32,
+
     /// Enable the admin API (pause, resume, learning rate, checkpoint, kick, ban, stop, PUT
     /// /api/params) for requests bearing this token.
     #[arg(long)]

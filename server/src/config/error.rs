@@ -95,6 +95,11 @@ pub enum ConfigError {
     VerifyFraction(f64),
     #[error("--ban-after must be at least 1")]
     BanAfter,
+    #[error(
+        "--new-identities-per-address and --new-identities-per-network must be at least 1 \
+         (no new worker could join)"
+    )]
+    NewIdentities,
     #[error("--max-per-ip must be at least 1")]
     MaxPerIp,
     #[error("--join-token must not be empty")]

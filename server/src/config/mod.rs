@@ -67,6 +67,9 @@ pub struct Config {
     pub liveness: Liveness,
     pub aggregator: AggregatorKind,
     pub verify_fraction: f64,
+    pub probation: u32,
+    /// New identities per hour: per address, per network.
+    pub new_identities: (u32, u32),
     pub ban_after: u32,
     /// `--max-grad-norm`; `None`: adaptive.
     pub max_grad_norm: Option<f64>,
@@ -125,6 +128,9 @@ impl Config {
             mode: self.mode,
             aggregator: self.aggregator,
             verify_fraction: self.verify_fraction,
+            probation: self.probation,
+            new_identities_per_address: self.new_identities.0,
+            new_identities_per_network: self.new_identities.1,
             ban_after: self.ban_after,
             max_grad_norm: self.max_grad_norm,
             join_token: self.join_token.clone(),
@@ -186,6 +192,9 @@ impl TryFrom<Cli> for Config {
         if cli.ban_after == 0 {
             return Err(ConfigError::BanAfter);
         }
+        if cli.new_identities_per_address == 0 || cli.new_identities_per_network == 0 {
+            return Err(ConfigError::NewIdentities);
+        }
         if cli.max_per_ip == 0 {
             return Err(ConfigError::MaxPerIp);
         }
@@ -246,6 +255,8 @@ impl TryFrom<Cli> for Config {
             liveness,
             aggregator,
             verify_fraction: cli.verify_fraction,
+            probation: cli.probation,
+            new_identities: (cli.new_identities_per_address, cli.new_identities_per_network),
             ban_after: cli.ban_after,
             max_grad_norm: cli.max_grad_norm,
             join_token: cli.join_token,

@@ -127,7 +127,7 @@ impl Collector for FromSlots {
 impl Collector for FromStatus {
     fn encode(&self, mut e: DescriptorEncoder<'_>) -> Fmt {
         let s = self.0.borrow().clone();
-        let counters: [(&str, &str, u64); 16] = [
+        let counters: [(&str, &str, u64); 18] = [
             (
                 "gradients_accepted",
                 "Gradients accepted into an update",
@@ -208,6 +208,16 @@ impl Collector for FromStatus {
                 "Replicated answers that disagreed",
                 s.replicas_disputed,
             ),
+            (
+                "probation_checks",
+                "Answers recomputed because their worker was on probation",
+                s.probation_checks,
+            ),
+            (
+                "probation_unchecked",
+                "Answers on probation dropped for lack of room to recompute them",
+                s.probation_unchecked,
+            ),
         ];
         for (name, help, value) in counters {
             counter(&mut e, name, help, value)?;
@@ -226,13 +236,18 @@ impl Collector for FromStatus {
                 c.failed,
             )?;
         }
-        let gauges: [(&str, &str, Option<f64>); 11] = [
+        let gauges: [(&str, &str, Option<f64>); 12] = [
             (
                 "round",
                 "Updates applied (the current round or version)",
                 Some(s.round as f64),
             ),
             ("workers", "Workers connected", Some(s.workers as f64)),
+            (
+                "workers_on_probation",
+                "Workers whose every answer is recomputed (--probation)",
+                Some(s.on_probation as f64),
+            ),
             (
                 "workers_skipped",
                 "Sync: workers skipped after missed deadlines",

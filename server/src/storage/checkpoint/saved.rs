@@ -28,6 +28,8 @@ pub struct SavedCounters {
     pub sessions_rejected: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
+    pub probation_checks: u64,
+    pub probation_unchecked: u64,
 }
 
 /// Bans and strikes on disk, so a banned worker or address stays out across a restart.
@@ -39,6 +41,8 @@ pub struct SavedBans {
     /// (worker id, strikes).
     pub strikes: Vec<(u32, u32)>,
     pub address_strikes: Vec<(IpAddr, u32)>,
+    /// (worker id, clean answers in a row): how far each identity is through probation.
+    pub trusted: Vec<(u32, u32)>,
 }
 
 /// Field by field, both ways: the two lists below must name the same fields.
@@ -61,9 +65,9 @@ same_fields!(Counters => SavedCounters {
     gradients_accepted, gradients_rejected, late, stale_rejected, duplicate_rejected,
     gradients_clipped, updates_refused, gradients_verified, verification_mismatches,
     answered_total, samples_seen, deadline_closes, deadline_extensions, resumed,
-    sessions_rejected, bytes_in, bytes_out,
+    sessions_rejected, bytes_in, bytes_out, probation_checks, probation_unchecked,
 });
 
 same_fields!(coordinator_core::registry::SavedBans => SavedBans {
-    workers, addresses, strikes, address_strikes,
+    workers, addresses, strikes, address_strikes, trusted,
 });

@@ -46,6 +46,7 @@ fn checkpoint(version: u64) -> Checkpoint {
                 addresses: vec!["203.0.113.7".parse().expect("ip")],
                 strikes: vec![(2, 1), (3, 3)],
                 address_strikes: vec![],
+                trusted: vec![(3, 2)],
             },
             evaluation: Some((version, 0.1 + 0.2, 0.93)),
         },
