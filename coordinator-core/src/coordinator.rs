@@ -50,6 +50,8 @@ pub struct Coordinator {
     pub(crate) audits: Audits,
     /// `--replicate`: answers held until a partner's agrees.
     pub(crate) replicas: Replicas,
+    /// `--worker-momentum`: each worker's momentum, which the aggregator combines.
+    pub(crate) momenta: Option<crate::aggregate::Momenta>,
     pub(crate) train: Dataset,
     pub(crate) outcome: Option<Outcome>,
     pub(crate) last_eval: Option<Evaluation>,
@@ -141,7 +143,15 @@ impl Coordinator {
         let seed = settings
             .audit_seed
             .unwrap_or_else(crate::checks::unpredictable_seed);
-        let audits = Audits::new(settings.verify_fraction, seed);
+        let audits = Audits::new(seed);
+        let kind = settings.aggregator;
+        let momenta = (kind.momentum > 0.0).then(|| {
+            crate::aggregate::Momenta::new(
+                kind.momentum,
+                trainer.net().trainable_count(),
+                kind.memory,
+            )
+        });
         let mut coordinator = Self {
             settings,
             trainer,
@@ -151,6 +161,7 @@ impl Coordinator {
             bound,
             audits,
             replicas: Replicas::default(),
+            momenta,
             train: data.train,
             outcome: None,
             last_eval: None,
@@ -341,8 +352,11 @@ impl Coordinator {
         );
         let trainer = &mut self.trainer;
         let pull = self.registry.pull(id).cloned();
-        let probation = self.registry.on_probation(id);
-        self.audits.sent(id, compression, pull, probation, || {
+        let check = crate::checks::audit::Check {
+            rate: self.registry.check_rate(id, self.settings.verify_fraction),
+            probation: self.registry.on_probation(id),
+        };
+        self.audits.sent(id, compression, pull, check, || {
             trainer.weights_as_seen(compression)
         });
         self.schedule.sent(id, version);
@@ -356,6 +370,9 @@ impl Coordinator {
                 if self.registry.remove(id, now) {
                     self.schedule.left(id);
                     self.audits.left(id);
+                    if let Some(momenta) = self.momenta.as_mut() {
+                        momenta.left(id);
+                    }
                     if let Some(plan) = self.local.as_mut() {
                         plan.left(id);
                     }

@@ -120,11 +120,15 @@ struct Sim {
     peer: IpAddr,
     /// The identities it was issued, in order.
     ids: Vec<WorkerId>,
+    /// `lies_low`: honest answers it still gives before it attacks again.
+    honest_left: u32,
+    /// Answers sent altered.
+    poisoned: u64,
 }
 
 /// `Behaviour::Alie`: the group's honest answers for one round, held until every
-/// connected member's is in: (worker, connection epoch, its answer).
-type Pool = BTreeMap<u64, Vec<(usize, u64, Gradient)>>;
+/// connected member's is in: (worker, connection epoch, its answer, as its frames).
+type Pool = BTreeMap<u64, Vec<(usize, u64, Gradient, Vec<Vec<u8>>)>>;
 
 struct Engine {
     base: Instant,
@@ -163,10 +167,13 @@ impl Engine {
                 Sim {
                     core: core_for(&spec),
                     ids: Vec::new(),
+                    honest_left: spec.lies_low,
+                    poisoned: 0,
                     down: Pipe::new(spec.link.down, seed ^ (i64 << 32) ^ 1),
                     up: Pipe::new(spec.link.up, seed ^ (i64 << 32) ^ 2),
                     rng: SplitMix64::new(seed ^ (i64 << 32) ^ 3),
-                    peer: IpAddr::V4(Ipv4Addr::new(10, 0, (i / 250) as u8, (i % 250) as u8 + 1)),
+                    // Each in its own /24, as volunteers from different homes.
+                    peer: IpAddr::V4(Ipv4Addr::new(10, (i / 250) as u8, (i % 250) as u8, 1)),
                     spec,
                     conn: None,
                     epoch: 0,
@@ -269,9 +276,12 @@ impl Engine {
                 if let Behaviour::Alie(_) = sim.spec.behaviour {
                     let answer = reassemble(&frames);
                     let round = answer.round.0;
-                    self.pool.entry(round).or_default().push((w, epoch, answer));
+                    let pooled = (w, epoch, answer, frames);
+                    self.pool.entry(round).or_default().push(pooled);
                     self.collude();
                 } else {
+                    let hostile = !matches!(sim.spec.behaviour, Behaviour::Honest);
+                    sim.poisoned += u64::from(hostile);
                     let frames = poison(
                         sim.spec.behaviour,
                         sim.spec.compression,
@@ -430,6 +440,7 @@ impl Engine {
         self.fresh_addresses += 1;
         let sim = &mut self.workers[w];
         sim.core = core_for(&sim.spec);
+        sim.honest_left = sim.spec.lies_low;
         sim.peer = IpAddr::V4(Ipv4Addr::new(10, 200, (k / 250) as u8, (k % 250) as u8 + 1));
         sim.gone = false;
         self.connect(w);
@@ -464,28 +475,34 @@ impl Engine {
         for round in ready {
             let answers = self.pool.remove(&round).unwrap_or_default();
             let n = answers.len() as f64;
-            let len = answers.first().map_or(0, |(_, _, g)| g.grads.len());
+            let len = answers.first().map_or(0, |(_, _, g, _)| g.grads.len());
             let (mut mean, mut var) = (vec![0.0f64; len], vec![0.0f64; len]);
-            for (_, _, g) in &answers {
+            for (_, _, g, _) in &answers {
                 for (m, &v) in mean.iter_mut().zip(&g.grads) {
                     *m += f64::from(v) / n;
                 }
             }
-            for (_, _, g) in &answers {
+            for (_, _, g, _) in &answers {
                 for ((s, &m), &v) in var.iter_mut().zip(&mean).zip(&g.grads) {
                     *s += (f64::from(v) - m).powi(2) / n;
                 }
             }
-            for (w, epoch, mut g) in answers {
+            for (w, epoch, mut g, honest) in answers {
                 if epoch != self.workers[w].epoch {
                     continue;
                 }
                 let Behaviour::Alie(z) = self.workers[w].spec.behaviour else {
                     continue;
                 };
+                if self.workers[w].honest_left > 0 {
+                    self.workers[w].honest_left -= 1;
+                    self.upload(w, epoch, honest);
+                    continue;
+                }
                 for ((v, &m), &s) in g.grads.iter_mut().zip(&mean).zip(&var) {
                     *v = (m - f64::from(z) * s.sqrt()) as f32;
                 }
+                self.workers[w].poisoned += 1;
                 let frames = encode_gradient(&g, self.workers[w].spec.compression);
                 self.upload(w, epoch, frames);
             }
@@ -504,6 +521,16 @@ impl Engine {
                 Behaviour::WrongBatch => shift_task(frame),
                 _ => frame,
             };
+            // An error frame is small; weights are not decoded twice.
+            if sim.spec.lies_low > 0 && frame.len() < 1024 {
+                if let Ok(CoordinatorToWorker::Error {
+                    code: protocol::ErrorCode::Mismatch,
+                    ..
+                }) = decode_from_coordinator(&frame)
+                {
+                    sim.honest_left = sim.spec.lies_low;
+                }
+            }
             let reply = sim.core.handle_frame(&frame).and_then(|reply| {
                 // A local phase: its steps, one after the other (nothing can arrive between
                 // two of them in the same instant of virtual time).
@@ -639,6 +666,7 @@ impl Engine {
                 bytes_down: sim.down.bytes,
                 sessions: sim.sessions,
                 ended: sim.ended.clone(),
+                poisoned: sim.poisoned,
                 identities: sim.ids.len() as u32,
                 accepted: sim.ids.iter().map(|&id| self.core.accepted_from(id)).sum(),
             });
@@ -670,6 +698,7 @@ impl Engine {
             gradients_accepted: status.gradients_accepted,
             gradients_rejected: status.gradients_rejected,
             verification_mismatches: status.verification_mismatches,
+            probation_checks: status.probation_checks,
             deadline_extensions: status.deadline_extensions,
             replicas_agreed: status.replicas_agreed,
             replicas_disputed: status.replicas_disputed,

@@ -26,3 +26,5 @@ pub use scenario::{measured_step, Behaviour, Churn, Scenario, Until, WorkerSpec}
 mod local_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod trust_tests;

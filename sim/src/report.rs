@@ -24,6 +24,8 @@ pub struct Report {
     pub gradients_accepted: u64,
     pub gradients_rejected: u64,
     pub verification_mismatches: u64,
+    /// Answers recomputed because their worker was on probation.
+    pub probation_checks: u64,
     /// Sync: deadlines that passed without a quorum, and were extended.
     pub deadline_extensions: u64,
     /// `--replicate`: answers that agreed with their partner's, and ones recomputed.
@@ -49,6 +51,8 @@ pub struct WorkerReport {
     pub sessions: u32,
     /// How its last session ended, if it did: a refusal's code name, or `left`.
     pub ended: Option<String>,
+    /// Answers it sent altered (a hostile behaviour's), whether they counted or not.
+    pub poisoned: u64,
     /// Identities it was issued (more than one: it came back fresh after a ban).
     pub identities: u32,
     /// Its answers that counted (accepted into an update or the async buffer), under all

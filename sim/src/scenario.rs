@@ -61,6 +61,10 @@ pub struct WorkerSpec {
     /// address of its group's network (10.200.0.0/24, then the next /24s); refused for
     /// too many new identities, it tries again a minute later.
     pub comes_back: bool,
+    /// An attacker who knows about probation: under each new identity, and after each
+    /// answer refused as a mismatch, it answers honestly this many times before it attacks
+    /// again.
+    pub lies_low: u32,
 }
 
 impl WorkerSpec {
@@ -74,7 +78,14 @@ impl WorkerSpec {
             churn: Vec::new(),
             behaviour: Behaviour::Honest,
             comes_back: false,
+            lies_low: 0,
         }
+    }
+
+    /// Honest for `n` answers under each new identity and after each mismatch.
+    pub fn lying_low(mut self, n: u32) -> Self {
+        self.lies_low = n;
+        self
     }
 
     /// Banned, it comes back under a fresh identity (see `comes_back`).

@@ -239,6 +239,8 @@ async fn two_hostile_of_eight_cost_each_robust_rule_at_most_2_points() {
             "0.25",
             "--verify-fraction",
             "0",
+            "--probation",
+            "0",
         ],
     ] {
         if !only.is_empty() && flags[1] != only {
@@ -304,9 +306,12 @@ async fn one_hostile_client_in_five_costs_at_most_2_points_with_default_flags() 
             "{attack:?}: {acc} vs clean {clean}: {s:?}"
         );
         match attack {
-            Attack::Huge | Attack::SignFlip | Attack::Noise => {
-                assert!(s.gradients_clipped > 0, "{attack:?}: {s:?}")
-            }
+            // A newcomer's answers are recomputed before they count (probation): caught
+            // there, or clipped.
+            Attack::Huge | Attack::SignFlip | Attack::Noise => assert!(
+                s.gradients_clipped > 0 || s.verification_mismatches > 0,
+                "{attack:?}: {s:?}"
+            ),
             Attack::Replay => assert!(s.late > 0, "replays are refused as late: {s:?}"),
             Attack::InflatedSamples | Attack::NaN | Attack::WrongShape => {
                 assert_eq!(s.sessions_rejected, 1, "refused at once: {s:?}")
@@ -420,14 +425,21 @@ async fn verification_catches_a_cheat_in_async_and_hogwild_modes() {
     }
 }
 
-/// `--replicate 2` without sampling (`--verify-fraction 0`): four honest workers in two
+/// `--replicate 2` without sampling (`--verify-fraction 0 --probation 0`): four honest workers in two
 /// pairs always agree; a cheat scaling by 1.01 paired with an honest worker disagrees every
 /// round, the recomputation strikes the cheat and never its partner, and the third strike
 /// bans it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replication_pairs_agree_and_a_cheat_is_caught_by_its_partner() {
     let _heavy = HEAVY.lock().await;
-    let flags = ["--replicate", "2", "--verify-fraction", "0"];
+    let flags = [
+        "--replicate",
+        "2",
+        "--verify-fraction",
+        "0",
+        "--probation",
+        "0",
+    ];
     let honest = [&flags[..], &["--min-workers", "4", "--max-rounds", "50"]].concat();
     let pairs = swarm(&honest, 4).await;
     let status = pairs.status.clone();

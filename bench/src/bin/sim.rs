@@ -60,6 +60,10 @@ struct Cli {
     /// The attackers send the pool's mean minus this many standard deviations.
     #[arg(long, default_value_t = 1.0)]
     alie: f32,
+    /// The attackers answer honestly this many times under each new identity and after
+    /// each mismatch (they know about probation).
+    #[arg(long, default_value_t = 0)]
+    lie_low: u32,
     /// Honest newcomers a minute of virtual time, each a fresh identity.
     #[arg(long, default_value_t = 0.0)]
     newcomers: f64,
@@ -109,7 +113,8 @@ fn main() -> anyhow::Result<()> {
             WorkerSpec::new(links[i % links.len()], step)
                 .with_compression(compression)
                 .behaving(sim::Behaviour::Alie(cli.alie))
-                .coming_back_fresh(),
+                .coming_back_fresh()
+                .lying_low(cli.lie_low),
         );
     }
     if cli.newcomers > 0.0 {
@@ -145,6 +150,7 @@ fn main() -> anyhow::Result<()> {
                 "coordinator": cli.coordinator,
                 "attackers": cli.attackers,
                 "alie": cli.alie,
+                "lie_low": cli.lie_low,
                 "newcomers_per_min": cli.newcomers,
                 "compression": cli.compression,
                 "seed": cli.seed,

@@ -11,6 +11,10 @@
 //! | `multi-krum` | 4·K·P bytes + 8·K² | O(K²·P) | colluding attackers who stay inside each coordinate's honest range but far from the honest cloud as a whole; averages the `K − f` gradients nearest their neighbours, `f = ⌊trim·K⌋` |
 //! | `centered-clip` | 12·P bytes, streaming | O(K·P) | large models (memory independent of K); a hostile gradient moves the result by at most `τ/K` |
 //!
+//! Any rule may combine each worker's momentum instead of its answers (`--worker-momentum`,
+//! [`momentum`]): what a rule that only sees one round cannot tell from noise, momentum
+//! adds up.
+//!
 //! The rules that keep the round's gradients stream the mean instead when nothing would be
 //! dropped (`⌊trim·K⌋ = 0`, e.g. fewer than 5 gradients at 0.2) or the round would need more
 //! than `--aggregator-memory`, so memory stays bounded whatever K is.
@@ -18,10 +22,12 @@
 mod centered;
 mod kept;
 mod mean;
+pub mod momentum;
 
 pub use self::centered::CenteredClip;
 pub use self::kept::Kept;
 pub use self::mean::WeightedMean;
+pub use self::momentum::Momenta;
 
 pub trait Aggregator: Send + std::fmt::Debug {
     /// A round (or async buffer) of about `expected` gradients begins.
@@ -91,8 +97,11 @@ impl Rule {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AggregatorKind {
     pub rule: Rule,
-    /// Bytes a round's kept gradients may take.
+    /// Bytes a round's kept gradients may take (and, apart, the workers' momenta).
     pub memory: usize,
+    /// `--worker-momentum β`: each worker's answers are blended into its momentum, which
+    /// the rule combines; 0: off.
+    pub momentum: f32,
 }
 
 /// `--aggregator-memory` default: 512 MiB.
@@ -103,6 +112,7 @@ impl Default for AggregatorKind {
         Self {
             rule: Rule::MeanAroundMedian { trim: 0.2 },
             memory: DEFAULT_MEMORY,
+            momentum: 0.0,
         }
     }
 }

@@ -213,6 +213,7 @@ fn a_round_that_outgrows_the_memory_budget_folds_into_the_mean() {
     let tight = AggregatorKind {
         rule: Rule::Median,
         memory: 5 * 100 * 4,
+        momentum: 0.0,
     };
     let mut agg = round_of(tight, 100, 5);
     for v in 1..=7 {

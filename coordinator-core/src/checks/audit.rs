@@ -42,9 +42,32 @@ pub struct Audit {
 /// Distinct weights kept: (version, compression) → the weights and how many audits hold them.
 type Kept = BTreeMap<(u64, u8), (Arc<[f32]>, usize)>;
 
+/// How a pull's answer is to be checked.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Check {
+    /// The chance it is recomputed.
+    pub rate: f64,
+    /// Its worker is on probation: recomputed, and dropped if it cannot be.
+    pub probation: bool,
+}
+
+impl Check {
+    /// Sampled at `rate`.
+    pub fn sampled(rate: f64) -> Self {
+        Self {
+            rate,
+            probation: false,
+        }
+    }
+
+    pub const PROBATION: Self = Self {
+        rate: 1.0,
+        probation: true,
+    };
+}
+
 #[derive(Debug)]
 pub struct Audits {
-    fraction: f64,
     rng: SplitMix64,
     pending: BTreeMap<WorkerId, Audit>,
     /// Probation pulls that could not be audited: (worker, version) whose answer is dropped.
@@ -55,9 +78,8 @@ pub struct Audits {
 }
 
 impl Audits {
-    pub fn new(fraction: f64, seed: u64) -> Self {
+    pub fn new(seed: u64) -> Self {
         Self {
-            fraction,
             rng: SplitMix64::new(seed),
             pending: BTreeMap::new(),
             unchecked: BTreeMap::new(),
@@ -78,20 +100,22 @@ impl Audits {
     /// `worker` was sent weights in `compression`, to answer `pull` (`None`: it holds no
     /// shard, so it will not answer): decides whether its answer is recomputed. `weights`
     /// gives the weights as it decodes them (called only if sampled, and not already kept).
-    /// A newer pull replaces an older one's audit: its answer is the one expected. On
-    /// `probation`, the pull is audited whatever the draw.
+    /// A newer pull replaces an older one's audit: its answer is the one expected. It is
+    /// sampled at `check.rate` (`registry/trust.rs`), and audited whatever the draw on
+    /// `check.probation`.
     pub fn sent(
         &mut self,
         worker: WorkerId,
         compression: Compression,
         pull: Option<Pull>,
-        probation: bool,
+        check: Check,
         weights: impl FnOnce() -> Arc<[f32]>,
     ) {
         self.left(worker);
         let Some(pull) = pull else { return };
+        let probation = check.probation;
         // Drawn for every pull, so probation does not shift which later pulls are sampled.
-        let drawn = self.fraction > 0.0 && self.rng.next_f64() < self.fraction;
+        let drawn = self.rng.next_f64() < check.rate;
         if !drawn && !probation {
             return;
         }
@@ -165,6 +189,11 @@ mod tests {
     use super::*;
 
     const F32: Compression = Compression::None;
+    /// Every pull sampled, none on probation.
+    const ALL: Check = Check {
+        rate: 1.0,
+        probation: false,
+    };
 
     fn weights(v: f32) -> impl FnOnce() -> Arc<[f32]> {
         move || Arc::from(vec![v; 3])
@@ -183,8 +212,8 @@ mod tests {
 
     #[test]
     fn a_sampled_pull_is_checked_against_what_was_sent_whenever_it_answers() {
-        let mut a = Audits::new(1.0, 1);
-        a.sent(WorkerId(1), F32, on(7, 0..10), false, weights(7.0));
+        let mut a = Audits::new(1);
+        a.sent(WorkerId(1), F32, on(7, 0..10), ALL, weights(7.0));
         assert!(a.take(WorkerId(1), 6).is_none(), "another version's answer");
         let audit = a.take(WorkerId(1), 7).expect("sampled");
         assert_eq!(
@@ -193,47 +222,59 @@ mod tests {
         );
         assert!(a.take(WorkerId(1), 7).is_none(), "taken once");
         // A newer pull replaces the older audit; leaving forgets it.
-        a.sent(WorkerId(2), F32, on(8, 0..10), false, weights(8.0));
-        a.sent(WorkerId(2), F32, on(9, 0..10), false, weights(9.0));
+        a.sent(WorkerId(2), F32, on(8, 0..10), ALL, weights(8.0));
+        a.sent(WorkerId(2), F32, on(9, 0..10), ALL, weights(9.0));
         assert!(a.take(WorkerId(2), 8).is_none());
         a.left(WorkerId(2));
         assert!(a.take(WorkerId(2), 9).is_none());
         // No shard yet: nothing to recompute on.
-        a.sent(WorkerId(3), F32, None, false, weights(9.0));
+        a.sent(WorkerId(3), F32, None, ALL, weights(9.0));
         assert!(a.take(WorkerId(3), 9).is_none());
     }
 
     #[test]
     fn workers_on_one_version_share_its_weights_and_versions_are_bounded() {
-        let mut a = Audits::new(1.0, 1);
-        a.sent(WorkerId(1), F32, on(1, 0..1), false, weights(1.0));
-        a.sent(WorkerId(2), F32, on(1, 0..1), false, || {
+        let mut a = Audits::new(1);
+        a.sent(WorkerId(1), F32, on(1, 0..1), ALL, weights(1.0));
+        a.sent(WorkerId(2), F32, on(1, 0..1), ALL, || {
             panic!("shared, not rebuilt")
         });
         // The same version in another compression is other weights: not shared.
-        a.sent(WorkerId(11), Compression::Int8, on(1, 0..1), false, weights(1.5));
+        a.sent(
+            WorkerId(11),
+            Compression::Int8,
+            on(1, 0..1),
+            ALL,
+            weights(1.5),
+        );
         assert_eq!(
             &a.take(WorkerId(11), 1).expect("sampled").weights[..],
             &[1.5; 3]
         );
         for v in 2..=4 {
-            a.sent(WorkerId(v as u32 + 1), F32, on(v, 0..1), false, weights(v as f32));
+            a.sent(
+                WorkerId(v as u32 + 1),
+                F32,
+                on(v, 0..1),
+                ALL,
+                weights(v as f32),
+            );
         }
         // Four versions outstanding: a fifth is not audited, a kept one still is.
-        a.sent(WorkerId(9), F32, on(5, 0..1), false, weights(5.0));
+        a.sent(WorkerId(9), F32, on(5, 0..1), ALL, weights(5.0));
         assert!(a.take(WorkerId(9), 5).is_none());
         assert_eq!(a.skipped(), 1);
-        a.sent(WorkerId(10), F32, on(4, 0..1), false, || panic!("shared"));
+        a.sent(WorkerId(10), F32, on(4, 0..1), ALL, || panic!("shared"));
         assert!(a.take(WorkerId(10), 4).is_some());
         // Version 1's two holders answer, or leave: its weights are let go, and room is made.
         assert!(a.take(WorkerId(1), 1).is_some());
-        a.sent(WorkerId(9), F32, on(5, 0..1), false, weights(5.0));
+        a.sent(WorkerId(9), F32, on(5, 0..1), ALL, weights(5.0));
         assert!(
             a.take(WorkerId(9), 5).is_none(),
             "version 1 still held by worker 2"
         );
         a.left(WorkerId(2));
-        a.sent(WorkerId(9), F32, on(5, 0..1), false, weights(5.0));
+        a.sent(WorkerId(9), F32, on(5, 0..1), ALL, weights(5.0));
         assert_eq!(
             &a.take(WorkerId(9), 5).expect("room").weights[..],
             &[5.0; 3]
@@ -243,46 +284,90 @@ mod tests {
 
     #[test]
     fn a_pull_on_probation_is_always_audited_and_dropped_when_it_cannot_be() {
-        let mut a = Audits::new(0.0, 1);
-        a.sent(WorkerId(1), F32, on(3, 0..1), true, weights(3.0));
+        let mut a = Audits::new(1);
+        a.sent(
+            WorkerId(1),
+            F32,
+            on(3, 0..1),
+            Check::PROBATION,
+            weights(3.0),
+        );
         assert!(a.take(WorkerId(1), 3).is_some(), "at fraction 0 too");
         // Sixteen versions kept by probation pulls: a seventeenth cannot be checked, so its
         // answer is dropped, once, and a newer pull forgets it.
         for v in 0..16 {
-            a.sent(WorkerId(100 + v as u32), F32, on(v, 0..1), true, weights(0.0));
+            a.sent(
+                WorkerId(100 + v as u32),
+                F32,
+                on(v, 0..1),
+                Check::PROBATION,
+                weights(0.0),
+            );
         }
-        a.sent(WorkerId(1), F32, on(16, 0..1), true, weights(0.0));
+        a.sent(
+            WorkerId(1),
+            F32,
+            on(16, 0..1),
+            Check::PROBATION,
+            weights(0.0),
+        );
         assert!(a.take(WorkerId(1), 16).is_none());
         assert!(!a.unchecked(WorkerId(1), 15), "another version");
         assert!(a.unchecked(WorkerId(1), 16));
         assert!(!a.unchecked(WorkerId(1), 16), "once");
-        a.sent(WorkerId(2), F32, on(17, 0..1), true, weights(0.0));
-        a.sent(WorkerId(2), F32, on(18, 0..1), false, weights(0.0));
+        a.sent(
+            WorkerId(2),
+            F32,
+            on(17, 0..1),
+            Check::PROBATION,
+            weights(0.0),
+        );
+        a.sent(
+            WorkerId(2),
+            F32,
+            on(18, 0..1),
+            Check::sampled(0.0),
+            weights(0.0),
+        );
         assert!(!a.unchecked(WorkerId(2), 17), "replaced by a newer pull");
         // A sampled pull is not let past four versions, where probation's are.
-        let mut b = Audits::new(1.0, 1);
+        let mut b = Audits::new(1);
         for v in 0..4 {
-            b.sent(WorkerId(v as u32), F32, on(v, 0..1), false, weights(0.0));
+            b.sent(WorkerId(v as u32), F32, on(v, 0..1), ALL, weights(0.0));
         }
-        b.sent(WorkerId(8), F32, on(4, 0..1), false, weights(0.0));
+        b.sent(WorkerId(8), F32, on(4, 0..1), ALL, weights(0.0));
         assert!(b.take(WorkerId(8), 4).is_none() && !b.unchecked(WorkerId(8), 4));
-        b.sent(WorkerId(9), F32, on(4, 0..1), true, weights(0.0));
+        b.sent(
+            WorkerId(9),
+            F32,
+            on(4, 0..1),
+            Check::PROBATION,
+            weights(0.0),
+        );
         assert!(b.take(WorkerId(9), 4).is_some());
     }
 
     #[test]
     fn the_fraction_is_honoured() {
-        let mut a = Audits::new(0.2, 5);
+        let mut a = Audits::new(5);
         let mut sampled = 0;
         for v in 0..10_000u64 {
-            a.sent(WorkerId(1), F32, on(v, 0..1), false, weights(0.0));
+            a.sent(
+                WorkerId(1),
+                F32,
+                on(v, 0..1),
+                Check::sampled(0.2),
+                weights(0.0),
+            );
             sampled += usize::from(a.take(WorkerId(1), v).is_some());
         }
         assert!(
             (1_800..2_200).contains(&sampled),
             "{sampled} of 10,000 at 0.2"
         );
-        let mut none = Audits::new(0.0, 5);
-        none.sent(WorkerId(1), F32, on(0, 0..1), false, || panic!("never sampled"));
+        let mut none = Audits::new(5);
+        none.sent(WorkerId(1), F32, on(0, 0..1), Check::sampled(0.0), || {
+            panic!("never sampled")
+        });
     }
 }

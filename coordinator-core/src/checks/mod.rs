@@ -11,7 +11,7 @@ pub mod verify;
 use std::time::Instant;
 
 use protocol::{Compression, ErrorCode, Gradient, WorkerId};
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use self::replicas::Fate;
 use self::verify::{verify, Claim};
@@ -127,17 +127,35 @@ impl Coordinator {
             .registry
             .assigned_batch(worker, self.settings.batch_size)
             .unwrap_or(gradient.samples);
-        let contribution = Contribution {
-            samples,
-            scale: clip.scale * length,
-            steps,
-            ..Contribution::of(gradient)
+        let scale = clip.scale * length;
+        // `--worker-momentum`: the rule combines the worker's momentum, kept if accepted.
+        let momentum = self
+            .momenta
+            .as_mut()
+            .and_then(|m| m.blend(worker, &gradient.grads, scale));
+        let contribution = match &momentum {
+            Some(m) => Contribution {
+                samples,
+                grads: m,
+                scale: 1.0,
+                steps,
+                ..Contribution::of(gradient)
+            },
+            None => Contribution {
+                samples,
+                scale,
+                steps,
+                ..Contribution::of(gradient)
+            },
         };
         let actions = self
             .schedule
             .gradient(worker, &contribution, self.view(), now);
         if actions.contains(&Action::Accepted(worker)) {
             self.bound.learn(norm);
+            if let (Some(momenta), Some(m)) = (self.momenta.as_mut(), momentum) {
+                momenta.keep(worker, m);
+            }
         }
         self.execute(actions);
     }
@@ -193,12 +211,7 @@ impl Coordinator {
         match verify(self.trainer.net(), &self.train, &claim) {
             Ok(Ok(())) => {
                 self.metrics.verified(true);
-                let probation = self.registry.on_probation(worker);
                 self.registry.note(worker, Note::Verified);
-                if probation && !self.registry.on_probation(worker) {
-                    info!(%worker, "worker passed its probation: its answers are now sampled");
-                    self.registry.mark_changed();
-                }
                 true
             }
             Ok(Err(mismatch)) => {

@@ -19,9 +19,9 @@ pub struct SavedBans {
     /// (worker id, strikes).
     pub strikes: Vec<(u32, u32)>,
     pub address_strikes: Vec<(IpAddr, u32)>,
-    /// (worker id, clean answers in a row): how far each identity is through probation
-    /// (`trust.rs`; filled in by the registry).
-    pub trusted: Vec<(u32, u32)>,
+    /// (worker id, answers accepted since it was issued or last struck): how much trust
+    /// each identity has earned (`trust.rs`; filled in by the registry).
+    pub trusted: Vec<(u32, u64)>,
 }
 
 /// One ban, for the status.

@@ -334,6 +334,11 @@ impl Registry {
         self.trust.on_probation(id)
     }
 
+    /// The share of `id`'s answers to recompute, at least `floor` (`trust.rs`).
+    pub fn check_rate(&self, id: WorkerId, floor: f64) -> f64 {
+        self.trust.rate(id, floor)
+    }
+
     /// Clean answers `id` still owes before it leaves probation.
     pub fn probation_left(&self, id: WorkerId) -> u32 {
         self.trust.left(id)
@@ -346,8 +351,8 @@ impl Registry {
 
     /// Something happened to one of `id`'s gradients.
     pub fn note(&mut self, id: WorkerId, note: Note) {
-        if note == Note::Verified {
-            self.trust.passed(id);
+        if note == Note::Accepted {
+            self.trust.accepted(id);
         }
         if let Some(w) = self.workers.get_mut(&id) {
             w.tally.note(note);

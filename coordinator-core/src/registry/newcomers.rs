@@ -221,7 +221,9 @@ mod tests {
         for i in 1..=4 {
             assert_eq!(n.issue(ip(&format!("2001:db8:0:{i}::")), t0), Ok(()));
         }
-        let spent = n.issue(ip("2001:db8:0:99::"), t0).expect_err("network spent");
+        let spent = n
+            .issue(ip("2001:db8:0:99::"), t0)
+            .expect_err("network spent");
         assert!(spent.network && spent.to_string().contains("your network"));
         // Another /48 is another network; so is another /24.
         assert_eq!(n.issue(ip("2001:db8:1::"), t0), Ok(()));

@@ -32,8 +32,12 @@ pub(super) fn aggregator(cli: &Cli) -> Result<AggregatorKind, ConfigError> {
         (AggregatorChoice::Mean, None) => Rule::Mean,
         (AggregatorChoice::Median, None) => Rule::Median,
     };
+    if !(0.0..1.0).contains(&cli.worker_momentum) {
+        return Err(ConfigError::WorkerMomentum(cli.worker_momentum));
+    }
     Ok(AggregatorKind {
         rule,
         memory: cli.aggregator_memory << 20,
+        momentum: cli.worker_momentum,
     })
 }

@@ -176,6 +176,13 @@ pub struct Cli {
     #[arg(long, default_value_t = 512)]
     pub aggregator_memory: usize,
 
+    /// Combine each worker's momentum β·m + (1 − β)·g instead of its answers (Karimireddy
+    /// et al. 2021): attacks that hide in one round's noise add up where the rule sees them.
+    /// Kept by the coordinator (4 bytes per parameter per worker, within
+    /// --aggregator-memory); 0: off.
+    #[arg(long, default_value_t = 0.0)]
+    pub worker_momentum: f32,
+
     /// Bound on one gradient's L2 norm: longer ones are scaled down to it before they are
     /// combined [default: adaptive, 4 × the median of recent gradients' norms].
     #[arg(long)]

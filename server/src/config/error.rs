@@ -93,6 +93,8 @@ pub enum ConfigError {
     AllowedOrigin(String),
     #[error("--verify-fraction must be in [0, 1], got {0}")]
     VerifyFraction(f64),
+    #[error("--worker-momentum must be in [0, 1), got {0}")]
+    WorkerMomentum(f32),
     #[error("--ban-after must be at least 1")]
     BanAfter,
     #[error(

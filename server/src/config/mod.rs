@@ -256,7 +256,10 @@ impl TryFrom<Cli> for Config {
             aggregator,
             verify_fraction: cli.verify_fraction,
             probation: cli.probation,
-            new_identities: (cli.new_identities_per_address, cli.new_identities_per_network),
+            new_identities: (
+                cli.new_identities_per_address,
+                cli.new_identities_per_network,
+            ),
             ban_after: cli.ban_after,
             max_grad_norm: cli.max_grad_norm,
             join_token: cli.join_token,

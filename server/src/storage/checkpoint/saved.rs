@@ -41,8 +41,9 @@ pub struct SavedBans {
     /// (worker id, strikes).
     pub strikes: Vec<(u32, u32)>,
     pub address_strikes: Vec<(IpAddr, u32)>,
-    /// (worker id, clean answers in a row): how far each identity is through probation.
-    pub trusted: Vec<(u32, u32)>,
+    /// (worker id, answers accepted since it was issued or last struck): the trust each
+    /// identity has earned.
+    pub trusted: Vec<(u32, u64)>,
 }
 
 /// Field by field, both ways: the two lists below must name the same fields.
