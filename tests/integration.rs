@@ -43,6 +43,10 @@ mod robust;
 #[path = "integration/attacks.rs"]
 mod attacks;
 
+/// Colluding attackers who come back under fresh identities, against probation.
+#[path = "integration/strangers.rs"]
+mod strangers;
+
 /// Admission: origins, connections per address, a flood of visitors.
 #[path = "integration/admission.rs"]
 mod admission;
