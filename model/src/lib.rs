@@ -37,7 +37,7 @@ pub use error::ModelError;
 pub use eval::{evaluate, Evaluation};
 pub use grad::GradientSum;
 pub use local::{LocalPhase, PhaseResult};
-pub use network::{batch_seed, Network};
+pub use network::{batch_seed, Envelope, Network};
 pub use optim::{
     Adam, Momentum, Nesterov, Optimizer, OptimizerKind, OptimizerState, Sgd, StateError,
 };

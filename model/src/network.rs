@@ -304,6 +304,19 @@ impl Network {
         self.check(params, &x)?;
         let x = standard(x);
         let outs = self.forward_all(params, x.view(), Some(seed));
+        self.backward_all(params, x.view(), &outs, labels, seed)
+    }
+
+    /// The backward pass over a forward pass's outputs `outs` (as [`Network::forward_all`]
+    /// gave them for the standardised `x`): the mean loss and the full-layout gradient.
+    fn backward_all<T: Scalar>(
+        &self,
+        params: &[T],
+        x: ArrayView2<'_, T>,
+        outs: &[Array2<T>],
+        labels: &[u8],
+        seed: u64,
+    ) -> Result<(T, Vec<T>), ModelError> {
         let last = outs.len() - 1;
         let (loss, mut dy) = softmax_cross_entropy(outs[last].view(), labels)?;
         let mut grads = vec![T::zero(); self.param_count()];
@@ -362,6 +375,10 @@ fn standard<'a, T: Scalar>(x: ArrayView2<'a, T>) -> CowArray<'a, T, Ix2> {
         CowArray::from(x.as_standard_layout().into_owned())
     }
 }
+
+mod ties;
+
+pub use self::ties::Envelope;
 
 #[cfg(test)]
 mod tests;

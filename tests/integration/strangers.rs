@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use protocol::{
-    decode_from_coordinator, decode_from_worker, encode_gradient, Compression,
-    CoordinatorToWorker, ErrorCode, Gradient, WorkerToCoordinator,
+    decode_from_coordinator, decode_from_worker, encode_gradient, Compression, CoordinatorToWorker,
+    ErrorCode, Gradient, WorkerToCoordinator,
 };
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
@@ -226,10 +226,16 @@ async fn train(
     };
     for task in workers {
         let (ended, _) = guard("honest worker end", task).await.expect("task");
-        assert!(closed_by_shutdown(&ended), "an honest worker ended: {ended:?}");
+        assert!(
+            closed_by_shutdown(&ended),
+            "an honest worker ended: {ended:?}"
+        );
     }
     let evaluations = watch.await.expect("watch");
-    assert!(!evaluations.is_empty(), "no evaluation from round {from_round}");
+    assert!(
+        !evaluations.is_empty(),
+        "no evaluation from round {from_round}"
+    );
     let accuracy = evaluations.values().sum::<f64>() / evaluations.len() as f64;
     let s = status.borrow().clone();
     (tally, s, accuracy)

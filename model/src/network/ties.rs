@@ -1,0 +1,327 @@
+//! Near-ties, and how far they can move a gradient: what a verifier allows beyond rounding.
+//!
+//! Two honest machines compute the same forward pass in a different float order (FMA or
+//! not, wasm or native), so their activations differ in the last bits. Where a ReLU's input
+//! or the two largest values of a max-pool window are within those bits of each other, they
+//! may take different branches, and then the gradient of everything behind that unit
+//! differs by far more than rounding. Those are the only places an honest answer may leave
+//! the per-value tolerance.
+//!
+//! [`Network::loss_grad_envelope`] finds the near-ties of the verifier's own forward pass
+//! (a margin within [`TIE_MARGIN`] of the row's largest magnitude), takes the other branch
+//! at each one in turn (one backward pass each, over the same activations: the forward
+//! values move by less than the margin), and sums each flip's effect on every parameter,
+//! its negative parts into `below` and positive ones into `above`. Any subset of flips
+//! (ties in different samples add up exactly; two in one sample interact only at second
+//! order) then lies within `gradient + below ..= gradient + above`, value by value. A value
+//! an honest worker may send is in that envelope, give or take rounding; one outside it is
+//! not explained by any branch.
+//!
+//! Cost: nothing unless asked; when asked, a forward pass and `1 +` ties backward passes,
+//! at most [`MAX_TIES`] ties (the closest: float order flips only the nearest).
+
+use ndarray::{Array2, ArrayView2};
+
+use super::{standard, Network};
+use crate::error::ModelError;
+use crate::scalar::Scalar;
+use crate::spec::Layer;
+
+/// A near-tie: a margin at most this share of its row's largest magnitude.
+pub const TIE_MARGIN: f64 = 2e-5;
+/// Near-ties followed at most, the closest first.
+pub const MAX_TIES: usize = 64;
+
+/// How far the gradient moves where near-ties take the other branch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Envelope<T> {
+    /// Per parameter (full layout), the sum of the flips' negative effects (≤ 0).
+    pub below: Vec<T>,
+    /// The sum of their positive effects (≥ 0).
+    pub above: Vec<T>,
+    /// Near-ties followed.
+    pub ties: usize,
+    /// Near-ties found (more than [`MAX_TIES`]: the farthest were not followed).
+    pub found: usize,
+}
+
+/// One near-tie: the activation array a backward pass reads it from (an index into the
+/// forward pass's outputs), its row and column, the value that takes the other branch, and
+/// its margin relative to its row.
+#[derive(Debug, Clone, Copy)]
+struct Tie<T> {
+    array: usize,
+    row: usize,
+    col: usize,
+    flipped: T,
+    margin: f64,
+}
+
+impl Network {
+    /// The gradient of [`Network::loss_and_grad`], and its [`Envelope`] under near-ties.
+    pub fn loss_grad_envelope<T: Scalar>(
+        &self,
+        params: &[T],
+        x: ArrayView2<'_, T>,
+        labels: &[u8],
+        seed: u64,
+    ) -> Result<(Vec<T>, Envelope<T>), ModelError> {
+        self.check(params, &x)?;
+        let x = standard(x);
+        let mut outs = self.forward_all(params, x.view(), Some(seed));
+        let (_, grads) = self.backward_all(params, x.view(), &outs, labels, seed)?;
+        let mut ties = self.near_ties(&outs);
+        let found = ties.len();
+        ties.sort_by(|a, b| a.margin.total_cmp(&b.margin));
+        ties.truncate(MAX_TIES);
+        let mut below = vec![T::zero(); grads.len()];
+        let mut above = vec![T::zero(); grads.len()];
+        for tie in &ties {
+            let kept = outs[tie.array][[tie.row, tie.col]];
+            outs[tie.array][[tie.row, tie.col]] = tie.flipped;
+            let flipped = self.backward_all(params, x.view(), &outs, labels, seed);
+            outs[tie.array][[tie.row, tie.col]] = kept;
+            let (_, other) = flipped?;
+            for (((lo, hi), &g), &o) in below.iter_mut().zip(&mut above).zip(&grads).zip(&other) {
+                let d = o - g;
+                if d < T::zero() {
+                    *lo += d;
+                } else {
+                    *hi += d;
+                }
+            }
+        }
+        Ok((
+            grads,
+            Envelope {
+                below,
+                above,
+                ties: ties.len(),
+                found,
+            },
+        ))
+    }
+
+    /// Every near-tie of a forward pass: ReLU inputs near zero, and max-pool windows whose
+    /// two largest values are near each other (not both zero: after a ReLU, both branches
+    /// carry no gradient).
+    fn near_ties<T: Scalar>(&self, outs: &[Array2<T>]) -> Vec<Tie<T>> {
+        let mut ties = Vec::new();
+        // A branch layer's input is the previous layer's output; the first layer's input
+        // is the data, with no trained layer before it to reach.
+        for (i, l) in self.spec.layers.iter().enumerate().skip(1) {
+            let array = i - 1;
+            let input = outs[array].view();
+            match l.layer {
+                Layer::Relu => {
+                    for (row, values) in input.rows().into_iter().enumerate() {
+                        let scale = scale(values.iter().copied());
+                        for (col, &v) in values.iter().enumerate() {
+                            let margin = v.abs().to_f64().unwrap_or(f64::INFINITY) / scale;
+                            if margin <= TIE_MARGIN {
+                                let flipped = if v > T::zero() {
+                                    T::zero()
+                                } else {
+                                    T::min_positive_value()
+                                };
+                                ties.push(Tie {
+                                    array,
+                                    row,
+                                    col,
+                                    flipped,
+                                    margin,
+                                });
+                            }
+                        }
+                    }
+                }
+                Layer::MaxPool { size, stride } => {
+                    let ctx = self.ctx(i, None);
+                    for (row, values) in input.rows().into_iter().enumerate() {
+                        let values = values.to_slice().expect("activations are contiguous");
+                        let scale = scale(values.iter().copied());
+                        crate::layers::windows(&ctx, stride, |_, corner| {
+                            let (best, second) = two_largest(values, ctx.input, size, corner);
+                            let (b, s) = (values[best], values[second]);
+                            if best == second || (b == T::zero() && s == T::zero()) {
+                                return;
+                            }
+                            let margin = (b - s).to_f64().unwrap_or(f64::INFINITY) / scale;
+                            if margin <= TIE_MARGIN {
+                                // Just above the best: the pool routes to it instead.
+                                let step = b.abs() * T::epsilon() * (T::one() + T::one());
+                                ties.push(Tie {
+                                    array,
+                                    row,
+                                    col: second,
+                                    flipped: b + step.max(T::min_positive_value()),
+                                    margin,
+                                });
+                            }
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+        ties
+    }
+}
+
+/// A row's largest magnitude (at least the smallest normal, so margins stay finite).
+fn scale<T: Scalar>(values: impl Iterator<Item = T>) -> f64 {
+    values
+        .fold(T::zero(), |m, v| m.max(v.abs()))
+        .to_f64()
+        .unwrap_or(f64::INFINITY)
+        .max(f64::from(f32::MIN_POSITIVE))
+}
+
+/// The indices of the largest value of a window (the first, as the pool routes) and of the
+/// largest among the rest.
+fn two_largest<T: Scalar>(
+    row: &[T],
+    input: crate::spec::Shape,
+    size: usize,
+    corner: usize,
+) -> (usize, usize) {
+    let mut cells = crate::layers::window(input, size, corner);
+    let first = cells.next().unwrap_or(corner);
+    let (mut best, mut second) = (first, None::<usize>);
+    for i in cells {
+        if row[i] > row[best] {
+            second = Some(best);
+            best = i;
+        } else if second.is_none_or(|s| row[i] > row[s]) {
+            second = Some(i);
+        }
+    }
+    (best, second.unwrap_or(best))
+}
+
+#[cfg(test)]
+mod tests {
+    use ndarray::Array2;
+
+    use super::*;
+    use crate::spec::{LayerSpec, NetSpec, Shape};
+
+    /// What a verifier allows one value: rounding, as `coordinator-core` does for f32.
+    fn tolerance(g: f32) -> f32 {
+        1e-6 + 1e-4 * g.abs()
+    }
+
+    /// Every value of `other` within the envelope around `g`, give or take rounding.
+    fn explained(g: &[f32], e: &Envelope<f32>, other: &[f32]) -> bool {
+        g.iter()
+            .zip(other)
+            .zip(e.below.iter().zip(&e.above))
+            .all(|((&g, &o), (&lo, &hi))| o >= g + lo - tolerance(g) && o <= g + hi + tolerance(g))
+    }
+
+    fn differs(g: &[f32], other: &[f32]) -> bool {
+        g.iter()
+            .zip(other)
+            .any(|(&g, &o)| (g - o).abs() > tolerance(g) * 10.0)
+    }
+
+    fn layers(layers: Vec<Layer>) -> Vec<LayerSpec> {
+        layers
+            .into_iter()
+            .map(|layer| LayerSpec {
+                layer,
+                frozen: false,
+            })
+            .collect()
+    }
+
+    /// A hidden unit whose input is 1e-7 from zero on the verifier: the other side of
+    /// zero (another machine's float order) gives a gradient far outside rounding, and
+    /// inside the envelope; a value changed elsewhere is outside it.
+    #[test]
+    fn a_relu_near_zero_explains_the_other_branch_and_nothing_else() {
+        let spec = NetSpec::mlp(Shape::flat(20), &[8], 3);
+        let net = Network::new(spec, 3).expect("model");
+        let mut rng = crate::rng::SplitMix64::new(3);
+        let x = Array2::from_shape_fn((4, 20), |_| rng.next_f64() as f32 * 2.0 - 1.0);
+        let labels = [0u8, 1, 2, 1];
+        let mut params: Vec<f32> = net.init(7);
+        // Unit 0's bias (after the 20 × 8 weights) moves its input for sample 0 to ~0+.
+        let bias = 160;
+        let unit_input = |p: &[f32]| net.forward_all(p, x.view(), Some(1))[0][[0, 0]];
+        params[bias] -= unit_input(&params);
+        while unit_input(&params) <= 0.0 {
+            params[bias] += 1e-7;
+        }
+        let z = unit_input(&params);
+        assert!(z > 0.0 && z < 1e-6, "{z}");
+        let (g, e) = net
+            .loss_grad_envelope(&params, x.view(), &labels, 1)
+            .expect("grads");
+        assert!(e.ties >= 1 && e.found >= e.ties, "{e:?}");
+        let (_, plain) = net
+            .loss_and_grad(&params, x.view(), &labels, 1)
+            .expect("grads");
+        assert_eq!(g, plain, "the same gradient as loss_and_grad");
+        // The other branch: the same unit just below zero.
+        let mut other = params.clone();
+        while unit_input(&other) > 0.0 {
+            other[bias] -= 1e-7;
+        }
+        let (_, g2) = net
+            .loss_and_grad(&other, x.view(), &labels, 1)
+            .expect("grads");
+        assert!(differs(&g, &g2), "the branch matters");
+        assert!(explained(&g, &e, &g2), "and is explained");
+        // A change at a weight into unit 1, which no tie touches, is not.
+        let norm = g.iter().map(|v| v * v).sum::<f32>().sqrt();
+        let mut cheat = g.clone();
+        cheat[1] += 0.01 * norm;
+        assert!(!explained(&g, &e, &cheat));
+    }
+
+    /// Two pixels of a max-pool window within 1e-6 of each other, reached from different
+    /// inputs: routing to the other one moves the convolution's gradient, within the
+    /// envelope.
+    #[test]
+    fn a_max_pool_tie_explains_the_other_route() {
+        let spec = NetSpec {
+            input: Shape::new(2, 2, 2),
+            layers: layers(vec![
+                Layer::Conv2d {
+                    filters: 1,
+                    kernel: 1,
+                    stride: 1,
+                    padding: 0,
+                },
+                Layer::MaxPool { size: 2, stride: 2 },
+                Layer::Flatten,
+                Layer::Dense { units: 3 },
+            ]),
+        };
+        let net = Network::new(spec, 3).expect("model");
+        let mut params: Vec<f32> = net.init(7);
+        // The 1 × 1 convolution adds its two channels.
+        params[..3].copy_from_slice(&[1.0, 1.0, 0.0]);
+        let sample = |d: f32| {
+            // Channel a, then channel b, each 2 × 2: pixels 0 and 1 add up to 1 and 1 + d.
+            Array2::from_shape_vec((1, 8), vec![0.3, 0.7, -1.0, -1.0, 0.7, 0.3 + d, -1.0, -1.0])
+                .expect("shape")
+        };
+        let (x, labels) = (sample(1e-6), [2u8]);
+        let (g, e) = net
+            .loss_grad_envelope(&params, x.view(), &labels, 1)
+            .expect("grads");
+        assert_eq!(e.ties, 1, "{e:?}");
+        let (_, g2) = net
+            .loss_and_grad(&params, sample(-1e-6).view(), &labels, 1)
+            .expect("grads");
+        assert!(differs(&g, &g2), "the route matters");
+        assert!(explained(&g, &e, &g2));
+        // Far from a tie: nothing to explain, no backward pass beyond the first.
+        let (_, far) = net
+            .loss_grad_envelope(&params, sample(0.1).view(), &labels, 1)
+            .expect("grads");
+        assert_eq!((far.ties, far.found), (0, 0));
+    }
+}
