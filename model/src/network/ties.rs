@@ -8,7 +8,10 @@
 //! the per-value tolerance.
 //!
 //! [`Network::loss_grad_envelope`] finds the near-ties of the verifier's own forward pass
-//! (a margin within [`TIE_MARGIN`] of the row's largest magnitude), takes the other branch
+//! (a margin within [`TIE_MARGIN`] of the row's largest magnitude, exact ties included,
+//! but not those every machine computes alike: two pool candidates from one filter over
+//! identical patches, such as an image's uniform background, or a ReLU input from an
+//! all-zero patch), takes the other branch
 //! at each one in turn (one backward pass each, over the same activations: the forward
 //! values move by less than the margin), and sums each flip's effect on every parameter,
 //! its negative parts into `below` and positive ones into `above`. Any subset of flips
@@ -17,8 +20,15 @@
 //! an honest worker may send is in that envelope, give or take rounding; one outside it is
 //! not explained by any branch.
 //!
-//! Cost: nothing unless asked; when asked, a forward pass and `1 +` ties backward passes,
-//! at most [`MAX_TIES`] ties (the closest: float order flips only the nearest).
+//! Float order also moves every value without any branch: a gradient is a sum of many
+//! products (18,432 of them for each weight of the `cnn` preset's first convolution), and
+//! where they cancel, the sum's rounding is large next to the sum. The envelope carries, per
+//! parameter, the same sums taken over magnitudes (`magnitude`: the backward pass over
+//! `|weights|`, `|activations|` and `|∂loss|`, with the forward pass's own branches): the
+//! first-order bound of rounding error is a small multiple of the unit roundoff times that.
+//!
+//! Cost: nothing unless asked; when asked, a forward pass, `2 +` ties backward passes, at
+//! most [`MAX_TIES`] ties (the closest: float order flips only the nearest).
 
 use ndarray::{Array2, ArrayView2};
 
@@ -30,7 +40,7 @@ use crate::spec::Layer;
 /// A near-tie: a margin at most this share of its row's largest magnitude.
 pub const TIE_MARGIN: f64 = 2e-5;
 /// Near-ties followed at most, the closest first.
-pub const MAX_TIES: usize = 64;
+pub const MAX_TIES: usize = 256;
 
 /// How far the gradient moves where near-ties take the other branch.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,6 +53,8 @@ pub struct Envelope<T> {
     pub ties: usize,
     /// Near-ties found (more than [`MAX_TIES`]: the farthest were not followed).
     pub found: usize,
+    /// Per parameter, the sums behind its gradient taken over magnitudes (≥ |gradient|).
+    pub magnitude: Vec<T>,
 }
 
 /// One near-tie: the activation array a backward pass reads it from (an index into the
@@ -54,6 +66,10 @@ struct Tie<T> {
     row: usize,
     col: usize,
     flipped: T,
+    /// A ReLU's output too (the next array, same place): what a pool after it sees, so
+    /// that an opened ReLU in a window of zeros takes the pool's route, as on the machine
+    /// where it is open.
+    output: Option<T>,
     margin: f64,
 }
 
@@ -70,17 +86,26 @@ impl Network {
         let x = standard(x);
         let mut outs = self.forward_all(params, x.view(), Some(seed));
         let (_, grads) = self.backward_all(params, x.view(), &outs, labels, seed)?;
-        let mut ties = self.near_ties(&outs);
+        let mut ties = self.near_ties(x.view(), &outs);
         let found = ties.len();
         ties.sort_by(|a, b| a.margin.total_cmp(&b.margin));
         ties.truncate(MAX_TIES);
         let mut below = vec![T::zero(); grads.len()];
         let mut above = vec![T::zero(); grads.len()];
         for tie in &ties {
-            let kept = outs[tie.array][[tie.row, tie.col]];
-            outs[tie.array][[tie.row, tie.col]] = tie.flipped;
+            let at = [tie.row, tie.col];
+            let kept = outs[tie.array][at];
+            outs[tie.array][at] = tie.flipped;
+            let kept_output = tie.output.map(|o| {
+                let kept = outs[tie.array + 1][at];
+                outs[tie.array + 1][at] = o;
+                kept
+            });
             let flipped = self.backward_all(params, x.view(), &outs, labels, seed);
-            outs[tie.array][[tie.row, tie.col]] = kept;
+            outs[tie.array][at] = kept;
+            if let Some(o) = kept_output {
+                outs[tie.array + 1][at] = o;
+            }
             let (_, other) = flipped?;
             for (((lo, hi), &g), &o) in below.iter_mut().zip(&mut above).zip(&grads).zip(&other) {
                 let d = o - g;
@@ -91,6 +116,7 @@ impl Network {
                 }
             }
         }
+        let magnitude = self.magnitudes(params, x.view(), &outs, labels, seed)?;
         Ok((
             grads,
             Envelope {
@@ -98,14 +124,78 @@ impl Network {
                 above,
                 ties: ties.len(),
                 found,
+                magnitude,
             },
         ))
     }
 
+    /// The backward pass over magnitudes: `|∂loss/∂logits|` down through `|weights|` and
+    /// `|activations|` wherever a layer multiplies and sums, through the forward pass's
+    /// own ReLU masks and max-pool routes elsewhere. Every value is ≥ 0.
+    fn magnitudes<T: Scalar>(
+        &self,
+        params: &[T],
+        x: ArrayView2<'_, T>,
+        outs: &[Array2<T>],
+        labels: &[u8],
+        seed: u64,
+    ) -> Result<Vec<T>, ModelError> {
+        let last = outs.len() - 1;
+        let (_, dy) = crate::loss::softmax_cross_entropy(outs[last].view(), labels)?;
+        let mut dy = dy.mapv(T::abs);
+        let abs: Vec<T> = params.iter().map(|p| p.abs()).collect();
+        let mut grads = vec![T::zero(); self.param_count()];
+        let first_needed = (0..self.spec.layers.len())
+            .find(|&i| self.weights[i].is_some() && !self.spec.layers[i].frozen)
+            .unwrap_or(last + 1);
+        for i in (first_needed..=last).rev() {
+            let l = &self.spec.layers[i];
+            let range = self.layer_range(i);
+            let input = if i == 0 { x.view() } else { outs[i - 1].view() };
+            let trained = (!l.frozen && !range.is_empty()).then(|| &mut grads[range.clone()]);
+            let ctx = self.ctx(i, Some(seed));
+            let need_dx = i > first_needed;
+            let dx = match l.layer {
+                Layer::Dense { .. } | Layer::Conv2d { .. } => {
+                    let input = input.mapv(T::abs);
+                    crate::layers::backward(
+                        &l.layer,
+                        &ctx,
+                        &abs[range.clone()],
+                        input.view(),
+                        outs[i].view(),
+                        dy,
+                        trained,
+                        need_dx,
+                    )
+                }
+                Layer::Gelu if need_dx => {
+                    Some(crate::layers::activation::backward(dy, input, |v: T| {
+                        crate::layers::activation::gelu_slope(v).abs()
+                    }))
+                }
+                _ => crate::layers::backward(
+                    &l.layer,
+                    &ctx,
+                    &abs[range.clone()],
+                    input,
+                    outs[i].view(),
+                    dy,
+                    trained,
+                    need_dx,
+                ),
+            };
+            match dx {
+                Some(dx) => dy = dx,
+                None => break,
+            }
+        }
+        Ok(grads)
+    }
+
     /// Every near-tie of a forward pass: ReLU inputs near zero, and max-pool windows whose
-    /// two largest values are near each other (not both zero: after a ReLU, both branches
-    /// carry no gradient).
-    fn near_ties<T: Scalar>(&self, outs: &[Array2<T>]) -> Vec<Tie<T>> {
+    /// two largest values are near each other (not equal: see the module's notes).
+    fn near_ties<T: Scalar>(&self, x: ArrayView2<'_, T>, outs: &[Array2<T>]) -> Vec<Tie<T>> {
         let mut ties = Vec::new();
         // A branch layer's input is the previous layer's output; the first layer's input
         // is the data, with no trained layer before it to reach.
@@ -118,17 +208,22 @@ impl Network {
                         let scale = scale(values.iter().copied());
                         for (col, &v) in values.iter().enumerate() {
                             let margin = v.abs().to_f64().unwrap_or(f64::INFINITY) / scale;
-                            if margin <= TIE_MARGIN {
-                                let flipped = if v > T::zero() {
-                                    T::zero()
+                            let exact = margin == 0.0;
+                            if margin <= TIE_MARGIN
+                                && !(exact && self.same_inputs(x, outs, array, row, col, None))
+                            {
+                                let (flipped, output) = if v > T::zero() {
+                                    (T::zero(), T::zero())
                                 } else {
-                                    T::min_positive_value()
+                                    let open = v.abs().max(T::min_positive_value());
+                                    (T::min_positive_value(), open)
                                 };
                                 ties.push(Tie {
                                     array,
                                     row,
                                     col,
                                     flipped,
+                                    output: Some(output),
                                     margin,
                                 });
                             }
@@ -137,26 +232,39 @@ impl Network {
                 }
                 Layer::MaxPool { size, stride } => {
                     let ctx = self.ctx(i, None);
+                    // Two zeros out of a ReLU: either route ends at a closed ReLU.
+                    let after_relu = self.spec.layers[i - 1].layer == Layer::Relu;
                     for (row, values) in input.rows().into_iter().enumerate() {
                         let values = values.to_slice().expect("activations are contiguous");
                         let scale = scale(values.iter().copied());
                         crate::layers::windows(&ctx, stride, |_, corner| {
-                            let (best, second) = two_largest(values, ctx.input, size, corner);
-                            let (b, s) = (values[best], values[second]);
-                            if best == second || (b == T::zero() && s == T::zero()) {
-                                return;
-                            }
-                            let margin = (b - s).to_f64().unwrap_or(f64::INFINITY) / scale;
-                            if margin <= TIE_MARGIN {
-                                // Just above the best: the pool routes to it instead.
-                                let step = b.abs() * T::epsilon() * (T::one() + T::one());
-                                ties.push(Tie {
-                                    array,
-                                    row,
-                                    col: second,
-                                    flipped: b + step.max(T::min_positive_value()),
-                                    margin,
-                                });
+                            let best = crate::layers::window(ctx.input, size, corner)
+                                .fold(corner, |b, i| if values[i] > values[b] { i } else { b });
+                            let b = values[best];
+                            // Every other candidate near the best (three may be near).
+                            for other in crate::layers::window(ctx.input, size, corner) {
+                                let v = values[other];
+                                if other == best || (after_relu && b == T::zero() && v == T::zero())
+                                {
+                                    continue;
+                                }
+                                let margin = (b - v).to_f64().unwrap_or(f64::INFINITY) / scale;
+                                let exact = margin == 0.0;
+                                if margin <= TIE_MARGIN
+                                    && !(exact
+                                        && self.same_inputs(x, outs, array, row, best, Some(other)))
+                                {
+                                    // Just above the best: the pool routes to it instead.
+                                    let step = b.abs() * T::epsilon() * (T::one() + T::one());
+                                    ties.push(Tie {
+                                        array,
+                                        row,
+                                        col: other,
+                                        flipped: b + step.max(T::min_positive_value()),
+                                        output: None,
+                                        margin,
+                                    });
+                                }
                             }
                         });
                     }
@@ -165,6 +273,68 @@ impl Network {
             }
         }
         ties
+    }
+
+    /// Whether the values at columns `p` and `q` of one row of `outs[array]` come from the
+    /// same operations on the same numbers, so that every machine computes them equal
+    /// (they stay tied, whatever the float order): through element-wise ReLUs only, from
+    /// one convolution filter over two identical patches. With `q = None`: whether `p`
+    /// comes from an all-zero patch or input (it is then the bias on every machine). Where
+    /// it cannot tell, `false`: the tie is followed.
+    fn same_inputs<T: Scalar>(
+        &self,
+        x: ArrayView2<'_, T>,
+        outs: &[Array2<T>],
+        array: usize,
+        row: usize,
+        p: usize,
+        q: Option<usize>,
+    ) -> bool {
+        let mut k = array;
+        while k > 0 && self.spec.layers[k].layer == Layer::Relu {
+            k -= 1;
+        }
+        let input = if k == 0 {
+            x.row(row)
+        } else {
+            outs[k - 1].row(row)
+        };
+        match self.spec.layers[k].layer {
+            Layer::Dense { .. } => q.is_none() && input.iter().all(|&v| v == T::zero()),
+            Layer::Conv2d {
+                kernel,
+                stride,
+                padding,
+                ..
+            } => {
+                let ctx = self.ctx(k, None);
+                let (inp, out) = (ctx.input, ctx.output);
+                let plane = out.h * out.w;
+                // The patch under output `o`, zeros where it hangs over the padding.
+                let patch = |o: usize| {
+                    let (oy, ox) = ((o % plane) / out.w, o % out.w);
+                    (0..inp.c).flat_map(move |c| {
+                        (0..kernel).flat_map(move |ky| {
+                            (0..kernel).map(move |kx| {
+                                let iy = (oy * stride + ky).checked_sub(padding);
+                                let ix = (ox * stride + kx).checked_sub(padding);
+                                match (iy, ix) {
+                                    (Some(iy), Some(ix)) if iy < inp.h && ix < inp.w => {
+                                        input[(c * inp.h + iy) * inp.w + ix]
+                                    }
+                                    _ => T::zero(),
+                                }
+                            })
+                        })
+                    })
+                };
+                match q {
+                    None => patch(p).all(|v| v == T::zero()),
+                    Some(q) => p / plane == q / plane && patch(p).eq(patch(q)),
+                }
+            }
+            _ => false,
+        }
     }
 }
 
@@ -175,28 +345,6 @@ fn scale<T: Scalar>(values: impl Iterator<Item = T>) -> f64 {
         .to_f64()
         .unwrap_or(f64::INFINITY)
         .max(f64::from(f32::MIN_POSITIVE))
-}
-
-/// The indices of the largest value of a window (the first, as the pool routes) and of the
-/// largest among the rest.
-fn two_largest<T: Scalar>(
-    row: &[T],
-    input: crate::spec::Shape,
-    size: usize,
-    corner: usize,
-) -> (usize, usize) {
-    let mut cells = crate::layers::window(input, size, corner);
-    let first = cells.next().unwrap_or(corner);
-    let (mut best, mut second) = (first, None::<usize>);
-    for i in cells {
-        if row[i] > row[best] {
-            second = Some(best);
-            best = i;
-        } else if second.is_none_or(|s| row[i] > row[s]) {
-            second = Some(i);
-        }
-    }
-    (best, second.unwrap_or(best))
 }
 
 #[cfg(test)]
@@ -323,5 +471,31 @@ mod tests {
             .loss_grad_envelope(&params, sample(0.1).view(), &labels, 1)
             .expect("grads");
         assert_eq!((far.ties, far.found), (0, 0));
+    }
+
+    /// The sums over magnitudes bound the sums: every parameter's magnitude is at least its
+    /// gradient's size, and somewhere far more (cancellation), on dense and convolutional
+    /// layers alike.
+    #[test]
+    fn magnitudes_bound_the_gradient() {
+        let spec = NetSpec::cnn(Shape::new(1, 28, 28), 10);
+        let net = Network::new(spec, 10).expect("model");
+        let mut rng = crate::rng::SplitMix64::new(5);
+        let x = Array2::from_shape_fn((4, 784), |_| rng.next_f64() as f32);
+        let labels = [3u8, 1, 4, 1];
+        let params: Vec<f32> = net.init(9);
+        let (g, e) = net
+            .loss_grad_envelope(&params, x.view(), &labels, 2)
+            .expect("grads");
+        assert_eq!(e.magnitude.len(), g.len());
+        let mut cancelled = 0;
+        for (&g, &m) in g.iter().zip(&e.magnitude) {
+            assert!(
+                m >= 0.0 && m >= g.abs() * (1.0 - 1e-4) - 1e-9,
+                "{m} < |{g}|"
+            );
+            cancelled += usize::from(m > 10.0 * g.abs());
+        }
+        assert!(cancelled > 0, "some sums cancel");
     }
 }
