@@ -352,7 +352,13 @@ impl Registry {
     /// Something happened to one of `id`'s gradients.
     pub fn note(&mut self, id: WorkerId, note: Note) {
         if note == Note::Accepted {
-            self.trust.accepted(id);
+            // A local phase's answer is its steps' worth of work (and of trust).
+            let steps = self
+                .workers
+                .get(&id)
+                .and_then(|w| w.pull.as_ref()?.local)
+                .map_or(1, |l| l.steps);
+            self.trust.accepted(id, u64::from(steps));
         }
         if let Some(w) = self.workers.get_mut(&id) {
             w.tally.note(note);

@@ -1,6 +1,7 @@
 //! Trust that is earned, after BOINC's adaptive replication: how often the coordinator
-//! recomputes an identity's answers depends on how many it has had accepted since it was
-//! issued or last struck (`n`), with `P` = `--probation` and `f` = `--verify-fraction`:
+//! recomputes an identity's answers depends on how many steps of work it has had accepted
+//! since it was issued or last struck (`n`: an answer is one step, a local phase its `H`),
+//! with `P` = `--probation` and `f` = `--verify-fraction`:
 //!
 //! - `n < P`: **probation**. Every answer is recomputed before it counts.
 //! - then `max(f, P / n)`: half of them at `n = 2P`, a tenth at `10P`, and `f` from `P / f`
@@ -15,6 +16,8 @@
 //! `P / k` over them reaches 1), so cheats stay about `1 / (P + 1)` of what it sends however
 //! long it lies low, and at most `1 / f` per `P / f` honest ones. An honest identity costs
 //! the coordinator about `P · (1 + ln(1 / f))` recomputations (40 at the defaults), then `f`.
+//! Counting steps, not answers, keeps that true with local steps: a replayed phase costs the
+//! coordinator its `H` steps, and a first phase of `H ≥ P` steps ends probation by itself.
 //!
 //! Trust belongs to the identity, not the connection: a worker that resumes with its token
 //! keeps it, and a checkpoint keeps it. A stranger who comes back under a fresh identity
@@ -29,7 +32,7 @@ pub struct Trust {
     /// `P`: accepted answers before an identity leaves probation; 0: none (every identity
     /// is checked at the floor alone).
     probation: u32,
-    /// `n`: answers accepted since the identity was issued or last struck.
+    /// `n`: steps accepted since the identity was issued or last struck.
     clean: HashMap<WorkerId, u64>,
 }
 
@@ -67,10 +70,10 @@ impl Trust {
         (f64::from(self.probation) / n as f64).max(floor).min(1.0)
     }
 
-    /// An answer of `id` was accepted.
-    pub fn accepted(&mut self, id: WorkerId) {
+    /// An answer of `id`, `steps` of work, was accepted.
+    pub fn accepted(&mut self, id: WorkerId, steps: u64) {
         if self.probation > 0 {
-            *self.clean.entry(id).or_insert(0) += 1;
+            *self.clean.entry(id).or_insert(0) += steps;
         }
     }
 
@@ -107,30 +110,34 @@ mod tests {
         assert!(t.on_probation(a));
         for owed in (0..10).rev() {
             assert_eq!(t.rate(a, 0.05), 1.0);
-            t.accepted(a);
+            t.accepted(a, 1);
             assert_eq!(t.left(a), owed);
         }
         assert!(!t.on_probation(a) && t.on_probation(b));
         assert_eq!(t.rate(a, 0.05), 1.0, "P / n at n = P");
         for _ in 10..40 {
-            t.accepted(a);
+            t.accepted(a, 1);
         }
         assert_eq!(t.rate(a, 0.05), 0.25, "P / n at n = 4P");
         for _ in 40..1000 {
-            t.accepted(a);
+            t.accepted(a, 1);
         }
         assert_eq!(t.rate(a, 0.05), 0.05, "the floor");
         assert_eq!(t.saved(), [(1, 1000)]);
         t.struck(a);
         assert!(t.on_probation(a));
         assert_eq!((t.left(a), t.rate(a, 0.05)), (10, 1.0), "from the start");
-        t.accepted(b);
+        t.accepted(b, 1);
         let mut back = Trust::new(10);
         back.restore(&t.saved());
         assert_eq!((back.left(a), back.left(b)), (10, 9));
+        // A local phase of 40 steps is 40 steps of trust.
+        let c = WorkerId(3);
+        t.accepted(c, 40);
+        assert_eq!((t.on_probation(c), t.rate(c, 0.05)), (false, 0.25));
         // No probation: the floor alone, nothing kept.
         let mut none = Trust::new(0);
-        none.accepted(a);
+        none.accepted(a, 1);
         assert!(!none.on_probation(a) && none.saved().is_empty());
         assert_eq!(none.rate(a, 0.05), 0.05);
     }
@@ -144,14 +151,14 @@ mod tests {
         for lying_low in [20u64, 100, 1000] {
             let mut t = Trust::new(10);
             for _ in 0..lying_low {
-                t.accepted(id);
+                t.accepted(id, 1);
             }
             let (mut alive, mut cheats) = (1.0f64, 0.0f64);
             while alive > 1e-9 {
                 alive *= 1.0 - t.rate(id, 0.0);
                 cheats += alive;
                 // Unchecked, a cheat is accepted like any answer.
-                t.accepted(id);
+                t.accepted(id, 1);
             }
             let share = cheats / (lying_low as f64 + cheats);
             assert!(

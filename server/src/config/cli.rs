@@ -205,8 +205,9 @@ pub struct Cli {
     pub ban_after: u32,
 
     /// A new worker identity is on probation: every one of its answers is recomputed before
-    /// it counts, until this many in a row have matched; then only --verify-fraction of
-    /// them are. A mismatch puts it back on probation. 0: no probation.
+    /// it counts, until this many steps of its work were accepted (a local phase counts its
+    /// steps); then P / n of them after n, down to --verify-fraction. A mismatch puts it
+    /// back on probation. 0: no probation.
     #[arg(long, default_value_t = coordinator_core::settings::PROBATION)]
     pub probation: u32,
 
