@@ -97,7 +97,7 @@ pub fn spawn_attacker(
 }
 
 /// The gradient a worker core's chunk frames carry.
-fn reassemble(frames: &[Vec<u8>]) -> Gradient {
+pub fn reassemble(frames: &[Vec<u8>]) -> Gradient {
     let mut whole: Option<Gradient> = None;
     for frame in frames {
         let Ok(WorkerToCoordinator::Gradient(chunk)) = decode_from_worker(frame) else {

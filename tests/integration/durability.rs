@@ -408,16 +408,20 @@ async fn after_kill_9_a_resumed_coordinator_continues_and_workers_come_back() {
     .await;
     // Both listed under their old ids. On a loaded machine a worker can fall 8 frames behind
     // and be dropped as too slow; it then reconnects as itself, so wait for that, not for a
-    // lucky instant.
-    let after = guard("both workers back as themselves", async {
-        loop {
-            let status = get_status_json(run.addr).await;
-            if ids(&status) == ids_before {
-                return status;
+    // lucky instant. And an evaluation since the resume: the checkpoint resumed from may
+    // have been taken before its round's evaluation landed (it runs beside training).
+    let after = guard(
+        "both workers back as themselves, and an evaluation",
+        async {
+            loop {
+                let status = get_status_json(run.addr).await;
+                if ids(&status) == ids_before && status["test_accuracy"].as_f64().is_some() {
+                    return status;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
+        },
+    )
     .await;
     assert!(after["resumed"].as_u64().expect("count") >= 2, "{after}");
     let accuracy_after = after["test_accuracy"].as_f64().expect("evaluated");

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use protocol::{
-    decode_from_coordinator, decode_from_worker, encode_gradient, Compression, CoordinatorToWorker,
-    ErrorCode, Gradient, WorkerToCoordinator,
+    decode_from_coordinator, encode_gradient, Compression, CoordinatorToWorker, ErrorCode, Gradient,
 };
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
+use crate::attacks::reassemble;
 use crate::util::*;
 
 /// How long a colluder holding its answer waits for its partner's before it sends alone:
@@ -166,25 +166,6 @@ fn little_is_enough(a: &mut [f32], b: &mut [f32], z: f32) {
     }
 }
 
-/// The gradient a worker core's chunk frames carry.
-fn reassemble(frames: &[Vec<u8>]) -> Gradient {
-    let mut whole: Option<Gradient> = None;
-    for frame in frames {
-        let Ok(WorkerToCoordinator::Gradient(chunk)) = decode_from_worker(frame) else {
-            panic!("the worker core sends gradient chunks");
-        };
-        let g = whole.get_or_insert_with(|| Gradient {
-            compute_us: chunk.compute_us,
-            round: chunk.round,
-            samples: chunk.samples,
-            loss: chunk.loss,
-            grads: Vec::with_capacity(chunk.total as usize),
-        });
-        g.grads.extend(chunk.grads);
-    }
-    whole.expect("at least one chunk")
-}
-
 /// `rounds` rounds of six honest native workers and the two colluders (or none), coordinator
 /// flags `flags`: what the group did, the final status, and the mean test accuracy of the
 /// evaluations from `from_round` on. Asserts that every honest worker ended only at the
@@ -255,7 +236,12 @@ async fn colluders_who_come_back_fresh_get_nothing_in_while_on_probation() {
     // Every poisoned answer was recomputed and refused (but those in flight at the stop).
     let refused = group.mismatches + group.banned;
     assert!(refused + 2 >= group.poisoned, "{group:?}: some counted");
-    assert_eq!(s.verification_mismatches, refused, "{s:?}");
+    // The coordinator counted each of them (a refusal sent as it stopped may not be read).
+    let counted = s.verification_mismatches;
+    assert!(
+        (refused..=refused + 2).contains(&counted),
+        "{counted}: {s:?}"
+    );
     assert!(s.probation_checks >= refused, "{s:?}");
 
     let (group, s, _) = train(&["--probation", "0"], true, 60, 0).await;
