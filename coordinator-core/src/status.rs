@@ -47,8 +47,9 @@ pub struct WorkerStatus {
     pub skipped: bool,
     /// `--local-steps`: the length of its next phase.
     pub local_steps: Option<u32>,
-    /// `--probation`: clean answers it still owes before its answers are only sampled; 0:
-    /// trusted. Every answer of a worker on probation is recomputed before it counts.
+    /// `--probation`: steps of accepted work it still owes before its answers are only
+    /// sampled; 0: past probation. Every answer of a worker on probation is recomputed
+    /// before it counts.
     pub probation_left: u32,
     /// The compute time its answers reported, over its time connected (to its last
     /// answer); `None` before its first answer.
@@ -156,7 +157,7 @@ pub struct Status {
     pub local_steps: Option<f64>,
     /// The mean compute share of the workers that answered.
     pub utilisation: Option<f64>,
-    /// `--probation`: clean answers in a row a new identity owes (0: off).
+    /// `--probation`: steps of accepted work a new identity owes (0: off).
     pub probation: u32,
     /// Connected workers on probation (their every answer is recomputed).
     pub on_probation: usize,

@@ -160,11 +160,10 @@ impl Coordinator {
         self.execute(actions);
     }
 
-    /// `--verify-fraction`: recomputes a gradient whose pull was sampled (see `audit.rs`),
-    /// in any mode. A mismatch drops the gradient with a `Mismatch` error and a strike.
-    /// Returns whether the gradient may go on.
-    /// On probation, every answer is recomputed; one that could not be (no room for its
-    /// weights) is dropped, without a strike.
+    /// `--verify-fraction`, `--probation`: recomputes a gradient whose pull was sampled (see
+    /// `audit.rs`), in any mode. A mismatch drops the gradient with a `Mismatch` error and a
+    /// strike. On probation every answer is recomputed; one that could not be (no room for
+    /// its weights) is dropped, without a strike. Returns whether the gradient may go on.
     fn verified(&mut self, worker: WorkerId, gradient: &Gradient) -> bool {
         if self.audits.unchecked(worker, gradient.round.0) {
             debug!(%worker, round = %gradient.round, "on probation and not recomputed; dropped");

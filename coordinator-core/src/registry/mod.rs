@@ -148,7 +148,8 @@ impl Registry {
         self
     }
 
-    /// `--probation n`: a new identity's first `n` answers are all recomputed.
+    /// `--probation n`: a new identity's answers are all recomputed until `n` steps of its
+    /// work were accepted (`trust.rs`).
     pub fn with_probation(mut self, n: u32) -> Self {
         self.trust = Trust::new(n);
         self
@@ -337,11 +338,6 @@ impl Registry {
     /// The share of `id`'s answers to recompute, at least `floor` (`trust.rs`).
     pub fn check_rate(&self, id: WorkerId, floor: f64) -> f64 {
         self.trust.rate(id, floor)
-    }
-
-    /// Clean answers `id` still owes before it leaves probation.
-    pub fn probation_left(&self, id: WorkerId) -> u32 {
-        self.trust.left(id)
     }
 
     /// Every ban so far.

@@ -53,7 +53,7 @@ impl Trust {
         self.left(id) > 0
     }
 
-    /// Accepted answers `id` still owes before its probation ends.
+    /// Accepted steps `id` still owes before its probation ends.
     pub fn left(&self, id: WorkerId) -> u32 {
         u64::from(self.probation).saturating_sub(self.clean(id)) as u32
     }
