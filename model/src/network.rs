@@ -304,11 +304,12 @@ impl Network {
         self.check(params, &x)?;
         let x = standard(x);
         let outs = self.forward_all(params, x.view(), Some(seed));
-        self.backward_all(params, x.view(), &outs, labels, seed)
+        self.backward_all(params, x.view(), &outs, labels, seed, Pass::Gradient)
     }
 
     /// The backward pass over a forward pass's outputs `outs` (as [`Network::forward_all`]
-    /// gave them for the standardised `x`): the mean loss and the full-layout gradient.
+    /// gave them for the standardised `x`): the mean loss and the full-layout gradient, or
+    /// its magnitudes (see [`Pass`]).
     fn backward_all<T: Scalar>(
         &self,
         params: &[T],
@@ -316,9 +317,16 @@ impl Network {
         outs: &[Array2<T>],
         labels: &[u8],
         seed: u64,
+        pass: Pass,
     ) -> Result<(T, Vec<T>), ModelError> {
         let last = outs.len() - 1;
         let (loss, mut dy) = softmax_cross_entropy(outs[last].view(), labels)?;
+        let magnitude = pass == Pass::Magnitude;
+        let abs: Option<Vec<T>> = magnitude.then(|| {
+            dy.mapv_inplace(T::abs);
+            params.iter().map(|p| p.abs()).collect()
+        });
+        let params = abs.as_deref().unwrap_or(params);
         let mut grads = vec![T::zero(); self.param_count()];
         // Layers before the first trained or dx-needing one need no backward at all.
         let first_needed = (0..self.spec.layers.len())
@@ -327,18 +335,33 @@ impl Network {
         for i in (first_needed..=last).rev() {
             let l = &self.spec.layers[i];
             let range = self.layer_range(i);
-            let input = if i == 0 { x.view() } else { outs[i - 1].view() };
+            let mut input = if i == 0 { x.view() } else { outs[i - 1].view() };
             let trained = (!l.frozen && !range.is_empty()).then(|| &mut grads[range.clone()]);
-            match layers::backward(
-                &l.layer,
-                &self.ctx(i, Some(seed)),
-                &params[range.clone()],
-                input,
-                outs[i].view(),
-                dy,
-                trained,
-                i > first_needed,
-            ) {
+            let need_dx = i > first_needed;
+            let sums = matches!(l.layer, Layer::Dense { .. } | Layer::Conv2d { .. });
+            let abs_input = (magnitude && sums).then(|| input.mapv(T::abs));
+            if let Some(a) = &abs_input {
+                input = a.view();
+            }
+            let dx = match l.layer {
+                // GELU's slope may be negative: its magnitude.
+                Layer::Gelu if magnitude && need_dx => {
+                    Some(layers::activation::backward(dy, input, |v: T| {
+                        layers::activation::gelu_slope(v).abs()
+                    }))
+                }
+                _ => layers::backward(
+                    &l.layer,
+                    &self.ctx(i, Some(seed)),
+                    &params[range.clone()],
+                    input,
+                    outs[i].view(),
+                    dy,
+                    trained,
+                    need_dx,
+                ),
+            };
+            match dx {
                 Some(dx) => dy = dx,
                 None => break,
             }
@@ -365,6 +388,18 @@ fn gather<T: Copy>(ranges: &[Range<usize>], full: &[T]) -> Vec<T> {
         out.extend_from_slice(&full[r.clone()]);
     }
     out
+}
+
+/// Which backward pass [`Network::backward_all`] takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// The gradient.
+    Gradient,
+    /// The same sums over magnitudes: `|∂loss/∂logits|` down through `|weights|` and
+    /// `|activations|` wherever a layer multiplies and sums, through the forward pass's own
+    /// ReLU masks and max-pool routes elsewhere (every value ≥ 0): what bounds the rounding
+    /// of each value of the gradient (`ties.rs`).
+    Magnitude,
 }
 
 /// `x` in row-major layout (the layers read samples as contiguous rows).

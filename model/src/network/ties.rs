@@ -32,7 +32,7 @@
 
 use ndarray::{Array2, ArrayView2};
 
-use super::{standard, Network};
+use super::{standard, Network, Pass};
 use crate::error::ModelError;
 use crate::scalar::Scalar;
 use crate::spec::Layer;
@@ -85,7 +85,8 @@ impl Network {
         self.check(params, &x)?;
         let x = standard(x);
         let mut outs = self.forward_all(params, x.view(), Some(seed));
-        let (_, grads) = self.backward_all(params, x.view(), &outs, labels, seed)?;
+        let (_, grads) =
+            self.backward_all(params, x.view(), &outs, labels, seed, Pass::Gradient)?;
         let mut ties = self.near_ties(x.view(), &outs);
         let found = ties.len();
         ties.sort_by(|a, b| a.margin.total_cmp(&b.margin));
@@ -101,7 +102,7 @@ impl Network {
                 outs[tie.array + 1][at] = o;
                 kept
             });
-            let flipped = self.backward_all(params, x.view(), &outs, labels, seed);
+            let flipped = self.backward_all(params, x.view(), &outs, labels, seed, Pass::Gradient);
             outs[tie.array][at] = kept;
             if let Some(o) = kept_output {
                 outs[tie.array + 1][at] = o;
@@ -116,7 +117,8 @@ impl Network {
                 }
             }
         }
-        let magnitude = self.magnitudes(params, x.view(), &outs, labels, seed)?;
+        let (_, magnitude) =
+            self.backward_all(params, x.view(), &outs, labels, seed, Pass::Magnitude)?;
         Ok((
             grads,
             Envelope {
@@ -127,70 +129,6 @@ impl Network {
                 magnitude,
             },
         ))
-    }
-
-    /// The backward pass over magnitudes: `|∂loss/∂logits|` down through `|weights|` and
-    /// `|activations|` wherever a layer multiplies and sums, through the forward pass's
-    /// own ReLU masks and max-pool routes elsewhere. Every value is ≥ 0.
-    fn magnitudes<T: Scalar>(
-        &self,
-        params: &[T],
-        x: ArrayView2<'_, T>,
-        outs: &[Array2<T>],
-        labels: &[u8],
-        seed: u64,
-    ) -> Result<Vec<T>, ModelError> {
-        let last = outs.len() - 1;
-        let (_, dy) = crate::loss::softmax_cross_entropy(outs[last].view(), labels)?;
-        let mut dy = dy.mapv(T::abs);
-        let abs: Vec<T> = params.iter().map(|p| p.abs()).collect();
-        let mut grads = vec![T::zero(); self.param_count()];
-        let first_needed = (0..self.spec.layers.len())
-            .find(|&i| self.weights[i].is_some() && !self.spec.layers[i].frozen)
-            .unwrap_or(last + 1);
-        for i in (first_needed..=last).rev() {
-            let l = &self.spec.layers[i];
-            let range = self.layer_range(i);
-            let input = if i == 0 { x.view() } else { outs[i - 1].view() };
-            let trained = (!l.frozen && !range.is_empty()).then(|| &mut grads[range.clone()]);
-            let ctx = self.ctx(i, Some(seed));
-            let need_dx = i > first_needed;
-            let dx = match l.layer {
-                Layer::Dense { .. } | Layer::Conv2d { .. } => {
-                    let input = input.mapv(T::abs);
-                    crate::layers::backward(
-                        &l.layer,
-                        &ctx,
-                        &abs[range.clone()],
-                        input.view(),
-                        outs[i].view(),
-                        dy,
-                        trained,
-                        need_dx,
-                    )
-                }
-                Layer::Gelu if need_dx => {
-                    Some(crate::layers::activation::backward(dy, input, |v: T| {
-                        crate::layers::activation::gelu_slope(v).abs()
-                    }))
-                }
-                _ => crate::layers::backward(
-                    &l.layer,
-                    &ctx,
-                    &abs[range.clone()],
-                    input,
-                    outs[i].view(),
-                    dy,
-                    trained,
-                    need_dx,
-                ),
-            };
-            match dx {
-                Some(dx) => dy = dx,
-                None => break,
-            }
-        }
-        Ok(grads)
     }
 
     /// Every near-tie of a forward pass: ReLU inputs near zero, and max-pool windows whose
