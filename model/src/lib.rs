@@ -8,6 +8,7 @@
 //! - [`spec`]: [`NetSpec`], a model as an input shape and a list of layers, with its text form.
 //! - [`network`]: [`Network`], forward and backward of any spec; one file per layer type in `layers/`.
 //! - [`loss`]: softmax cross-entropy.
+//! - [`gemm`]: every matrix product, in the library's float order or wasm's ([`Order`]).
 //! - [`grad`]: [`GradientSum`], the streaming sample-weighted mean the coordinator aggregates with.
 //! - [`optim`]: the [`Optimizer`] trait with SGD, momentum and Adam.
 //! - [`data`]: [`Dataset`] (u8 or f32 values, normalisation, IDX parsing, seeded split), shard assignment and batch selection.
@@ -19,6 +20,7 @@ pub mod data;
 pub mod digits;
 pub mod error;
 pub mod eval;
+pub mod gemm;
 pub mod grad;
 mod layers;
 pub mod local;
@@ -35,6 +37,7 @@ mod spec_parse;
 pub use data::{assign_shards, batch_positions, Dataset, Normalization, Values};
 pub use error::ModelError;
 pub use eval::{evaluate, Evaluation};
+pub use gemm::{with_order, Order};
 pub use grad::GradientSum;
 pub use local::{LocalPhase, PhaseResult};
 pub use network::{batch_seed, Envelope, Network};

@@ -192,6 +192,11 @@ async fn two_tabs_behind_home_links_train_the_cnn_to_97_5_percent_with_local_ste
         "0.975",
         "--max-rounds",
         "300",
+        // Every phase replayed: in the tab's own float order it is the coordinator's bit
+        // for bit (in the FMA order, one 45-step phase in eight drifted 2 % of its norm
+        // away, and these tabs were struck and banned).
+        "--verify-fraction",
+        "1",
     ];
     let server = start_server(&flags).await;
     let mut status = server.status.clone();
@@ -236,6 +241,8 @@ async fn two_tabs_behind_home_links_train_the_cnn_to_97_5_percent_with_local_ste
         s.worker_list.iter().map(|w| w.compute_share).collect::<Vec<_>>(),
     );
     assert!(summary.reached_target, "{summary:?}");
+    assert_eq!(s.verification_mismatches, 0, "honest tabs are never struck");
+    assert!(s.gradients_verified >= 2 * summary.rounds - 2, "{s:?}");
     assert!(s
         .worker_list
         .iter()

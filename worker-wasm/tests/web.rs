@@ -17,6 +17,10 @@ wasm_bindgen_test_configure!(run_in_browser);
 
 static NATIVE_MLP: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/native_gradient_mlp.bin"));
 static NATIVE_CNN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/native_gradient_cnn.bin"));
+static UNFUSED_MLP: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/native_gradient_mlp_unfused.bin"));
+static UNFUSED_CNN: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/native_gradient_cnn_unfused.bin"));
 static NATIVE_WORKER_FRAMES: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/native_worker_frames.bin"));
 static NATIVE_COORDINATOR_FRAMES: &[u8] =
@@ -31,18 +35,26 @@ fn floats(bytes: &[u8]) -> Vec<f32> {
 
 #[wasm_bindgen_test]
 fn wasm_gradient_equals_the_native_gradient_mlp() {
-    compare_with_native("mlp", NATIVE_MLP);
+    compare_with_native("mlp", NATIVE_MLP, UNFUSED_MLP);
 }
 
 #[wasm_bindgen_test]
 fn wasm_gradient_equals_the_native_gradient_cnn() {
-    compare_with_native("cnn", NATIVE_CNN);
+    compare_with_native("cnn", NATIVE_CNN, UNFUSED_CNN);
 }
 
-fn compare_with_native(preset: &str, native: &[u8]) {
+/// Bit for bit against the native gradient in wasm's order (`model::Order::Unfused`, what
+/// the coordinator replays a tab's work in when its own order does not match); within
+/// rounding of the native library's order.
+fn compare_with_native(preset: &str, native: &[u8], unfused: &[u8]) {
     let (loss, grads) = fixture::gradient(preset);
     let wasm = fixture::gradient_bytes(loss, &grads);
     assert_eq!(wasm.len(), native.len(), "same parameter count");
+    assert!(
+        wasm == unfused,
+        "{preset}: the wasm gradient must equal the native one computed unfused, bit for bit"
+    );
+    console_log!("{preset}: wasm gradient == native gradient unfused: BITWISE identical");
     if wasm == native {
         console_log!(
             "{preset}: wasm gradient == native gradient: BITWISE identical ({} values)",
@@ -51,12 +63,7 @@ fn compare_with_native(preset: &str, native: &[u8]) {
         return;
     }
     // Native x86_64 runs matrixmultiply's AVX2+FMA kernel (one rounding per multiply-add);
-    // wasm32 runs its simd128 kernel, which has no FMA. Without FMA on the native side the two
-    // must agree exactly.
-    assert!(
-        option_env!("CROWDTRAIN_REFERENCE_WITHOUT_FMA").is_none(),
-        "the native reference was computed without FMA, so it must be bitwise identical"
-    );
+    // wasm32 runs its simd128 kernel, which has no FMA.
     let native = floats(native);
     let wasm = floats(&wasm);
     let (mut max_diff, mut differing) = (0.0f32, 0);
@@ -78,25 +85,42 @@ static NATIVE_PHASES: [&[u8]; 3] = [
     include_bytes!(concat!(env!("OUT_DIR"), "/native_phase_mlp_adam.bin")),
     include_bytes!(concat!(env!("OUT_DIR"), "/native_phase_cnn_sgd.bin")),
 ];
+static UNFUSED_PHASES: [&[u8]; 3] = [
+    include_bytes!(concat!(
+        env!("OUT_DIR"),
+        "/native_phase_mlp_sgd_unfused.bin"
+    )),
+    include_bytes!(concat!(
+        env!("OUT_DIR"),
+        "/native_phase_mlp_adam_unfused.bin"
+    )),
+    include_bytes!(concat!(
+        env!("OUT_DIR"),
+        "/native_phase_cnn_sgd_unfused.bin"
+    )),
+];
 
 /// A local phase of 16 steps in the browser against the same phase computed natively:
-/// bitwise equal against a native build without FMA; against one with FMA, how far the
+/// bitwise equal to the native phase computed unfused; against the FMA order, how far the
 /// rounding drifts after 16 steps, and within the coordinator's recomputation tolerance
 /// (1e-6 + 1e-4·|value| per value, up to 0.5 % of the values outside it as long as their
 /// excess is at most 5 % of the norm: `coordinator-core`'s `checks/verify.rs`).
 #[wasm_bindgen_test]
 fn a_local_phase_in_wasm_is_the_native_phase_within_the_verification_tolerance() {
-    for ((preset, name, optimizer), native) in fixture::phases().into_iter().zip(NATIVE_PHASES) {
+    let references = NATIVE_PHASES.into_iter().zip(UNFUSED_PHASES);
+    for ((preset, name, optimizer), (native, unfused)) in
+        fixture::phases().into_iter().zip(references)
+    {
         let wasm = fixture::gradient_bytes(0.0, &fixture::local_phase(preset, optimizer));
         assert_eq!(wasm.len(), native.len());
+        assert!(
+            wasm == unfused,
+            "{preset} {name}: the wasm phase must equal the native one computed unfused, bit for bit"
+        );
         if wasm == native {
             console_log!("{preset} {name}: a 16-step phase in wasm == native: BITWISE identical");
             continue;
         }
-        assert!(
-            option_env!("CROWDTRAIN_REFERENCE_WITHOUT_FMA").is_none(),
-            "the native reference was computed without FMA, so it must be bitwise identical"
-        );
         let (wasm, native) = (floats(&wasm), floats(native));
         let (mut max_diff, mut max_rel, mut differing, mut outside) = (0.0f32, 0.0f32, 0, 0);
         let (mut excess_sq, mut norm_sq) = (0.0f64, 0.0f64);

@@ -1,17 +1,15 @@
 //! `ties`: does verification by recomputation pass honest answers computed in another float
-//! order? Writes, in one process, the weights after `--warmup` SGD steps and the gradients
-//! of `--batches` batches (`--write FILE`); checks them in another (`--check FILE`), as the
-//! coordinator would. Run the writer with `MMTEST_FEATURE=sse2` (no FMA: what wasm computes,
-//! bit for bit; it is read when matrixmultiply is compiled, so build that binary into its own
-//! target directory with the variable set) and the checker without, to see what a browser
-//! tab's answers meet. Prints one JSON object per refused answer, then a summary: answers
-//! outside rounding (which the verifier then explains by near-ties), answers refused, and
-//! the median time of those verifications.
+//! order? Writes the weights after `--warmup` SGD steps and the answers to `--batches`
+//! batches (`--write FILE`): gradients, or with `--steps H` local phases of H steps; with
+//! `--unfused`, in wasm's float order (no FMA: what a browser tab computes, bit for bit).
+//! Checks them (`--check FILE`) as the coordinator would (with `--unfused`, as a tab's:
+//! wasm's order first). Prints one JSON object per answer outside rounding of that first replay, then a
+//! summary: answers outside rounding, answers refused, and the median time of the
+//! verifications of answers outside it.
 //!
 //! ```text
-//! CARGO_TARGET_DIR=target/sse2 MMTEST_FEATURE=sse2 cargo build --release -p bench --bin ties
-//! target/sse2/release/ties --write /tmp/answers.bin --compression int8
-//! target/release/ties --check /tmp/answers.bin --compression int8
+//! target/release/ties --write /tmp/answers.bin --unfused --steps 45 --warmup 0
+//! target/release/ties --check /tmp/answers.bin --unfused --steps 45 --warmup 0
 //! ```
 
 use std::io::{Read, Write};
@@ -35,6 +33,14 @@ struct Cli {
     write: Option<std::path::PathBuf>,
     #[arg(long)]
     check: Option<std::path::PathBuf>,
+    /// Local phases of this many SGD steps (lr 0.1, `--local-steps`) instead of single
+    /// gradients: each answer is a phase's pseudo-gradient, checked by replay.
+    #[arg(long)]
+    steps: Option<u32>,
+    /// Write the answers in wasm's float order (`model::Order::Unfused`); check them as a
+    /// tab's (the verifier tries that order first).
+    #[arg(long)]
+    unfused: bool,
     /// none, f16 or int8: the answers' wire compression.
     #[arg(long, default_value = "none")]
     compression: String,
@@ -53,27 +59,12 @@ fn main() -> anyhow::Result<()> {
         _ => Compression::None,
     };
     if let Some(path) = &cli.write {
-        let mut weights: Vec<f32> = net.init(42);
-        let mut out = Vec::new();
-        for step in 0..cli.warmup {
-            let (x, labels) = split.train.batch(batch_positions(shard.len(), step, 32));
-            let (_, g) = net.loss_and_grad(&weights, x.view(), &labels, step)?;
-            for (w, g) in weights.iter_mut().zip(g) {
-                *w -= 0.05 * g;
-            }
-        }
-        if compression == Compression::Int8 {
-            // What an int8 worker computes on: the weights as int8 decodes them.
-            weights = wire(&weights, compression);
-        }
-        put(&mut out, &weights);
-        for b in 0..cli.batches {
-            let batch = 10_000 + b;
-            let (x, labels) = split.train.batch(batch_positions(shard.len(), batch, 32));
-            let (_, g) = net.loss_and_grad(&weights, x.view(), &labels, batch_seed(batch, 0))?;
-            put(&mut out, &wire(&net.compact(g), compression));
-        }
-        std::fs::File::create(path)?.write_all(&out)?;
+        let order = if cli.unfused {
+            model::Order::Unfused
+        } else {
+            model::Order::Library
+        };
+        model::with_order(order, || write(&cli, &split.train, &net, compression, path))?;
     }
     if let Some(path) = &cli.check {
         let mut raw = Vec::new();
@@ -92,8 +83,35 @@ fn main() -> anyhow::Result<()> {
                 batch_size: 32,
                 compression,
                 grads: &grads,
-                local: None,
+                local: cli.steps.map(local),
+                order: if cli.unfused {
+                    model::Order::Unfused
+                } else {
+                    model::Order::Library
+                },
             };
+            if let Some(steps) = cli.steps {
+                let expected = phase(&net, &split.train, &shard, &weights, batch, steps)?;
+                if let Err(m) = compare(&grads, &expected, compression) {
+                    outside += 1;
+                    let started = Instant::now();
+                    let verdict = verify(&net, &split.train, &claim)?;
+                    slow.push(started.elapsed().as_secs_f64() * 1e3);
+                    if let Err(m) = verdict {
+                        failed += 1;
+                        println!(
+                            "{}",
+                            serde_json::json!({"batch": batch, "mismatch": m.to_string()})
+                        );
+                    } else {
+                        println!(
+                            "{}",
+                            serde_json::json!({"batch": batch, "outside": m.to_string()})
+                        );
+                    }
+                }
+                continue;
+            }
             let (x, labels) = split.train.batch(batch_positions(shard.len(), batch, 32));
             let (_, expected) =
                 net.loss_and_grad(&weights, x.view(), &labels, batch_seed(batch, 0))?;
@@ -126,6 +144,72 @@ fn main() -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The weights after the warmup, then each answer, to `path`.
+fn write(
+    cli: &Cli,
+    train: &model::Dataset,
+    net: &model::Network,
+    compression: Compression,
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
+    let shard = 0..train.len();
+    let mut weights: Vec<f32> = net.init(42);
+    let mut out = Vec::new();
+    for step in 0..cli.warmup {
+        let (x, labels) = train.batch(batch_positions(train.len(), step, 32));
+        let (_, g) = net.loss_and_grad(&weights, x.view(), &labels, step)?;
+        for (w, g) in weights.iter_mut().zip(g) {
+            *w -= 0.05 * g;
+        }
+    }
+    if compression == Compression::Int8 {
+        // What an int8 worker computes on: the weights as int8 decodes them.
+        weights = wire(&weights, compression);
+    }
+    put(&mut out, &weights);
+    for b in 0..cli.batches {
+        let batch = 10_000 + b;
+        let (x, labels) = train.batch(batch_positions(train.len(), batch, 32));
+        let answer = match cli.steps {
+            Some(steps) => phase(net, train, &shard, &weights, batch, steps)?,
+            None => {
+                let seed = batch_seed(batch, 0);
+                net.compact(net.loss_and_grad(&weights, x.view(), &labels, seed)?.1)
+            }
+        };
+        put(&mut out, &wire(&answer, compression));
+    }
+    std::fs::File::create(path)?.write_all(&out)?;
+    Ok(())
+}
+
+fn local(steps: u32) -> protocol::LocalPhase {
+    protocol::LocalPhase {
+        steps,
+        optimizer: protocol::InnerOptimizer::Sgd { lr: 0.1 },
+    }
+}
+
+/// A local phase of `steps` steps from `weights`, its batches from `first` on: the
+/// pseudo-gradient the worker sends.
+fn phase(
+    net: &model::Network,
+    train: &model::Dataset,
+    shard: &std::ops::Range<usize>,
+    weights: &[f32],
+    first: u64,
+    steps: u32,
+) -> anyhow::Result<Vec<f32>> {
+    let batches = coordinator_core::checks::verify::Batches {
+        shard: shard.clone(),
+        first,
+        size: 32,
+    };
+    let result =
+        coordinator_core::checks::verify::replay(net, train, &batches, local(steps), weights)?;
+    Ok(result.delta)
 }
 
 fn wire(values: &[f32], c: Compression) -> Vec<f32> {

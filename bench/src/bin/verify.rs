@@ -5,7 +5,8 @@
 //! recomputation of an honest answer (`checks::verify::verify`, what probation and sampling
 //! run per checked answer), of the near-tie envelope (run only when an answer leaves the
 //! rounding tolerance somewhere) with the near-ties it found and followed, and of replaying
-//! a local phase of 16 steps.
+//! a local phase of 16 steps; and the same for a browser tab's answers, computed and
+//! recomputed in wasm's float order (`model::Order::Unfused`, no FMA).
 //!
 //! Then what probation costs: the checks an honest newcomer takes by the rule of
 //! `registry/trust.rs` (every answer until `P`, then `max(f, P / n)`), over its first 100
@@ -56,6 +57,7 @@ fn main() -> anyhow::Result<()> {
             }
         }
         let (mut check, mut envelope, mut phase) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut tab_check, mut tab_phase) = (Vec::new(), Vec::new());
         let (mut ties, mut found) = (0usize, 0usize);
         for b in 0..cli.batches {
             let batch = 1_000 + b;
@@ -73,11 +75,30 @@ fn main() -> anyhow::Result<()> {
                 compression: Compression::None,
                 grads: &honest,
                 local: None,
+                order: model::Order::Library,
             };
             let started = Instant::now();
             let verdict = verify(&net, &split.train, &claim)?;
             check.push(started.elapsed());
             anyhow::ensure!(verdict.is_ok(), "an honest answer failed: {verdict:?}");
+            let unfused = || {
+                model::with_order(model::Order::Unfused, || {
+                    net.loss_and_grad(&weights, x.view(), &labels, seed)
+                })
+            };
+            let tab = net.compact(unfused()?.1);
+            let tab_claim = Claim {
+                grads: &tab,
+                order: model::Order::Unfused,
+                ..claim.clone()
+            };
+            let started = Instant::now();
+            let verdict = verify(&net, &split.train, &tab_claim)?;
+            tab_check.push(started.elapsed());
+            anyhow::ensure!(
+                verdict.is_ok(),
+                "an honest tab's answer failed: {verdict:?}"
+            );
             let started = Instant::now();
             let (_, e) = net.loss_grad_envelope(&weights, x.view(), &labels, seed)?;
             envelope.push(started.elapsed());
@@ -94,6 +115,11 @@ fn main() -> anyhow::Result<()> {
             let started = Instant::now();
             replay(&net, &split.train, &batches, local, &weights)?;
             phase.push(started.elapsed());
+            let started = Instant::now();
+            model::with_order(model::Order::Unfused, || {
+                replay(&net, &split.train, &batches, local, &weights)
+            })?;
+            tab_phase.push(started.elapsed());
         }
         let check_ms = median_ms(&mut check);
         let n = cli.batches as f64;
@@ -123,6 +149,8 @@ fn main() -> anyhow::Result<()> {
                 "near_ties_followed_per_batch": ties as f64 / n,
                 "near_ties_found_per_batch": found as f64 / n,
                 "phase_16_steps_ms": median_ms(&mut phase),
+                "tab_check_ms": median_ms(&mut tab_check),
+                "tab_phase_16_steps_ms": median_ms(&mut tab_phase),
                 "probation": costs,
             }),
         );

@@ -75,7 +75,12 @@ pub struct Audits {
     kept: Kept,
     /// Sampled pulls not audited for lack of room.
     skipped: u64,
+    /// The work (version, batch) each worker was last struck for (see [`Audits::strikes`]).
+    struck: BTreeMap<WorkerId, (u64, u64)>,
 }
+
+/// Workers whose last struck work is remembered: beyond, the lowest identity is forgotten.
+const STRUCK_REMEMBERED: usize = 4096;
 
 impl Audits {
     pub fn new(seed: u64) -> Self {
@@ -85,6 +90,7 @@ impl Audits {
             unchecked: BTreeMap::new(),
             kept: Kept::new(),
             skipped: 0,
+            struck: BTreeMap::new(),
         }
     }
 
@@ -160,6 +166,23 @@ impl Audits {
             Some(&v) if v == version => self.unchecked.remove(&worker).is_some(),
             _ => false,
         }
+    }
+
+    /// Whether a mismatch of `worker`'s answer to `pull` is a strike: not if it was already
+    /// struck for the very same work (version and batch). A sync round re-sends its weights
+    /// and `Task` to a worker it excused while it waits for a quorum, and a deterministic
+    /// worker computes the same answer again: one computation, judged once. An honest
+    /// worker misjudged once must not be banned by its own repetition.
+    pub fn strikes(&mut self, worker: WorkerId, pull: &Pull) -> bool {
+        let work = (pull.version, pull.batch);
+        if self.struck.get(&worker) == Some(&work) {
+            return false;
+        }
+        if self.struck.len() >= STRUCK_REMEMBERED && !self.struck.contains_key(&worker) {
+            self.struck.pop_first();
+        }
+        self.struck.insert(worker, work);
+        true
     }
 
     pub fn left(&mut self, worker: WorkerId) {
@@ -369,5 +392,26 @@ mod tests {
         none.sent(WorkerId(1), F32, on(0, 0..1), Check::sampled(0.0), || {
             panic!("never sampled")
         });
+    }
+
+    #[test]
+    fn the_same_work_is_struck_once() {
+        let mut audits = Audits::new(1);
+        let work = on(5, 0..10).expect("a pull");
+        assert!(
+            audits.strikes(WorkerId(1), &work),
+            "the first mismatch strikes"
+        );
+        assert!(
+            !audits.strikes(WorkerId(1), &work),
+            "the same work again does not"
+        );
+        assert!(audits.strikes(WorkerId(2), &work), "another worker's does");
+        let next = on(6, 0..10).expect("a pull");
+        assert!(audits.strikes(WorkerId(1), &next), "new work does");
+        assert!(
+            audits.strikes(WorkerId(1), &work),
+            "and so does the old one after it"
+        );
     }
 }

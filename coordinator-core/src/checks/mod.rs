@@ -200,12 +200,16 @@ impl Coordinator {
     ) -> bool {
         let claim = Claim {
             weights,
-            shard: pull.shard,
+            shard: pull.shard.clone(),
             batch_index: pull.batch,
             batch_size: self.settings.batch_size as usize,
             compression,
             grads: &gradient.grads,
             local: pull.local,
+            order: self
+                .registry
+                .kind(worker)
+                .map_or(model::Order::Library, verify::likely_order),
         };
         match verify(self.trainer.net(), &self.train, &claim) {
             Ok(Ok(())) => {
@@ -217,7 +221,12 @@ impl Coordinator {
                 self.metrics.verified(false);
                 self.registry
                     .note(worker, Note::Rejected(ErrorCode::Mismatch));
-                let (strikes, banned) = self.registry.strike(worker);
+                let (strikes, banned) = if self.audits.strikes(worker, &pull) {
+                    self.registry.strike(worker)
+                } else {
+                    debug!(%worker, "the same work again: dropped, not struck again");
+                    (self.registry.strikes(worker), false)
+                };
                 if banned {
                     self.ban_close(worker);
                 }

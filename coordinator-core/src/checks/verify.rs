@@ -27,15 +27,27 @@
 //! A gradient scaled by 1.01 or computed on another batch is outside that on most values;
 //! one value changed anywhere no near-tie reaches is refused too.
 //!
+//! Two float orders are honest: the coordinator's own (matrixmultiply's kernel, fused
+//! multiply-adds on a CPU with FMA) and wasm's (a multiply, then an add: every browser tab,
+//! and native workers on CPUs without FMA). The answer is recomputed in the order the
+//! worker's kind makes likelier first ([`Claim::order`]), and in the other if that does not
+//! match: in its own order an honest answer is the coordinator's bit for bit
+//! (`model::Order`). The near-tie envelope is the last resort, for any other order.
+//!
 //! A local phase's answer (`--local-steps`) is replayed step by step ([`replay`], the
-//! worker's own code, `model::LocalPhase`): replaying H steps costs H gradients. A flip in
-//! one step moves every later step a little, which an envelope per step does not bound, so
-//! a phase keeps the older allowance: up to 0.5 % of the values (none below 200 values)
-//! outside the tolerance, together at most 5 % of the pseudo-gradient's L2 norm.
+//! worker's own code, `model::LocalPhase`): replaying H steps costs H gradients. Replayed in
+//! another float order, a flip in one step moves every later step, which an envelope per
+//! step does not bound: an honest tab's 45-step `cnn` phase ended 2.2 % of the norm away
+//! from the FMA replay. In the tab's own order it is exact. A phase keeps the older
+//! allowance for orders other than these two: up to 0.5 % of the values (none below 200
+//! values) outside the tolerance, together at most 5 % of the pseudo-gradient's L2 norm.
 
 use std::ops::Range;
 
-use model::{batch_positions, batch_seed, Dataset, LocalPhase, ModelError, Network, PhaseResult};
+use model::{
+    batch_positions, batch_seed, with_order, Dataset, LocalPhase, ModelError, Network, Order,
+    PhaseResult,
+};
 use protocol::tensor::INT8_CHUNK;
 use protocol::Compression;
 
@@ -65,6 +77,25 @@ pub struct Claim<'a> {
     pub grads: &'a [f32],
     /// The local phase its `Task` asked for, if any.
     pub local: Option<protocol::LocalPhase>,
+    /// The float order to recompute in first: [`Order::Unfused`] for a browser tab. The
+    /// other is tried too when this one does not match, so a worker that lies about its
+    /// kind only costs the coordinator a second recomputation.
+    pub order: Order,
+}
+
+/// The float order a worker of this kind most likely computes in.
+pub fn likely_order(kind: protocol::WorkerKind) -> Order {
+    match kind {
+        protocol::WorkerKind::Browser => Order::Unfused,
+        protocol::WorkerKind::Native => Order::Library,
+    }
+}
+
+fn other(order: Order) -> Order {
+    match order {
+        Order::Library => Order::Unfused,
+        Order::Unfused => Order::Library,
+    }
 }
 
 /// Where a worker's batches come from: its shard of the train split, the batch index of the
@@ -160,18 +191,41 @@ pub fn verify(
             first: claim.batch_index,
             size: claim.batch_size,
         };
-        let expected = replay(net, train, &batches, local, claim.weights)?.delta;
-        return Ok(compare_phase(claim.grads, &expected, claim.compression));
+        let phase = |order| {
+            with_order(order, || replay(net, train, &batches, local, claim.weights))
+                .map(|r| compare_phase(claim.grads, &r.delta, claim.compression))
+        };
+        let first = phase(claim.order)?;
+        if first.is_ok() {
+            return Ok(first);
+        }
+        return Ok(match phase(other(claim.order))? {
+            Ok(()) => Ok(()),
+            // The mismatch with fewer values outside: the order the worker more likely used.
+            Err(second) => Err(fewer_outside(first.unwrap_err(), second)),
+        });
     }
     let positions = batch_positions(claim.shard.len(), claim.batch_index, claim.batch_size);
     let (x, labels) = train.batch(positions.map(|p| claim.shard.start + p));
     let seed = batch_seed(claim.batch_index, claim.shard.start);
-    let (_, expected) = net.loss_and_grad(claim.weights, x.view(), &labels, seed)?;
-    let expected = net.compact(expected);
-    if compare(claim.grads, &expected, claim.compression).is_ok() {
-        return Ok(Ok(()));
+    let gradient = |order| {
+        with_order(order, || {
+            net.loss_and_grad(claim.weights, x.view(), &labels, seed)
+        })
+        .map(|(_, g)| net.compact(g))
+    };
+    let mut expected = Vec::new();
+    for order in [claim.order, other(claim.order)] {
+        let computed = gradient(order)?;
+        if compare(claim.grads, &computed, claim.compression).is_ok() {
+            return Ok(Ok(()));
+        }
+        if order == Order::Library {
+            expected = computed;
+        }
     }
-    // Outside rounding somewhere: only a near-tie may explain it.
+    // Outside rounding in both orders: only a near-tie may explain it (of the library's
+    // order, in which the envelope is computed).
     let (_, envelope) = net.loss_grad_envelope(claim.weights, x.view(), &labels, seed)?;
     let (below, above) = (net.compact(envelope.below), net.compact(envelope.above));
     let slack: Vec<f32> = net
@@ -199,6 +253,14 @@ pub fn verify(
             }),
         },
     )
+}
+
+fn fewer_outside(a: Mismatch, b: Mismatch) -> Mismatch {
+    if b.outside < a.outside {
+        b
+    } else {
+        a
+    }
 }
 
 /// Compares `got` with `expected` value by value within the tolerance of `compression`:
@@ -368,6 +430,7 @@ mod tests {
             let claim = |grads: &[f32], batch_index| {
                 let claim = Claim {
                     local: None,
+                    order: model::Order::Library,
                     weights: &weights,
                     shard: 100..400,
                     batch_index,
@@ -467,6 +530,7 @@ mod tests {
     fn claim<'a>(weights: &'a [f32], grads: &'a [f32], batch_index: u64) -> Claim<'a> {
         Claim {
             local: None,
+            order: model::Order::Library,
             weights,
             shard: 100..400,
             batch_index,
@@ -506,6 +570,52 @@ mod tests {
     /// A hidden unit whose input is 3e-6 above zero for the batch's first sample: a worker
     /// whose float order puts it below zero (emulated: that unit's bias 6e-6 lower) sends a
     /// gradient far outside rounding, which the near-tie explains.
+    /// A tab computes unfused (wasm has no FMA): its phase replayed in that order is the
+    /// coordinator's bit for bit, whichever order its kind made the verifier try first; the
+    /// same phase scaled by 1.01 is refused in both.
+    #[test]
+    fn a_phase_in_wasm_order_is_replayed_exactly_and_a_scaled_one_is_refused() {
+        let (mlp, train, params) = setup();
+        let local = protocol::LocalPhase {
+            steps: 40,
+            optimizer: protocol::InnerOptimizer::Sgd { lr: 0.1 },
+        };
+        let batches = Batches {
+            shard: 100..400,
+            first: 7,
+            size: 32,
+        };
+        let tab = with_order(Order::Unfused, || {
+            replay(&mlp, &train, &batches, local, &params)
+        })
+        .expect("replays")
+        .delta;
+        let again = with_order(Order::Unfused, || {
+            replay(&mlp, &train, &batches, local, &params)
+        })
+        .expect("replays")
+        .delta;
+        assert!(tab
+            .iter()
+            .zip(&again)
+            .all(|(a, b)| a.to_bits() == b.to_bits()));
+        let scaled: Vec<f32> = tab.iter().map(|v| v * 1.01).collect();
+        for order in [Order::Library, Order::Unfused] {
+            let claim = |grads| Claim {
+                local: Some(local),
+                order,
+                ..claim(&params, grads, 7)
+            };
+            assert_eq!(
+                verify(&mlp, &train, &claim(&tab)).expect("computes"),
+                Ok(())
+            );
+            assert!(verify(&mlp, &train, &claim(&scaled))
+                .expect("computes")
+                .is_err());
+        }
+    }
+
     #[test]
     fn an_honest_answer_across_a_relu_tie_passes() {
         let (mlp, train, mut params) = setup();

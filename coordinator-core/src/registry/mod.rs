@@ -285,8 +285,18 @@ impl Registry {
         self.workers.is_empty()
     }
 
+    /// What `id` said it is in its `Hello` (a hint, never trusted).
+    pub fn kind(&self, id: WorkerId) -> Option<WorkerKind> {
+        self.workers.get(&id).map(|w| w.kind)
+    }
+
     pub fn compression(&self, id: WorkerId) -> Option<Compression> {
         self.workers.get(&id).map(|w| w.compression)
+    }
+
+    /// The strikes against `id` so far.
+    pub fn strikes(&self, id: WorkerId) -> u32 {
+        self.bans.strikes(id)
     }
 
     /// A strike against `id` (its gradient did not match). At `--ban-after` strikes the

@@ -3,10 +3,10 @@
 //! `matrixmultiply` path as the dense layers. Weights `[filters, C, k, k]` (PyTorch's
 //! order), then bias `[filters]`.
 
-use ndarray::linalg::general_mat_mul;
 use ndarray::{Array2, ArrayView1, ArrayView2, ArrayViewMut2, Axis};
 
 use super::Ctx;
+use crate::gemm::gemm;
 use crate::scalar::Scalar;
 
 #[derive(Debug, Clone, Copy)]
@@ -117,7 +117,7 @@ pub(crate) fn forward<T: Scalar>(
     let (w, b) = g.split(ctx, params);
     // [filters, n·positions], then reordered to one row per sample.
     let mut z = Array2::zeros((filters, n * positions));
-    general_mat_mul(T::one(), &w, &cols, T::zero(), &mut z);
+    gemm(T::one(), &w, &cols, T::zero(), &mut z.view_mut());
     let mut y = Array2::zeros((n, filters * positions));
     for (f, z_row) in z.axis_iter(Axis(0)).enumerate() {
         for (s, mut y_row) in y.rows_mut().into_iter().enumerate() {
@@ -160,7 +160,7 @@ pub(crate) fn backward<T: Scalar>(
         let cols = g.im2col(ctx, &contiguous(x), n);
         let (w_grad, b_grad) = grads.split_at_mut(filters * g.fan_in(ctx));
         let mut dw = ArrayViewMut2::from_shape((filters, g.fan_in(ctx)), w_grad).expect("layout");
-        general_mat_mul(T::one(), &dz, &cols.t(), T::zero(), &mut dw);
+        gemm(T::one(), &dz, &cols.t(), T::zero(), &mut dw);
         for (f, row) in dz.axis_iter(Axis(0)).enumerate() {
             b_grad[f] = row.sum();
         }
@@ -169,7 +169,7 @@ pub(crate) fn backward<T: Scalar>(
         return None;
     }
     let mut dcols = Array2::zeros((g.fan_in(ctx), n * positions));
-    general_mat_mul(T::one(), &w.t(), &dz, T::zero(), &mut dcols);
+    gemm(T::one(), &w.t(), &dz, T::zero(), &mut dcols.view_mut());
     let dcols = dcols.as_slice().expect("row-major");
     let mut dx = vec![T::zero(); n * ctx.input.len()];
     let stride = g.stride;

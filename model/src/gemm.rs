@@ -1,0 +1,232 @@
+//! Matrix products, in a float order that can be chosen: every product the layers take goes
+//! through [`gemm`].
+//!
+//! By default it is ndarray's, that is matrixmultiply's kernels, which fuse each multiply
+//! and add (FMA) where the CPU has it (x86 with AVX2 and FMA, aarch64). A browser tab's wasm
+//! (128-bit SIMD, no FMA), and a native worker on a CPU without FMA, compute the same sums
+//! unfused. Over one gradient the two differ by rounding, which verification allows; over a
+//! local phase of tens of steps a near-tie taken one way by the tab and the other by the
+//! coordinator moves every later step, and an honest tab's phase can end percents away from
+//! the coordinator's replay (`bench --bin ties --steps 45`: 2.2 % of the norm on one phase
+//! in eight of the `cnn` preset from its initial weights).
+//!
+//! [`Order::Unfused`] computes exactly what those unfused kernels compute, so the
+//! coordinator can replay a tab's work bit for bit: matrixmultiply splits `k` into blocks of
+//! [`KC`]; each output value sums a block's products in order from zero, one rounded
+//! multiply then one rounded add each, scales the sum by `alpha`, and adds it to `beta · C`
+//! for the first block and to `C` for the others. Vectorised or not, each value's operations
+//! are these, in this order (the test below checks it against matrixmultiply itself, which
+//! on this machine fuses; `scripts/test.sh` checks it against wasm).
+//!
+//! The order is a per-thread setting, [`with_order`], rather than a parameter of every
+//! forward and backward pass: only the coordinator's verifier changes it, around one replay.
+
+use std::cell::Cell;
+
+use ndarray::linalg::general_mat_mul;
+use ndarray::{ArrayBase, ArrayViewMut2, Data, Ix2};
+
+use crate::scalar::Scalar;
+
+/// Which float order [`gemm`] computes in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Order {
+    /// matrixmultiply's kernel for this CPU (fused where it has FMA).
+    #[default]
+    Library,
+    /// Multiply, then add, in matrixmultiply's order: what wasm computes.
+    Unfused,
+}
+
+/// matrixmultiply's `kc` for `f32` (its `S_KC`): the block of `k` summed from zero.
+pub const KC: usize = 256;
+
+thread_local! {
+    static ORDER: Cell<Order> = const { Cell::new(Order::Library) };
+}
+
+/// Runs `f` with every product on this thread in `order`, then restores the previous order
+/// (also when `f` panics).
+pub fn with_order<R>(order: Order, f: impl FnOnce() -> R) -> R {
+    struct Restore(Order);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ORDER.set(self.0);
+        }
+    }
+    let _restore = Restore(ORDER.replace(order));
+    f()
+}
+
+/// The order [`gemm`] computes in on this thread now.
+pub fn order() -> Order {
+    ORDER.get()
+}
+
+/// `C ← alpha · A · B + beta · C`, in this thread's [`Order`].
+pub(crate) fn gemm<T, SA, SB>(
+    alpha: T,
+    a: &ArrayBase<SA, Ix2>,
+    b: &ArrayBase<SB, Ix2>,
+    beta: T,
+    c: &mut ArrayViewMut2<'_, T>,
+) where
+    T: Scalar,
+    SA: Data<Elem = T>,
+    SB: Data<Elem = T>,
+{
+    match order() {
+        Order::Library => general_mat_mul(alpha, a, b, beta, c),
+        Order::Unfused => unfused(alpha, a, b, beta, c),
+    }
+}
+
+fn unfused<T, SA, SB>(
+    alpha: T,
+    a: &ArrayBase<SA, Ix2>,
+    b: &ArrayBase<SB, Ix2>,
+    beta: T,
+    c: &mut ArrayViewMut2<'_, T>,
+) where
+    T: Scalar,
+    SA: Data<Elem = T>,
+    SB: Data<Elem = T>,
+{
+    let ((m, k), (k2, n)) = (a.dim(), b.dim());
+    assert!(
+        k == k2 && c.dim() == (m, n),
+        "gemm shapes: {:?} · {:?} into {:?}",
+        a.dim(),
+        b.dim(),
+        c.dim()
+    );
+    if k == 0 {
+        c.mapv_inplace(|v| if beta.is_zero() { T::zero() } else { v * beta });
+        return;
+    }
+    let b = b.as_standard_layout();
+    let b = b.as_slice().expect("standard layout");
+    let mut sums = vec![T::zero(); n];
+    for i in 0..m {
+        let a_row = a.row(i);
+        let mut c_row = c.row_mut(i);
+        for (block, start) in (0..k).step_by(KC).enumerate() {
+            sums.fill(T::zero());
+            for p in start..(start + KC).min(k) {
+                let a_ip = a_row[p];
+                // A rounded multiply, then a rounded add: Rust never fuses them.
+                for (s, &b_pj) in sums.iter_mut().zip(&b[p * n..(p + 1) * n]) {
+                    *s += a_ip * b_pj;
+                }
+            }
+            for (c_ij, &s) in c_row.iter_mut().zip(&sums) {
+                let s = s * alpha;
+                *c_ij = match (block, beta.is_zero()) {
+                    (0, true) => s,
+                    (0, false) => beta * *c_ij + s,
+                    _ => *c_ij + s,
+                };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ndarray::Array2;
+
+    use super::*;
+    use crate::rng::SplitMix64;
+
+    fn random(rng: &mut SplitMix64, rows: usize, cols: usize) -> Array2<f32> {
+        Array2::from_shape_fn((rows, cols), |_| (rng.next_f64() * 2.0 - 1.0) as f32)
+    }
+
+    /// The naive reference: each value's products summed in order from zero, block by block
+    /// of [`KC`].
+    fn reference(a: &Array2<f32>, b: &Array2<f32>, beta: f32, c: &Array2<f32>) -> Array2<f32> {
+        let (m, k, n) = (a.nrows(), a.ncols(), b.ncols());
+        let mut out = c.clone();
+        for i in 0..m {
+            for j in 0..n {
+                let mut value = c[[i, j]];
+                for (block, start) in (0..k).step_by(KC).enumerate() {
+                    let mut s = 0.0f32;
+                    for p in start..(start + KC).min(k) {
+                        s += a[[i, p]] * b[[p, j]];
+                    }
+                    value = if block == 0 && beta == 0.0 {
+                        s
+                    } else if block == 0 {
+                        beta * value + s
+                    } else {
+                        value + s
+                    };
+                }
+                out[[i, j]] = value;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn unfused_products_equal_the_naive_order_bit_for_bit() {
+        let mut rng = SplitMix64::new(7);
+        for (m, k, n) in [
+            (1, 1, 1),
+            (3, 5, 7),
+            (32, 300, 10),
+            (9, 600, 17),
+            (16, 25, 33),
+        ] {
+            let a = random(&mut rng, m, k);
+            let b = random(&mut rng, k, n);
+            let c0 = random(&mut rng, m, n);
+            for beta in [0.0f32, 1.0] {
+                let mut c = c0.clone();
+                with_order(Order::Unfused, || {
+                    gemm(1.0, &a, &b, beta, &mut c.view_mut())
+                });
+                let want = reference(&a, &b, beta, &c0);
+                assert!(
+                    c.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{m}×{k}×{n}, beta {beta}"
+                );
+                // Transposed operands (the backward passes' views) give the same values.
+                let (at, bt) = (a.t().to_owned(), b.t().to_owned());
+                let mut c_t = c0.clone();
+                with_order(Order::Unfused, || {
+                    gemm(1.0, &at.t(), &bt.t(), beta, &mut c_t.view_mut())
+                });
+                assert_eq!(c_t, c);
+            }
+        }
+    }
+
+    #[test]
+    fn the_order_is_restored_after_the_closure() {
+        assert_eq!(order(), Order::Library);
+        with_order(Order::Unfused, || {
+            assert_eq!(order(), Order::Unfused);
+            with_order(Order::Library, || assert_eq!(order(), Order::Library));
+            assert_eq!(order(), Order::Unfused);
+        });
+        assert_eq!(order(), Order::Library);
+    }
+
+    /// Within rounding of matrixmultiply (which fuses on a CPU with FMA, so only close).
+    #[test]
+    fn unfused_products_are_within_rounding_of_the_library() {
+        let mut rng = SplitMix64::new(11);
+        let (a, b) = (random(&mut rng, 20, 700), random(&mut rng, 700, 30));
+        let mut lib = Array2::zeros((20, 30));
+        let mut ours = Array2::zeros((20, 30));
+        gemm(1.0, &a, &b, 0.0, &mut lib.view_mut());
+        with_order(Order::Unfused, || {
+            gemm(1.0, &a, &b, 0.0, &mut ours.view_mut())
+        });
+        for (x, y) in lib.iter().zip(&ours) {
+            assert!((x - y).abs() <= 1e-4, "{x} vs {y}");
+        }
+    }
+}
