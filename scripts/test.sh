@@ -23,6 +23,7 @@ start=$(date +%s)
 if [ "$tier" != unit ]; then
     setup_wasm_tools
     setup_chromium
+    setup_nats
 fi
 
 say "cargo fmt --check"

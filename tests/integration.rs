@@ -7,6 +7,14 @@
 #[path = "integration/util.rs"]
 mod util;
 
+/// A real nats-server for the cluster's tests.
+#[path = "integration/nats.rs"]
+mod nats;
+
+/// Edges and a root on NATS JetStream: one coordinator's training, spread over processes.
+#[path = "integration/cluster.rs"]
+mod cluster;
+
 /// Four native workers train the default model to ≥ 93 % test accuracy.
 #[path = "integration/training.rs"]
 mod training;

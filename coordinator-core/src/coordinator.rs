@@ -33,6 +33,7 @@ use crate::local::LocalPlan;
 use crate::metrics::{Metrics, RunInfo};
 use crate::registry::tally::Note;
 use crate::registry::Registry;
+use crate::remote::Remote;
 use crate::schedule::{self, Action, Schedule, View};
 use crate::settings::Settings;
 use crate::status::{Status, WorkerStatus};
@@ -82,6 +83,8 @@ pub struct Coordinator {
     pub(crate) utilisation: Option<f64>,
     /// Connected workers on probation, as of the worker list.
     pub(crate) on_probation: usize,
+    /// `--role edge`: where the edge stands with the root that applies its updates.
+    pub(crate) remote: Option<Remote>,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -102,6 +105,7 @@ impl Coordinator {
         now: Instant,
     ) -> Result<Self, model::ModelError> {
         let model_text = net.spec().to_string();
+        let settings_edge = settings.edge;
         let trainer = Trainer::new(net, settings.seed, settings.optimizer, data.test)?;
         let params = trainer.params().len();
         let local = settings.local.map(LocalPlan::new);
@@ -179,6 +183,7 @@ impl Coordinator {
             local,
             utilisation: None,
             on_probation: 0,
+            remote: settings_edge.then(Remote::default),
         };
         coordinator.publish();
         Ok(coordinator)
@@ -283,7 +288,7 @@ impl Coordinator {
         View {
             version: self.trainer.version(),
             finished: self.outcome.is_some(),
-            paused: self.paused.is_some(),
+            paused: self.paused.is_some() || self.remote.as_ref().is_some_and(Remote::holds_rounds),
             expected: self.local.as_ref().and_then(LocalPlan::expected),
         }
     }

@@ -87,6 +87,9 @@ pub enum Output {
     Observe(Observation),
     /// Training is over (`--max-rounds`, `--target-accuracy`, the operator's stop).
     Stop(Outcome),
+    /// `--role edge`: send this round's partial to the root; its next version comes back
+    /// through [`Coordinator::adopt`](crate::Coordinator::adopt).
+    Partial(crate::remote::Partial),
 }
 
 /// A duration worth a histogram.

@@ -37,6 +37,8 @@ pub mod metrics;
 mod publish;
 pub mod refusal;
 pub mod registry;
+pub mod remote;
+pub mod root;
 pub mod schedule;
 pub mod settings;
 pub mod status;

@@ -79,6 +79,8 @@ pub struct Settings {
     /// `--local-steps`: each answer is a local phase of several inner steps, and
     /// `optimizer` is the outer optimizer. `None`: each answer is one batch's gradient.
     pub local: Option<Local>,
+    /// `--role edge`: a root applies the updates (`remote.rs`); sync mode only.
+    pub edge: bool,
 }
 
 impl Default for Settings {
@@ -115,6 +117,7 @@ impl Default for Settings {
             checkpoint_every: None,
             audit_seed: None,
             local: None,
+            edge: false,
         }
     }
 }

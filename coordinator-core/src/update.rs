@@ -19,6 +19,9 @@ impl Coordinator {
     /// Steps the optimizer, evaluates when due, logs the round, and stops when a stop
     /// condition is met. Shared by every schedule.
     pub(crate) fn apply(&mut self, update: &Update) {
+        if self.hand_to_root(update) {
+            return;
+        }
         if !self.trainer.apply(&update.gradient) {
             warn!(
                 round = self.trainer.version(),
@@ -29,6 +32,11 @@ impl Coordinator {
             self.replace_pending();
             return;
         }
+        self.applied(update);
+    }
+
+    /// What follows a new version, applied here or adopted from the root (`remote.rs`).
+    pub(crate) fn applied(&mut self, update: &Update) {
         let version = self.trainer.version();
         self.registry.mark_changed();
         let since = self.metrics.updated(update, version - 1);

@@ -20,6 +20,7 @@
 //!   SIGTERM; [`allocator`]: one malloc arena.
 
 pub mod allocator;
+pub mod cluster;
 pub mod config;
 pub mod coordinator;
 pub mod dataset;

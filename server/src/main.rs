@@ -64,6 +64,22 @@ async fn run() -> anyhow::Result<()> {
         }
     };
     init_tracing(&config.log_level, config.log_format);
+    if let (server::cluster::Role::Root, Some(cluster)) = (config.role, config.cluster.clone()) {
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            server::shutdown::signal().await;
+            stop.cancel();
+        });
+        let summary = server::cluster::root::run(config, cluster, shutdown).await?;
+        tracing::info!(
+            version = summary.version,
+            closed = summary.closed,
+            test_accuracy = ?summary.test_accuracy,
+            "root stopped"
+        );
+        return Ok(());
+    }
     let addr = (config.host.as_str(), config.port);
     let listener = tokio::net::TcpListener::bind(addr)
         .await

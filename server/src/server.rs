@@ -52,6 +52,8 @@ pub enum ServerError {
         path: std::path::PathBuf,
         error: String,
     },
+    #[error("cluster: {0}")]
+    Cluster(#[from] crate::cluster::ClusterError),
 }
 
 /// How a run ended.
@@ -135,9 +137,30 @@ pub async fn start(
     let names: Vec<String> = (config.optimizer.build(0).state().tensors.into_iter())
         .map(|(name, _)| name)
         .collect();
-    let core = Coordinator::new(config.settings(), net.clone(), data.data(), now())
+    let mut core_data = data.data();
+    if let Some((part, parts)) = config.data_part {
+        let range = model::assign_shards(parts, core_data.train.len())[part].clone();
+        info!(
+            part = part + 1,
+            parts,
+            samples = range.len(),
+            "training on a part of the train split"
+        );
+        core_data.train = core_data.train.slice(range);
+    }
+    let core = Coordinator::new(config.settings(), net.clone(), core_data, now())
         .map_err(ServerError::Model)?;
     let mut driver = Driver::new(core, shutdown.clone());
+    // `--role edge`: the link to the root, connected before anything is served.
+    let edge_link = match (&config.cluster, config.role) {
+        (Some(cluster), crate::cluster::Role::Edge) => {
+            let nats = crate::cluster::Nats::connect(cluster).await?;
+            let (tx, rx) = tokio::sync::mpsc::channel(4);
+            driver = driver.with_partials(tx);
+            Some((nats, cluster.name.clone(), rx))
+        }
+        _ => None,
+    };
     if let Some((params, path)) = init {
         let frozen = net.param_count() - net.trainable_count();
         driver
@@ -197,6 +220,23 @@ pub async fn start(
     };
     let router = app(state, &web);
 
+    if let Some((nats, name, partials)) = edge_link {
+        let scheme = if tls.is_some() { "wss" } else { "ws" };
+        let link = crate::cluster::edge::EdgeLink {
+            nats,
+            name,
+            url: format!("{scheme}://{addr}/ws"),
+            partials,
+            coordinator: driver.sender(),
+            status: status.clone(),
+            shutdown: shutdown.clone(),
+        };
+        tokio::spawn(async move {
+            if let Err(e) = link.run().await {
+                warn!(error = %e, "the edge's link to the cluster stopped");
+            }
+        });
+    }
     let coordinator_task = tokio::spawn(driver.run());
     {
         let shutdown = shutdown.clone();

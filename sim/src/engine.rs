@@ -362,7 +362,7 @@ impl Engine {
                     self.at(self.now + self.evaluation_time, Ev::Evaluated(done));
                 }
                 Output::Stop(_) => self.stopped = true,
-                Output::Checkpoint(_) | Output::Observe(_) => {}
+                Output::Checkpoint(_) | Output::Observe(_) | Output::Partial(_) => {}
             }
         }
         if let Some(deadline) = self.core.poll_timeout() {

@@ -297,6 +297,49 @@ pub struct Cli {
     /// passed over with a warning; none valid is an error).
     #[arg(long)]
     pub resume: bool,
+
+    /// This process's part in a cluster (docs/CLUSTER.md): `single` (one coordinator, no
+    /// NATS), `edge` (takes volunteers; a root applies its rounds) or `root` (combines the
+    /// edges' rounds and owns the optimizer; takes no volunteers).
+    #[arg(long, value_enum, default_value_t = RoleChoice::Single)]
+    pub role: RoleChoice,
+
+    /// The cluster's NATS server, with JetStream on (e.g. nats://127.0.0.1:4222). Needed by
+    /// --role edge and root.
+    #[arg(long, value_name = "URL")]
+    pub nats: Option<String>,
+
+    /// The run's name in NATS subjects and buckets (letters, digits, - and _): one NATS
+    /// server can hold several runs.
+    #[arg(long, default_value = "crowdtrain")]
+    pub run: String,
+
+    /// This edge's or root's name in the cluster's leases [default: its role, host and a
+    /// random suffix].
+    #[arg(long)]
+    pub node_name: Option<String>,
+
+    /// --role edge: train on part I of N of the train split (1-based), so that each of a
+    /// run's N edges trains on its own part [default: all of it].
+    #[arg(long, value_name = "I/N")]
+    pub data_part: Option<String>,
+
+    /// --role root: close a round this long after its first partial, without the live
+    /// edges that have not sent theirs.
+    #[arg(long, default_value = "30s")]
+    pub edge_timeout: String,
+
+    /// --role root: partials a round needs before it closes, as --min-workers for a
+    /// coordinator's rounds (an edge with no workers sends none).
+    #[arg(long, default_value_t = 1)]
+    pub min_edges: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RoleChoice {
+    Single,
+    Edge,
+    Root,
 }
 
 #[derive(Debug, Clone, clap::Subcommand)]

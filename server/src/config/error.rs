@@ -7,6 +7,8 @@ use thiserror::Error;
 
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum ConfigError {
+    #[error("{0}")]
+    Cluster(String),
     #[error("--hidden: every width must be between 1 and {max}, got {got}")]
     HiddenWidth { got: usize, max: usize },
     #[error("--hidden: at most {max} hidden layers, got {got}")]

@@ -5,6 +5,7 @@
 
 mod aggregator;
 mod cli;
+mod cluster;
 mod duration;
 mod error;
 pub mod layers;
@@ -95,6 +96,11 @@ pub struct Config {
     pub log_format: LogFormat,
     /// `--checkpoint-dir` and its companions.
     pub checkpoints: Option<CheckpointConfig>,
+    /// `--role` and, for an edge or a root, its cluster.
+    pub role: crate::cluster::Role,
+    pub cluster: Option<crate::cluster::ClusterConfig>,
+    /// `--data-part I/N` (0-based here): this edge's part of the train split.
+    pub data_part: Option<(usize, usize)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -117,6 +123,7 @@ impl Config {
     pub fn settings(&self) -> Settings {
         Settings {
             local: self.local,
+            edge: self.role == crate::cluster::Role::Edge,
             model_name: self.model.name().to_string(),
             optimizer: self.optimizer,
             batch_size: self.batch_size,
@@ -211,6 +218,7 @@ impl TryFrom<Cli> for Config {
         }
         let liveness = Liveness { interval, timeout };
         let checkpoints = checkpoints(&cli)?;
+        let (role, cluster, data_part) = cluster::from_cli(&cli, &mode)?;
         let log_level = cli.log_level.to_ascii_lowercase();
         if !["error", "warn", "info", "debug", "trace"].contains(&log_level.as_str()) {
             return Err(ConfigError::LogLevel(cli.log_level));
@@ -276,6 +284,9 @@ impl TryFrom<Cli> for Config {
             log_level,
             log_format: cli.log_format,
             checkpoints,
+            role,
+            cluster,
+            data_part,
         })
     }
 }

@@ -52,6 +52,8 @@ pub enum Event {
         from: String,
         reply: oneshot::Sender<Result<String, String>>,
     },
+    /// `--role edge`: the root published this version (`crate::cluster`).
+    Adopt { version: u64, params: Vec<f32> },
 }
 
 #[derive(Debug, Clone)]
@@ -65,6 +67,14 @@ pub struct CoordinatorHandle {
 pub struct Stopped;
 
 impl CoordinatorHandle {
+    /// `--role edge`: hands the root's version to the core; `Err` once it has stopped.
+    pub async fn adopt(&self, version: u64, params: Vec<f32>) -> Result<(), Stopped> {
+        self.tx
+            .send(Event::Adopt { version, params })
+            .await
+            .map_err(|_| Stopped)
+    }
+
     /// The run's history so far; `None` if the coordinator has stopped.
     pub async fn history(&self) -> Option<Vec<coordinator_core::history::Point>> {
         let (reply, answer) = oneshot::channel();

@@ -50,6 +50,8 @@ pub struct Driver {
     checkpoints: Option<Checkpoints>,
     /// The writer's report as last published (it changes on the writer's thread).
     report: Option<Arc<CheckpointReport>>,
+    /// `--role edge`: the partials for the cluster task to publish to the root.
+    partials: Option<mpsc::Sender<coordinator_core::remote::Partial>>,
     shutdown: CancellationToken,
 }
 
@@ -72,8 +74,18 @@ impl Driver {
             histograms: Histograms::default(),
             checkpoints: None,
             report: None,
+            partials: None,
             shutdown,
         }
+    }
+
+    /// `--role edge`: each round's partial goes to `partials` (the cluster task's).
+    pub fn with_partials(
+        mut self,
+        partials: mpsc::Sender<coordinator_core::remote::Partial>,
+    ) -> Self {
+        self.partials = Some(partials);
+        self
     }
 
     /// Takes checkpoints with `checkpoints` from now on.
@@ -200,6 +212,11 @@ impl Driver {
                 let _ = reply.send(self.core.history());
             }
             Event::Evaluated(evaluated) => self.core.evaluated(evaluated, now),
+            Event::Adopt { version, params } => {
+                if let Err(error) = self.core.adopt(version, params, now) {
+                    warn!(version, %error, "the root's version could not be adopted");
+                }
+            }
         }
     }
 
@@ -225,6 +242,14 @@ impl Driver {
                     self.histograms.gradient_latency_seconds.observe(seconds);
                 }
                 Output::Stop(_) => self.shutdown.cancel(),
+                Output::Partial(partial) => {
+                    let round = partial.round;
+                    // Never blocks the core: a cluster task that cannot keep up (its link to
+                    // NATS is down) loses this round's partial; the root closes without it.
+                    if let Some(Err(e)) = self.partials.as_ref().map(|tx| tx.try_send(partial)) {
+                        warn!(round, error = %e, "this round's partial could not go to the root");
+                    }
+                }
             }
         }
         self.publish();

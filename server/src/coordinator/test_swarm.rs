@@ -96,7 +96,10 @@ impl Swarm {
                     }
                 }
                 Output::Evaluate(job) => self.evaluations.push(job),
-                Output::Checkpoint(_) | Output::Observe(_) | Output::Stop(_) => {}
+                Output::Checkpoint(_)
+                | Output::Observe(_)
+                | Output::Stop(_)
+                | Output::Partial(_) => {}
             }
         }
     }

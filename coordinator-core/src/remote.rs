@@ -1,0 +1,97 @@
+//! `--role edge`: the coordinator of some of the run's workers, whose updates a root applies
+//! elsewhere (docs/CLUSTER.md).
+//!
+//! An edge does everything a single coordinator does for its own workers (admission,
+//! uploads, verification, bans, the round and its robust aggregation) up to the update.
+//! There, instead of stepping an optimizer, it hands the round's combined gradient and its
+//! sample count to its driver as an [`Output::Partial`], and opens no new round until the
+//! root's next version comes back through [`Coordinator::adopt`]. It opens none before the
+//! root's first version either: every edge starts from the root's weights.
+//!
+//! Whatever version the root publishes is adopted, newer than the edge's or not the one it
+//! waited for: the root may have closed a round without this edge (its deadline), or come
+//! back from its last checkpoint.
+
+use std::time::Instant;
+
+use crate::io::Output;
+use crate::schedule::Update;
+use crate::Coordinator;
+
+/// An edge's contribution to one round: its workers' combined gradient, weighted by the
+/// samples behind it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Partial {
+    /// The version the gradient was computed on (the round).
+    pub round: u64,
+    /// The mean gradient of the edge's accepted answers (sample-weighted, or its robust
+    /// aggregator's combination).
+    pub gradient: Vec<f32>,
+    /// Samples behind it: the root's weight for it.
+    pub samples: u64,
+    /// Sample-weighted mean of the workers' reported losses.
+    pub mean_loss: f64,
+    /// Answers combined.
+    pub answered: usize,
+}
+
+/// Where an edge stands with its root.
+#[derive(Debug, Default)]
+pub(crate) struct Remote {
+    /// Adopted a version of the root's at least once.
+    started: bool,
+    /// The round handed to the root, waiting for its version.
+    awaiting: Option<Update>,
+}
+
+impl Remote {
+    /// Opens no round: waiting for the root's first version, or for its next one.
+    pub(crate) fn holds_rounds(&self) -> bool {
+        !self.started || self.awaiting.is_some()
+    }
+}
+
+impl Coordinator {
+    /// `--role edge`: the round's update goes to the root. Returns whether it did (false on
+    /// a single coordinator, which applies it itself).
+    pub(crate) fn hand_to_root(&mut self, update: &Update) -> bool {
+        let round = self.trainer.version();
+        let Some(remote) = self.remote.as_mut() else {
+            return false;
+        };
+        remote.awaiting = Some(update.clone());
+        self.outputs.push_back(Output::Partial(Partial {
+            round,
+            gradient: update.gradient.clone(),
+            samples: update.samples,
+            mean_loss: update.mean_loss,
+            answered: update.answered,
+        }));
+        self.registry.mark_changed();
+        true
+    }
+
+    /// Input (`--role edge`): the root published `version` with these weights (all the
+    /// parameters). A version older than the edge's own is ignored; one of another length is
+    /// refused with the reason.
+    pub fn adopt(&mut self, version: u64, params: Vec<f32>, now: Instant) -> Result<(), String> {
+        self.now = now;
+        let Some(remote) = self.remote.as_mut() else {
+            return Err("not an edge: this coordinator applies its own updates".into());
+        };
+        if remote.started && version <= self.trainer.version() {
+            return Ok(());
+        }
+        let optimizer = self.trainer.optimizer_state();
+        self.trainer.restore(params, optimizer, version)?;
+        let remote = self.remote.as_mut().expect("checked above");
+        remote.started = true;
+        let update = remote.awaiting.take();
+        if let Some(update) = update {
+            self.applied(&update);
+        }
+        self.registry.mark_changed();
+        self.done(now);
+        Ok(())
+    }
+}

@@ -1,0 +1,281 @@
+//! `--role root`: the process that combines the edges' partials and owns the optimizer.
+//!
+//! It takes the root lease (or waits as a standby until the holder's lease expires), resumes
+//! from the newest version in the Object Store (or starts at version 0 from `--seed`, as a
+//! single coordinator would), and then, round after round: gathers the partials of the
+//! live edges, closes the round when every live edge has sent its own (or `--edge-timeout`
+//! after the first), steps the optimizer (`coordinator_core::root`), writes the new version
+//! to the Object Store and announces it. Every version is in the Object Store before it is
+//! announced: a root killed at any point loses at most the round it was gathering.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use coordinator_core::root::Root;
+use futures_util::StreamExt;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::edge::live_edges;
+use super::wire::{self, Assembler, Version};
+use super::{ClusterConfig, ClusterError, Nats, EDGE_PREFIX, LATEST, ROOT_KEY, TICK, VERSION_KEY};
+use crate::config::Config;
+use async_nats::jetstream::kv;
+
+/// How a root's run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RootSummary {
+    /// The newest version published.
+    pub version: u64,
+    /// Its score on the test split, when it was evaluated.
+    pub test_accuracy: Option<f64>,
+    /// Rounds this process closed (a resumed root closed fewer than `version`).
+    pub closed: u64,
+}
+
+/// Runs the root until `--max-rounds`, `--target-accuracy` or `shutdown`.
+pub async fn run(
+    config: Config,
+    cluster: ClusterConfig,
+    shutdown: CancellationToken,
+) -> Result<RootSummary, ClusterError> {
+    let setup = |e: &dyn std::fmt::Display| ClusterError::Resume(e.to_string());
+    let data = crate::dataset::load(config.data.as_deref(), config.seed, config.test_fraction)
+        .map_err(|e| setup(&e))?;
+    let net = data.network(&config.model).map_err(|e| setup(&e))?;
+    let mut root =
+        Root::new(net, config.seed, config.optimizer, data.data().test).map_err(|e| setup(&e))?;
+    let nats = Nats::connect(&cluster).await?;
+    let Some(mut revision) = take_lease(&nats, &cluster.name, &shutdown).await? else {
+        return Ok(RootSummary {
+            version: root.version(),
+            test_accuracy: None,
+            closed: 0,
+        });
+    };
+    match nats.latest().await? {
+        Some(v) => {
+            let version = v.version;
+            root.restore(v.params, v.optimizer, version)
+                .map_err(ClusterError::Resume)?;
+            info!(
+                version,
+                "root: resuming from the Object Store's newest version"
+            );
+        }
+        None => info!("root: starting at version 0"),
+    }
+    publish(&nats, snapshot(&root)).await?;
+    let mut partials = nats
+        .client
+        .subscribe(nats.partials.clone())
+        .await
+        .map_err(|e| ClusterError::JetStream {
+            what: "subscribing to partials",
+            error: e.to_string(),
+        })?;
+    let mut assembler = Assembler::new(root.net().trainable_count(), root.version());
+    // The live edges: every lease put shows at once (a watch); an expired one is noticed
+    // at the next tick's listing.
+    let mut leases = nats
+        .leases
+        .watch_with_history(format!("{EDGE_PREFIX}>"))
+        .await
+        .map_err(|e| ClusterError::JetStream {
+            what: "watching the edges' leases",
+            error: e.to_string(),
+        })?;
+    let mut live = live_names(&nats).await;
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut deadline: Option<Instant> = None;
+    let (mut closed, mut accuracy) = (0u64, None);
+    let done = |version: u64| config.max_rounds.is_some_and(|max| version >= max);
+    while !done(root.version()) {
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            message = partials.next() => {
+                let Some(message) = message else { break };
+                let chunk = match wire::decode_chunk(&message.payload) {
+                    Ok(chunk) => chunk,
+                    Err(e) => {
+                        warn!(error = %e, "root: a message on the partials subject was not a partial");
+                        continue;
+                    }
+                };
+                match assembler.add(chunk) {
+                    Ok(Some((edge, partial))) => {
+                        let round = partial.round;
+                        match root.partial(&edge, partial) {
+                            Ok(()) => {
+                                debug!(%edge, round, "root: partial");
+                                live.insert(edge);
+                                deadline.get_or_insert_with(|| Instant::now() + cluster.edge_timeout);
+                            }
+                            Err(e) => warn!(%edge, error = %e, "root: partial refused"),
+                        }
+                    }
+                    Ok(None) => {}
+                    // An old round's chunk (an edge sending again): nothing to do.
+                    Err(e) => debug!(error = %e, "root: chunk dropped"),
+                }
+            }
+            entry = leases.next() => {
+                let Some(Ok(entry)) = entry else { continue };
+                let name = entry.key.trim_start_matches(EDGE_PREFIX).to_owned();
+                match entry.operation {
+                    kv::Operation::Put => live.insert(name),
+                    kv::Operation::Delete | kv::Operation::Purge => live.remove(&name),
+                };
+            }
+            _ = tick.tick() => {
+                revision = renew(&nats, &cluster.name, revision).await?;
+                live = live_names(&nats).await;
+                let _ = nats.leases.put(VERSION_KEY, root.version().to_le_bytes().to_vec().into()).await;
+            }
+            () = sleep_until(deadline) => {
+                if root.received() >= cluster.min_edges {
+                    info!(round = root.version(), received = root.received(), live = live.len(), "root: edge timeout; closing with the partials received");
+                } else {
+                    // Too few for a round: wait on, as a coordinator extends a round without
+                    // its quorum.
+                    deadline = Some(Instant::now() + cluster.edge_timeout);
+                }
+            }
+        }
+        let due = deadline.is_some_and(|d| Instant::now() >= d);
+        let enough = root.received() >= cluster.min_edges;
+        if !(root.complete(&live, cluster.min_edges) || due && enough) {
+            continue;
+        }
+        let Some(round) = root.close() else { continue };
+        deadline = None;
+        closed += 1;
+        if round.refused {
+            warn!(
+                version = round.version,
+                "root: update not applied: it would have made a parameter non-finite"
+            );
+        }
+        assembler.round(root.version());
+        publish(&nats, snapshot(&root)).await?;
+        info!(
+            round = round.version,
+            edges = round.edges.len(),
+            answered = round.answered,
+            samples = round.samples,
+            train_loss = format_args!("{:.4}", round.mean_loss),
+            "root: round"
+        );
+        let version = root.version();
+        if version.is_multiple_of(config.eval_interval) || done(version) {
+            if let Some(e) = root.evaluate() {
+                info!(
+                    round = version,
+                    test_accuracy = e.accuracy,
+                    "root: evaluated"
+                );
+                accuracy = Some(e.accuracy);
+                if config.target_accuracy.is_some_and(|t| e.accuracy >= t) {
+                    break;
+                }
+            }
+        }
+    }
+    // Hand the lease over at once rather than after it expires.
+    let _ = nats.leases.delete(ROOT_KEY).await;
+    Ok(RootSummary {
+        version: root.version(),
+        test_accuracy: accuracy,
+        closed,
+    })
+}
+
+/// Takes the root lease, waiting as a standby while another root holds it. `None`: shut
+/// down first.
+async fn take_lease(
+    nats: &Nats,
+    name: &str,
+    shutdown: &CancellationToken,
+) -> Result<Option<u64>, ClusterError> {
+    let mut said = false;
+    loop {
+        match nats.leases.create(ROOT_KEY, name.to_owned().into()).await {
+            Ok(revision) => {
+                info!(root = name, "root: holding the lease");
+                return Ok(Some(revision));
+            }
+            Err(e) => {
+                if !said {
+                    info!(root = name, reason = %e, "root: standing by; another root holds the lease");
+                    said = true;
+                }
+            }
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(None),
+            () = tokio::time::sleep(TICK / 2) => {}
+        }
+    }
+}
+
+/// Renews the lease by compare-and-set: another root holding it now means this one lost it.
+async fn renew(nats: &Nats, name: &str, revision: u64) -> Result<u64, ClusterError> {
+    nats.leases
+        .update(ROOT_KEY, name.to_owned().into(), revision)
+        .await
+        .map_err(|e| ClusterError::JetStream {
+            what: "renewing the root lease (another root may hold it)",
+            error: e.to_string(),
+        })
+}
+
+/// The current version, as the Object Store keeps it (built before any await: the root's
+/// optimizer is not `Sync`).
+fn snapshot(root: &Root) -> (u64, Vec<u8>) {
+    let version = root.version();
+    let bytes = wire::encode_version(&Version {
+        version,
+        params: root.params().to_vec(),
+        optimizer: root.optimizer_state(),
+    });
+    (version, bytes)
+}
+
+/// A version into the Object Store, then its number into the `version` key and onto the
+/// versions subject.
+async fn publish(nats: &Nats, (version, bytes): (u64, Vec<u8>)) -> Result<(), ClusterError> {
+    nats.weights
+        .put(LATEST, &mut bytes.as_slice())
+        .await
+        .map_err(|e| ClusterError::JetStream {
+            what: "writing the weights",
+            error: e.to_string(),
+        })?;
+    let number = bytes::Bytes::copy_from_slice(&version.to_le_bytes());
+    let _ = nats.leases.put(VERSION_KEY, number.clone()).await;
+    let _ = nats.client.publish(nats.versions.clone(), number).await;
+    let _ = nats.client.flush().await;
+    Ok(())
+}
+
+async fn live_names(nats: &Nats) -> BTreeSet<String> {
+    match live_edges(nats).await {
+        Ok(edges) => edges.into_iter().map(|e| e.name).collect(),
+        Err(e) => {
+            warn!(error = %e, "root: the edges' leases could not be read");
+            BTreeSet::new()
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// How long a root waits for the edges' partials after the first, by default.
+pub const EDGE_TIMEOUT: Duration = Duration::from_secs(30);
