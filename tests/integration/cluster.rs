@@ -155,3 +155,388 @@ async fn three_edges_train_like_one_coordinator_with_the_same_six_workers() {
         "the cluster's weights are the single coordinator's within rounding: {max_diff:e}"
     );
 }
+
+/// A NATS client of the test's own, on the run's buckets, to watch the cluster's events.
+async fn observer(url: &str) -> server::cluster::Nats {
+    let config = server::cluster::ClusterConfig {
+        url: url.to_owned(),
+        run: "crowdtrain".into(),
+        name: "test".into(),
+        edge_timeout: std::time::Duration::from_secs(30),
+        min_edges: 1,
+    };
+    server::cluster::Nats::connect(&config)
+        .await
+        .expect("the test connects to NATS")
+}
+
+/// Waits until the root has published a version of at least `at_least` (the `version`
+/// key's updates), and returns it. A watch that ends (NATS restarted) is started again.
+async fn wait_version(nats: &server::cluster::Nats, at_least: u64, what: &str) -> u64 {
+    use futures_util::StreamExt;
+    guard(what, async {
+        loop {
+            let Ok(mut watch) = nats
+                .leases
+                .watch_with_history(server::cluster::VERSION_KEY)
+                .await
+            else {
+                tokio::task::yield_now().await;
+                continue;
+            };
+            while let Some(Ok(entry)) = watch.next().await {
+                if let Ok(bytes) = <[u8; 8]>::try_from(entry.value.as_ref()) {
+                    let version = u64::from_le_bytes(bytes);
+                    if version >= at_least {
+                        return version;
+                    }
+                }
+            }
+        }
+    })
+    .await
+}
+
+/// Waits until the live edges' leases satisfy `pred` (by edge name).
+async fn wait_edges(
+    nats: &server::cluster::Nats,
+    what: &str,
+    mut pred: impl FnMut(&std::collections::BTreeMap<String, server::cluster::edge::EdgeLease>) -> bool,
+) {
+    use futures_util::StreamExt;
+    guard(what, async {
+        let mut watch = nats
+            .leases
+            .watch_with_history(format!("{}>", server::cluster::EDGE_PREFIX))
+            .await
+            .expect("watch the leases");
+        let mut edges = std::collections::BTreeMap::new();
+        while let Some(Ok(entry)) = watch.next().await {
+            match serde_json::from_slice::<server::cluster::edge::EdgeLease>(&entry.value) {
+                Ok(lease) => edges.insert(lease.name.clone(), lease),
+                Err(_) => edges.remove(entry.key.trim_start_matches(server::cluster::EDGE_PREFIX)),
+            };
+            // An expired lease shows no event: take the listing too.
+            let live = server::cluster::edge::live_edges(nats)
+                .await
+                .unwrap_or_default();
+            edges.retain(|name, _| live.iter().any(|l| &l.name == name));
+            if pred(&edges) {
+                return;
+            }
+        }
+        panic!("the leases' watch ended");
+    })
+    .await;
+}
+
+/// A native worker that moves to the next of `urls` when its coordinator dies (the
+/// worker binary's `--url a,b,c --reconnect`).
+fn spawn_moving_worker(urls: Vec<String>) -> (tokio::task::JoinHandle<()>, CancellationToken) {
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn({
+        let cancel = cancel.clone();
+        async move {
+            let options = worker::Options {
+                url: urls[0].clone(),
+                ..worker::Options::default()
+            };
+            worker::run_reconnecting(&options, &urls, cancel)
+                .await
+                .expect("an honest worker is never removed");
+        }
+    });
+    (task, cancel)
+}
+
+/// `kill -9` of an edge mid-run: its workers move to the other edges, the root closes the
+/// rounds without it (at once when its lease expires, at the latest at `--edge-timeout`),
+/// and training goes on. The edges are real processes of the real binary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_kill_9_of_an_edge_its_workers_move_and_training_goes_on() {
+    let _heavy = HEAVY.lock().await;
+    let nats = NatsServer::start().await;
+    let watch = observer(&nats.url).await;
+    let (root, root_stop) = spawn_root(&nats.url, &["--edge-timeout", "5s"]);
+    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_coordinator"));
+    let mut edges = Vec::new();
+    for part in 1..=3 {
+        let (name, data_part) = (format!("edge-{part}"), format!("{part}/3"));
+        let flags = [
+            "--role",
+            "edge",
+            "--nats",
+            &nats.url,
+            "--node-name",
+            &name,
+            "--data-part",
+            &data_part,
+            "--test-fraction",
+            "0.16",
+        ];
+        edges.push(spawn_coordinator_at(binary, None, 0, &flags).await);
+    }
+    let urls: Vec<String> = edges.iter().map(|(_, addr, _)| ws_url(*addr)).collect();
+    let mut workers = Vec::new();
+    for own in 0..3 {
+        for _ in 0..2 {
+            // Its own edge first, then the others.
+            let order = (0..3).map(|k| urls[(own + k) % 3].clone()).collect();
+            workers.push(spawn_moving_worker(order));
+        }
+    }
+    let before = wait_version(&watch, 4, "four rounds of the three edges").await;
+    let killed = Instant::now();
+    edges[1].0.kill().await.expect("kill -9 edge-2");
+    wait_edges(&watch, "edge-2's workers on edge-1 and edge-3", |e| {
+        !e.contains_key("edge-2") && e.values().map(|l| l.workers).sum::<usize>() == 6
+    })
+    .await;
+    let moved = killed.elapsed().as_secs_f64();
+    let next = wait_version(&watch, before + 1, "a round without edge-2").await;
+    let first_round = killed.elapsed().as_secs_f64();
+    let after = wait_version(&watch, next + 5, "five more rounds on two edges").await;
+    println!(
+        "kill -9 of edge-2 at version {before}: the next version {next} {first_round:.1} s later; \
+         its workers on the other edges within {moved:.1} s; version {after} {:.1} s after the kill",
+        killed.elapsed().as_secs_f64()
+    );
+    for (task, cancel) in workers {
+        cancel.cancel();
+        let _ = task.await;
+    }
+    root_stop.cancel();
+    let root = root.await.expect("the root task").expect("the root ran");
+    assert!(root.version >= after, "{root:?}");
+}
+
+/// A root process of the real binary, and its log lines (stdout) as they come.
+async fn spawn_root_process(
+    nats: &str,
+    name: &str,
+    expect: &str,
+) -> (
+    tokio::process::Child,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_coordinator"))
+        .args([
+            "--role",
+            "root",
+            "--nats",
+            nats,
+            "--node-name",
+            name,
+            "--edge-timeout",
+            "5s",
+        ])
+        .env("NO_COLOR", "1")
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn a root");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    wait_line(&mut rx, expect).await;
+    (child, rx)
+}
+
+/// The first line containing `what` (and returns it).
+async fn wait_line(lines: &mut tokio::sync::mpsc::UnboundedReceiver<String>, what: &str) -> String {
+    guard(what, async {
+        while let Some(line) = lines.recv().await {
+            if line.contains(what) {
+                return line;
+            }
+        }
+        panic!("the process ended before logging {what:?}");
+    })
+    .await
+}
+
+/// The number after `key=` in a log line.
+fn field(line: &str, key: &str) -> u64 {
+    let at = line.find(&format!("{key}=")).expect("the field") + key.len() + 1;
+    line[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .expect("a number")
+}
+
+/// `kill -9` of the root: a standby root takes the lease when it expires, resumes from the
+/// newest version in the Object Store (every version is stored before it is announced, so
+/// none is lost), and the edges go on with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_kill_9_of_the_root_a_standby_continues_from_the_object_store() {
+    let _heavy = HEAVY.lock().await;
+    let nats = NatsServer::start().await;
+    let watch = observer(&nats.url).await;
+    let (mut first, _) = spawn_root_process(&nats.url, "root-a", "holding the lease").await;
+    let (_standby, mut standby_log) = spawn_root_process(&nats.url, "root-b", "standing by").await;
+    let mut edges = Vec::new();
+    let mut workers = Vec::new();
+    for part in 1..=2 {
+        let (name, data_part) = (format!("edge-{part}"), format!("{part}/2"));
+        let edge = start_server(&[
+            "--role",
+            "edge",
+            "--nats",
+            &nats.url,
+            "--node-name",
+            &name,
+            "--data-part",
+            &data_part,
+        ])
+        .await;
+        workers.push(spawn_worker(edge.addr));
+        workers.push(spawn_worker(edge.addr));
+        edges.push(edge);
+    }
+    let before = wait_version(&watch, 4, "four rounds").await;
+    let killed = Instant::now();
+    first.kill().await.expect("kill -9 the root");
+    wait_line(&mut standby_log, "holding the lease").await;
+    let took = killed.elapsed().as_secs_f64();
+    let resumed = wait_line(&mut standby_log, "resuming from the Object Store").await;
+    let resumed = field(&resumed, "version");
+    assert!(
+        resumed >= before,
+        "the standby resumed from version {resumed}, older than {before}, announced before the kill"
+    );
+    let after = wait_version(&watch, resumed + 3, "three rounds with the standby").await;
+    println!(
+        "kill -9 of the root at version ≥ {before}: the standby held the lease {took:.1} s later, \
+         resumed from version {resumed} (none lost) and reached {after} {:.1} s after the kill",
+        killed.elapsed().as_secs_f64()
+    );
+    for (task, cancel) in workers {
+        cancel.cancel();
+        let _ = task.await;
+    }
+    for edge in edges {
+        stop(edge).await;
+    }
+}
+
+/// nats-server killed and started again on the same store directory: the root keeps its
+/// lease and version, the edges send their partials again, and the run continues.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nats_server_restarted_on_its_store_loses_nothing() {
+    let _heavy = HEAVY.lock().await;
+    let mut nats = NatsServer::start().await;
+    let watch = observer(&nats.url).await;
+    let (root, root_stop) = spawn_root(&nats.url, &["--edge-timeout", "5s"]);
+    let mut edges = Vec::new();
+    let mut workers = Vec::new();
+    for part in 1..=2 {
+        let (name, data_part) = (format!("edge-{part}"), format!("{part}/2"));
+        let edge = start_server(&[
+            "--role",
+            "edge",
+            "--nats",
+            &nats.url,
+            "--node-name",
+            &name,
+            "--data-part",
+            &data_part,
+        ])
+        .await;
+        workers.push(spawn_worker(edge.addr));
+        workers.push(spawn_worker(edge.addr));
+        edges.push(edge);
+    }
+    let before = wait_version(&watch, 3, "three rounds").await;
+    let restarted = Instant::now();
+    nats.restart().await;
+    let after = wait_version(&watch, before + 3, "three rounds after the restart").await;
+    println!(
+        "nats-server kill -9 and restart at version {before}: version {after} {:.1} s later",
+        restarted.elapsed().as_secs_f64()
+    );
+    root_stop.cancel();
+    let root = root.await.expect("the root task").expect("the root ran on");
+    assert!(root.version >= after);
+    for (task, cancel) in workers {
+        cancel.cancel();
+        let _ = task.await;
+    }
+    for edge in edges {
+        stop(edge).await;
+    }
+}
+
+/// A hostile worker on one edge is handled there: recomputed, struck and banned by that
+/// edge, whose partials carry none of its answers; the other edge never hears of it, and the
+/// root only ever sees the edges' partials.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_worker_is_handled_at_its_edge_and_the_others_never_see_it() {
+    use crate::attacks::{spawn_attacker, Attack};
+    let _heavy = HEAVY.lock().await;
+    let nats = NatsServer::start().await;
+    let watch = observer(&nats.url).await;
+    let (root, root_stop) = spawn_root(&nats.url, &["--min-edges", "2"]);
+    let mut edges = Vec::new();
+    let mut workers = Vec::new();
+    for part in 1..=2 {
+        let (name, data_part) = (format!("edge-{part}"), format!("{part}/2"));
+        let edge = start_server(&[
+            "--role",
+            "edge",
+            "--nats",
+            &nats.url,
+            "--node-name",
+            &name,
+            "--data-part",
+            &data_part,
+            "--verify-fraction",
+            "1",
+            "--min-workers",
+            "2",
+        ])
+        .await;
+        workers.push(spawn_worker(edge.addr));
+        workers.push(spawn_worker(edge.addr));
+        edges.push(edge);
+    }
+    let stop_attack = CancellationToken::new();
+    let attacker = spawn_attacker(edges[0].addr, Attack::Scaled, stop_attack.clone());
+    let mut hostile_edge = edges[0].status.clone();
+    let banned = wait_status(&mut hostile_edge, "the cheat banned at edge-1", |s| {
+        !s.bans.is_empty()
+    })
+    .await;
+    let version = wait_version(&watch, banned.round + 3, "three rounds after the ban").await;
+    let other = edges[1].status.borrow().clone();
+    println!(
+        "a ×1.01 cheat at edge-1: banned there at round {} ({} mismatches); edge-2: {} rejected, {} mismatches; root at version {version}",
+        banned.round, banned.verification_mismatches, other.gradients_rejected, other.verification_mismatches
+    );
+    assert_eq!(banned.verification_mismatches, 3, "{banned:?}");
+    assert_eq!(other.verification_mismatches, 0, "{other:?}");
+    assert_eq!(other.gradients_rejected, 0, "{other:?}");
+    assert!(other.bans.is_empty());
+    assert_eq!(other.workers, 2, "edge-2 only ever had its own two");
+    stop_attack.cancel();
+    let _ = attacker.await;
+    root_stop.cancel();
+    root.await.expect("the root task").expect("the root ran");
+    for (task, cancel) in workers {
+        cancel.cancel();
+        let _ = task.await;
+    }
+    for edge in edges {
+        stop(edge).await;
+    }
+}

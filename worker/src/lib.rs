@@ -71,6 +71,53 @@ pub async fn run(
     run_with(options, &mut new_core(options), shutdown).await
 }
 
+/// The first wait before reconnecting; it doubles after each failure, up to [`BACKOFF_MAX`].
+pub const BACKOFF_FIRST: Duration = Duration::from_millis(500);
+pub const BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// Trains until `shutdown`, across coordinators: a session that fails (the coordinator is
+/// unreachable or died) moves on to the next of `urls`, in turn, after a backoff (0.5 s
+/// doubling to 10 s); one the coordinator ended is started again on the same URL. One core
+/// throughout: a coordinator that knows its resume token keeps its identity, another (an
+/// edge of the same cluster) gives it a new one. Returns when a coordinator removes or bans
+/// it (coming back would not help), with that refusal.
+pub async fn run_reconnecting(
+    options: &Options,
+    urls: &[String],
+    shutdown: CancellationToken,
+) -> Result<Stats, RunError> {
+    let mut core = new_core(options);
+    let mut backoff = BACKOFF_FIRST;
+    let mut at = 0;
+    let mut options = options.clone();
+    loop {
+        options.url.clone_from(&urls[at % urls.len().max(1)]);
+        match run_with(&options, &mut core, shutdown.clone()).await {
+            Ok((Ended::Stopped, stats)) => return Ok(stats),
+            Ok((ended, stats)) => {
+                info!(?ended, url = %options.url, gradients = stats.gradients_sent, "session ended");
+                backoff = BACKOFF_FIRST;
+            }
+            Err(RunError::Worker(WorkerError::Rejected {
+                code: code @ (protocol::ErrorCode::Kicked | protocol::ErrorCode::Banned),
+                message,
+            })) => {
+                return Err(RunError::Worker(WorkerError::Rejected { code, message }));
+            }
+            Err(err) => {
+                tracing::warn!(%err, url = %options.url, "session failed");
+                at += 1;
+            }
+        }
+        info!(retry_in = ?backoff, url = %urls[at % urls.len().max(1)], "reconnecting");
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            () = shutdown.cancelled() => return Ok(core.stats().clone()),
+        }
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
 /// Like [`run`], with a core kept across connections: after a reconnect its `Hello` carries
 /// the resume token, so the worker keeps its identity.
 pub async fn run_with(

@@ -1,21 +1,18 @@
 //! `worker`: lend this machine to a crowdtrain coordinator.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::Parser;
 use tokio_util::sync::CancellationToken;
-
-const BACKOFF_FIRST: Duration = Duration::from_millis(500);
-const BACKOFF_MAX: Duration = Duration::from_secs(10);
 
 /// Join a crowdtrain coordinator and compute gradients until it stops or Ctrl-C.
 #[derive(Debug, Parser)]
 #[command(name = "worker", version)]
 struct Cli {
-    /// The coordinator's WebSocket URL.
-    #[arg(long, default_value = "ws://127.0.0.1:8080/ws")]
-    url: String,
+    /// The coordinator's WebSocket URL; for a cluster, its edges' URLs, comma-separated:
+    /// with --reconnect, a session that fails moves on to the next.
+    #[arg(long, default_value = "ws://127.0.0.1:8080/ws", value_delimiter = ',')]
+    url: Vec<String>,
     /// For a wss:// URL whose certificate a private CA signed: trust that CA's certificate
     /// (PEM) instead of the public web's roots.
     #[arg(long)]
@@ -89,15 +86,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
     });
     let tls = match &cli.ca_cert {
-        Some(_) if !cli.url.starts_with("wss://") => {
-            anyhow::bail!("--ca-cert only applies to wss:// URLs, not {}", cli.url)
+        Some(_) if !cli.url.iter().all(|u| u.starts_with("wss://")) => {
+            anyhow::bail!(
+                "--ca-cert only applies to wss:// URLs, not {}",
+                cli.url.join(",")
+            )
         }
         Some(path) => Some(worker::tls::trusting(path)?),
         None => None,
     };
     let options = worker::Options {
         tls,
-        url: cli.url,
+        url: cli.url[0].clone(),
         join_token: cli.join_token,
         compute_delay: None,
         compression: match cli.compression {
@@ -106,39 +106,32 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             CompressionChoice::Int8 => protocol::Compression::Int8,
         },
     };
-    // One core for the whole run: reconnects resume the same identity.
-    let mut core = worker::new_core(&options);
-    let mut backoff = BACKOFF_FIRST;
-    loop {
-        match worker::run_with(&options, &mut core, shutdown.clone()).await {
-            Ok((ended, stats)) => {
-                tracing::info!(
-                    ?ended,
-                    gradients = stats.gradients_sent,
-                    samples = stats.samples_computed,
-                    "session ended"
-                );
-                backoff = BACKOFF_FIRST;
-                if ended == worker::Ended::Stopped || !cli.reconnect {
-                    return Ok(());
-                }
-            }
-            // The operator removed this worker, or banned it: coming back would not help.
-            Err(worker::RunError::Worker(worker_core::WorkerError::Rejected {
-                code: code @ (protocol::ErrorCode::Kicked | protocol::ErrorCode::Banned),
-                message,
-            })) => anyhow::bail!(
+    if !cli.reconnect {
+        let (ended, stats) = worker::run(&options, shutdown).await?;
+        tracing::info!(
+            ?ended,
+            gradients = stats.gradients_sent,
+            samples = stats.samples_computed,
+            "session ended"
+        );
+        return Ok(());
+    }
+    match worker::run_reconnecting(&options, &cli.url, shutdown).await {
+        Ok(stats) => {
+            tracing::info!(
+                gradients = stats.gradients_sent,
+                samples = stats.samples_computed,
+                "stopped"
+            );
+            Ok(())
+        }
+        // The operator removed this worker, or banned it: coming back would not help.
+        Err(worker::RunError::Worker(worker_core::WorkerError::Rejected { code, message })) => {
+            anyhow::bail!(
                 "the coordinator removed this worker ({}): {message}",
                 code.name()
-            ),
-            Err(err) if cli.reconnect => tracing::warn!(%err, "session failed"),
-            Err(err) => return Err(err.into()),
+            )
         }
-        tracing::info!(retry_in = ?backoff, "reconnecting");
-        tokio::select! {
-            () = tokio::time::sleep(backoff) => {}
-            () = shutdown.cancelled() => return Ok(()),
-        }
-        backoff = (backoff * 2).min(BACKOFF_MAX);
+        Err(err) => Err(err.into()),
     }
 }

@@ -66,7 +66,8 @@ pub async fn run(
         }
         None => info!("root: starting at version 0"),
     }
-    publish(&nats, snapshot(&root)).await?;
+    // Not yet published (NATS unreachable): tried again at each tick.
+    let mut unpublished = publish(&nats, snapshot(&root)).await.err();
     let mut partials = nats
         .client
         .subscribe(nats.partials.clone())
@@ -131,8 +132,15 @@ pub async fn run(
             }
             _ = tick.tick() => {
                 revision = renew(&nats, &cluster.name, revision).await?;
-                live = live_names(&nats).await;
-                let _ = nats.leases.put(VERSION_KEY, root.version().to_le_bytes().to_vec().into()).await;
+                if unpublished.is_some() {
+                    unpublished = publish(&nats, snapshot(&root)).await.err();
+                }
+                if let Some(e) = &unpublished {
+                    warn!(version = root.version(), error = %e, "root: the version is not published yet; trying again");
+                } else {
+                    live = live_names(&nats).await;
+                    let _ = nats.leases.put(VERSION_KEY, root.version().to_le_bytes().to_vec().into()).await;
+                }
             }
             () = sleep_until(deadline) => {
                 if root.received() >= cluster.min_edges {
@@ -159,7 +167,7 @@ pub async fn run(
             );
         }
         assembler.round(root.version());
-        publish(&nats, snapshot(&root)).await?;
+        unpublished = publish(&nats, snapshot(&root)).await.err();
         info!(
             round = round.version,
             edges = round.edges.len(),
@@ -220,15 +228,41 @@ async fn take_lease(
     }
 }
 
-/// Renews the lease by compare-and-set: another root holding it now means this one lost it.
+/// Renews the lease by compare-and-set. Another root holding it now means this one lost
+/// it: an error, and this root stops. NATS unreachable is not: the lease is renewed, or
+/// taken again if it expired meanwhile, once NATS is back.
 async fn renew(nats: &Nats, name: &str, revision: u64) -> Result<u64, ClusterError> {
-    nats.leases
-        .update(ROOT_KEY, name.to_owned().into(), revision)
-        .await
-        .map_err(|e| ClusterError::JetStream {
-            what: "renewing the root lease (another root may hold it)",
-            error: e.to_string(),
-        })
+    let value = bytes::Bytes::from(name.to_owned());
+    let failed = match nats.leases.update(ROOT_KEY, value.clone(), revision).await {
+        Ok(revision) => return Ok(revision),
+        Err(e) => e,
+    };
+    match nats.leases.entry(ROOT_KEY).await {
+        Ok(Some(entry))
+            if entry.operation == kv::Operation::Put && entry.value.as_ref() != name.as_bytes() =>
+        {
+            Err(ClusterError::JetStream {
+                what: "renewing the root lease",
+                error: format!(
+                    "another root ({}) holds it now",
+                    String::from_utf8_lossy(&entry.value)
+                ),
+            })
+        }
+        Ok(Some(entry)) if entry.operation == kv::Operation::Put => Ok(entry.revision),
+        // Expired (NATS was away longer than the lease): take it again.
+        Ok(_) => match nats.leases.create(ROOT_KEY, value).await {
+            Ok(revision) => Ok(revision),
+            Err(e) => {
+                warn!(error = %e, "root: the lease could not be taken again");
+                Ok(revision)
+            }
+        },
+        Err(e) => {
+            warn!(error = %failed, cause = %e, "root: NATS unreachable; the lease is renewed when it is back");
+            Ok(revision)
+        }
+    }
 }
 
 /// The current version, as the Object Store keeps it (built before any await: the root's
