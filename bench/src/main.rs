@@ -11,6 +11,7 @@
 //! count is as close to `--params` as the 784-H-10 shape allows: within 398 parameters (half a
 //! hidden unit of 795), so 100,180 for 100k (+0.18 %) and 1,000,120 for 1M (+0.012 %).
 
+mod cluster;
 mod procfs;
 
 use std::process::Stdio;
@@ -29,7 +30,7 @@ use tokio_tungstenite::tungstenite::Message;
 use procfs::{peak_rss_kb, CpuTimes};
 
 const LR: f32 = 0.1;
-const WARMUP_ROUNDS: u64 = 2;
+pub(crate) const WARMUP_ROUNDS: u64 = 2;
 const BATCH: u32 = 32;
 
 #[derive(Debug, Parser)]
@@ -47,9 +48,16 @@ struct Cli {
     /// Wire compression the workers ask for: none, f16 or int8 (headline numbers: none).
     #[arg(long, default_value = "none")]
     compression: String,
+    /// Through a cluster of this many edges and a root on a real nats-server (0: one
+    /// coordinator). Needs nats-server: NATS_SERVER, or scripts/setup.sh's copy.
+    #[arg(long, default_value_t = 0)]
+    edges: usize,
     /// Internal: run the coordinator with these flags (used by the benchmark itself).
     #[arg(long, hide = true, num_args = 0.., allow_hyphen_values = true)]
     serve: Option<Vec<String>>,
+    /// Internal: run a cluster's root with these flags.
+    #[arg(long, hide = true, num_args = 0.., allow_hyphen_values = true)]
+    serve_root: Option<Vec<String>>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -57,6 +65,9 @@ fn main() -> anyhow::Result<()> {
     if let Some(flags) = cli.serve {
         server::allocator::use_one_arena();
         return serve(flags);
+    }
+    if let Some(flags) = cli.serve_root {
+        return serve_root(flags);
     }
     let hidden = ((cli.params.saturating_sub(10)) as f64 / 795.0)
         .round()
@@ -72,7 +83,20 @@ fn main() -> anyhow::Result<()> {
         "int8" => Compression::Int8,
         other => bail!("--compression must be none, f16 or int8, not {other:?}"),
     };
-    let result = rt.block_on(run(hidden, params, cli.workers, cli.rounds, compression))?;
+    let result = if cli.edges > 0 {
+        let flags = coordinator_flags(hidden, cli.workers);
+        rt.block_on(cluster::run(
+            hidden,
+            params,
+            cli.workers,
+            cli.rounds,
+            compression,
+            cli.edges,
+            &flags,
+        ))?
+    } else {
+        rt.block_on(run(hidden, params, cli.workers, cli.rounds, compression))?
+    };
     println!("{result}");
     Ok(())
 }
@@ -90,15 +114,26 @@ fn serve(flags: Vec<String>) -> anyhow::Result<()> {
     })
 }
 
-async fn run(
-    hidden: usize,
-    params: usize,
-    workers: usize,
-    rounds: u64,
-    compression: Compression,
-) -> anyhow::Result<serde_json::Value> {
-    let total_rounds = WARMUP_ROUNDS + rounds;
-    let flags = [
+/// A cluster's root process, until its `--max-rounds`.
+fn serve_root(flags: Vec<String>) -> anyhow::Result<()> {
+    let args = std::iter::once("coordinator".to_string()).chain(flags);
+    let config = server::Config::from_args(args).map_err(anyhow::Error::msg)?;
+    let cluster = config
+        .cluster
+        .clone()
+        .context("--serve-root needs --role root --nats")?;
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(server::cluster::root::run(
+        config,
+        cluster,
+        tokio_util::sync::CancellationToken::new(),
+    ))?;
+    Ok(())
+}
+
+/// The coordinator's flags for `workers` synthetic workers.
+fn coordinator_flags(hidden: usize, workers: usize) -> Vec<String> {
+    [
         "--hidden".to_string(),
         hidden.to_string(),
         "--optimizer".into(),
@@ -134,10 +169,25 @@ async fn run(
         // The streaming mean: the reference is a mean, and O(P) memory is what is measured.
         "--aggregator".into(),
         "mean".into(),
-        // Recomputation would rightly find the synthetic gradients false and drop them.
+        // Recomputation would rightly find the synthetic gradients false and drop them (a
+        // newcomer's on probation too).
         "--verify-fraction".into(),
         "0".into(),
-    ];
+        "--probation".into(),
+        "0".into(),
+    ]
+    .to_vec()
+}
+
+async fn run(
+    hidden: usize,
+    params: usize,
+    workers: usize,
+    rounds: u64,
+    compression: Compression,
+) -> anyhow::Result<serde_json::Value> {
+    let total_rounds = WARMUP_ROUNDS + rounds;
+    let flags = coordinator_flags(hidden, workers);
     // CROWDTRAIN_BENCH_WRAPPER runs the coordinator under a profiler, e.g.
     // "valgrind --tool=massif --massif-out-file=/tmp/massif.out" (figures are then the
     // profiler's, not the coordinator's).
@@ -241,7 +291,7 @@ async fn run(
     }))
 }
 
-fn round2(v: f64) -> f64 {
+pub(crate) fn round2(v: f64) -> f64 {
     (v * 100.0).round() / 100.0
 }
 
@@ -254,7 +304,7 @@ struct Timeline {
 }
 
 /// One synthetic worker: answers rounds 0..total with `w · 0.001 + k`.
-async fn worker(
+pub(crate) async fn worker(
     addr: std::net::SocketAddr,
     k: usize,
     total: u64,
@@ -333,7 +383,7 @@ async fn worker(
 /// difference can move a value across a quantization boundary: at most one quantization
 /// step of the gradient per round, which moves a weight by at most `lr · step` per round
 /// (int8: step = max|g| / 127 per 256 values; f16: step = |g| · 2^-10).
-fn matches_reference(
+pub(crate) fn matches_reference(
     got: &[f32],
     hidden: usize,
     workers: usize,
@@ -386,7 +436,10 @@ fn matches_reference(
 
 /// The coordinator's parameters from `GET /api/params`, in layout order (the file stores
 /// tensors by name).
-async fn fetch_params(addr: std::net::SocketAddr, hidden: usize) -> anyhow::Result<Vec<f32>> {
+pub(crate) async fn fetch_params(
+    addr: std::net::SocketAddr,
+    hidden: usize,
+) -> anyhow::Result<Vec<f32>> {
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
     stream
         .write_all(format!("GET /api/params HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())

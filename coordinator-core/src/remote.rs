@@ -9,8 +9,9 @@
 //! root's first version either: every edge starts from the root's weights.
 //!
 //! Whatever version the root publishes is adopted, newer than the edge's or not the one it
-//! waited for: the root may have closed a round without this edge (its deadline), or come
-//! back from its last checkpoint.
+//! waited for: the root may have closed a round without this edge (its deadline), or a new
+//! root may have resumed from its last stored version, older than the edge's (the cluster
+//! task, `server::cluster::edge`, tells a new root's versions from stale messages).
 
 use std::time::Instant;
 
@@ -72,22 +73,26 @@ impl Coordinator {
     }
 
     /// Input (`--role edge`): the root published `version` with these weights (all the
-    /// parameters). A version older than the edge's own is ignored; one of another length is
+    /// parameters). The version the edge already has is ignored; any other is taken (an
+    /// older one is a new root's, resumed from its store); weights of another length are
     /// refused with the reason.
     pub fn adopt(&mut self, version: u64, params: Vec<f32>, now: Instant) -> Result<(), String> {
         self.now = now;
         let Some(remote) = self.remote.as_mut() else {
             return Err("not an edge: this coordinator applies its own updates".into());
         };
-        if remote.started && version <= self.trainer.version() {
+        let current = self.trainer.version();
+        if remote.started && version == current {
             return Ok(());
         }
         let optimizer = self.trainer.optimizer_state();
         self.trainer.restore(params, optimizer, version)?;
         let remote = self.remote.as_mut().expect("checked above");
         remote.started = true;
+        // The round handed over became this version: count it as applied. Going back (a new
+        // root's older version) applies nothing.
         let update = remote.awaiting.take();
-        if let Some(update) = update {
+        if let Some(update) = update.filter(|_| version > current) {
             self.applied(&update);
         }
         self.registry.mark_changed();

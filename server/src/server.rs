@@ -226,6 +226,7 @@ pub async fn start(
             nats,
             name,
             url: format!("{scheme}://{addr}/ws"),
+            params: net.param_count(),
             partials,
             coordinator: driver.sender(),
             status: status.clone(),

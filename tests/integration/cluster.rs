@@ -164,6 +164,7 @@ async fn observer(url: &str) -> server::cluster::Nats {
         name: "test".into(),
         edge_timeout: std::time::Duration::from_secs(30),
         min_edges: 1,
+        store_every: 1,
     };
     server::cluster::Nats::connect(&config)
         .await
@@ -185,8 +186,7 @@ async fn wait_version(nats: &server::cluster::Nats, at_least: u64, what: &str) -
                 continue;
             };
             while let Some(Ok(entry)) = watch.next().await {
-                if let Ok(bytes) = <[u8; 8]>::try_from(entry.value.as_ref()) {
-                    let version = u64::from_le_bytes(bytes);
+                if let Some((_, version)) = server::cluster::parse_version_key(&entry.value) {
                     if version >= at_least {
                         return version;
                     }
@@ -330,6 +330,9 @@ async fn spawn_root_process(
             name,
             "--edge-timeout",
             "5s",
+            // Every version stored: a takeover loses none.
+            "--store-every",
+            "1",
         ])
         .env("NO_COLOR", "1")
         .env_remove("RUST_LOG")

@@ -1,10 +1,11 @@
 //! `--role edge`: the task beside the edge's coordinator that talks to the root.
 //!
-//! It publishes each round's partial (sent again every [`TICK`] until the root's next
-//! version, so a partial lost to a NATS restart or a root that died costs a tick, not the
-//! run), renews the edge's lease with what it serves, and brings each new version of the
-//! root's back to the coordinator: announced on the versions subject, or found in the
-//! `version` key at a tick, and read from the Object Store once.
+//! It publishes each round's partial (sent again every [`TICK`] while the root has not
+//! moved past that round, so a partial lost to a NATS restart or a root that died costs a
+//! tick, not the run), renews the edge's lease with what it serves, and brings each new
+//! version of the root's weights (the weights subject) to the coordinator. A version of a
+//! new root epoch is taken even if older: a root that took over resumed from its last
+//! stored version, and the run goes on from there.
 
 use coordinator_core::remote::Partial;
 use coordinator_core::Status;
@@ -13,7 +14,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::{wire, ClusterError, Nats, EDGE_PREFIX, TICK};
+use super::wire::{self, WeightsAssembler};
+use super::{ClusterError, Nats, EDGE_PREFIX, TICK};
 use crate::coordinator::CoordinatorHandle;
 
 /// What an edge says about itself in its lease (and so what the root and the other edges'
@@ -33,6 +35,8 @@ pub struct EdgeLink {
     pub nats: Nats,
     pub name: String,
     pub url: String,
+    /// All the model's parameters: the length of the root's weights.
+    pub params: usize,
     pub partials: mpsc::Receiver<Partial>,
     pub coordinator: CoordinatorHandle,
     pub status: watch::Receiver<Status>,
@@ -41,15 +45,16 @@ pub struct EdgeLink {
 
 impl EdgeLink {
     pub async fn run(mut self) -> Result<(), ClusterError> {
-        let mut versions = self
+        let mut weights = self
             .nats
             .client
-            .subscribe(self.nats.versions.clone())
+            .subscribe(self.nats.weights_subject.clone())
             .await
             .map_err(|e| ClusterError::JetStream {
-                what: "subscribing to versions",
+                what: "subscribing to the weights",
                 error: e.to_string(),
             })?;
+        let mut assembler = WeightsAssembler::new(self.params);
         let mut state = State::default();
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -64,10 +69,16 @@ impl EdgeLink {
                     }
                     None => break,
                 },
-                message = versions.next() => {
+                message = weights.next() => {
                     let Some(message) = message else { break };
-                    if let Ok(bytes) = <[u8; 8]>::try_from(message.payload.as_ref()) {
-                        self.version(&mut state, u64::from_le_bytes(bytes)).await;
+                    let whole = wire::decode_weights_chunk(&message.payload)
+                        .and_then(|chunk| assembler.add(chunk));
+                    match whole {
+                        Ok(Some((epoch, version, params))) => {
+                            self.weights(&mut state, epoch, version, params).await;
+                        }
+                        Ok(None) => {}
+                        Err(e) => warn!(error = %e, "a message on the weights subject was refused"),
                     }
                 }
                 _ = tick.tick() => self.tick(&mut state).await,
@@ -100,45 +111,32 @@ impl EdgeLink {
         );
     }
 
-    /// The root is at `version`: adopt it if it is newer; if the root is (again) at the
-    /// round of the partial this edge is waiting on, send it again (a root that took over
-    /// from the Object Store never saw it).
-    async fn version(&self, state: &mut State, version: u64) {
-        if state.adopted.is_some_and(|a| version <= a) {
+    /// The root published `version` of its `epoch`: to the coordinator if it is news. The
+    /// same version again means the root is waiting on this round: the partial goes again.
+    async fn weights(&self, state: &mut State, epoch: u64, version: u64, params: Vec<f32>) {
+        let news = match state.adopted {
+            None => true,
+            Some((e, v)) => e != epoch || version > v,
+        };
+        if !news {
             if let Some(p) = state.pending.as_ref().filter(|p| p.round == version) {
                 self.publish(p).await;
             }
             return;
         }
-        let latest = match self.nats.latest().await {
-            Ok(Some(latest)) => latest,
-            Ok(None) => return,
-            Err(e) => {
-                warn!(version, error = %e, "the root's version could not be read");
-                return;
-            }
-        };
-        if state.adopted.is_some_and(|a| latest.version <= a) {
+        if self.coordinator.adopt(version, params).await.is_err() {
             return;
         }
-        let version = latest.version;
-        if self
-            .coordinator
-            .adopt(version, latest.params)
-            .await
-            .is_err()
-        {
-            return;
-        }
-        debug!(version, "adopted the root's version");
-        state.adopted = Some(version);
-        if state.pending.as_ref().is_some_and(|p| p.round < version) {
+        debug!(epoch, version, "adopted the root's version");
+        state.adopted = Some((epoch, version));
+        // A partial is for the version it was computed on: any other is void.
+        if state.pending.as_ref().is_some_and(|p| p.round != version) {
             state.pending = None;
         }
     }
 
-    /// Renews the lease, looks for a version it missed, and sends an unanswered partial
-    /// again.
+    /// Renews the lease, and sends an unanswered partial again while the root is still at
+    /// its round.
     async fn tick(&self, state: &mut State) {
         let status = self.status.borrow().clone();
         let lease = EdgeLease {
@@ -157,8 +155,7 @@ impl EdgeLink {
             warn!(error = %e, "the edge's lease could not be renewed");
         }
         match self.nats.newest_version().await {
-            Ok(Some(newest)) => {
-                self.version(state, newest).await;
+            Ok(Some((_, newest))) => {
                 if let Some(p) = state.pending.as_ref().filter(|p| p.round >= newest) {
                     self.publish(p).await;
                 }
@@ -171,8 +168,8 @@ impl EdgeLink {
 
 #[derive(Debug, Default)]
 struct State {
-    /// The newest version handed to the coordinator.
-    adopted: Option<u64>,
+    /// The root's epoch and the newest version handed to the coordinator.
+    adopted: Option<(u64, u64)>,
     /// The partial sent for the round the coordinator waits on.
     pending: Option<Partial>,
 }

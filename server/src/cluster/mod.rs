@@ -10,12 +10,16 @@
 //! - subject `crowdtrain.R.partials`: the edges' partials, in chunks (core NATS: at most
 //!   once; an edge sends its partial again every [`TICK`] until the next version, and the
 //!   root takes an edge's partial once per round);
-//! - subject `crowdtrain.R.versions`: the root announces each new version (8 bytes);
+//! - subject `crowdtrain.R.weights`: each new version of the root's, in chunks, once (the
+//!   root publishes it again at a tick in which no partial came: an edge that missed it, or
+//!   joined since, asks nothing and waits at most a tick);
 //! - key-value bucket `crowdtrain-R`, whose values expire after [`LEASE`]: `root` (the
-//!   root's lease, taken by create-if-absent and kept by compare-and-set on its revision),
-//!   `edge.NAME` (each edge's lease and what it serves), `version` (the newest version);
-//! - Object Store bucket `crowdtrain-R-weights`, object `latest`: the newest version's
-//!   weights and optimizer state, which edges fetch and a new root resumes from.
+//!   root's lease, taken by create-if-absent and kept by compare-and-set on its revision,
+//!   which is the root's epoch), `edge.NAME` (each edge's lease and what it serves),
+//!   `version` (the root's epoch and newest version);
+//! - Object Store bucket `crowdtrain-R-weights`, object `latest`: a version's weights and
+//!   optimizer state every `--store-every` versions and at the end, the checkpoint a new
+//!   root resumes from.
 
 pub mod edge;
 pub mod root;
@@ -48,6 +52,8 @@ pub struct ClusterConfig {
     pub edge_timeout: Duration,
     /// `--min-edges`: partials a round needs before the root closes it.
     pub min_edges: usize,
+    /// `--store-every`: versions between the root's stores into the Object Store.
+    pub store_every: u64,
 }
 
 /// This process's role.
@@ -86,14 +92,14 @@ pub struct Nats {
     pub leases: kv::Store,
     pub weights: object_store::ObjectStore,
     pub partials: String,
-    pub versions: String,
+    pub weights_subject: String,
 }
 
 impl std::fmt::Debug for Nats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Nats")
             .field("partials", &self.partials)
-            .field("versions", &self.versions)
+            .field("weights", &self.weights_subject)
             .finish_non_exhaustive()
     }
 }
@@ -143,7 +149,7 @@ impl Nats {
             leases,
             weights,
             partials: format!("crowdtrain.{run}.partials"),
-            versions: format!("crowdtrain.{run}.versions"),
+            weights_subject: format!("crowdtrain.{run}.weights"),
         })
     }
 
@@ -163,15 +169,29 @@ impl Nats {
         Ok(Some(wire::decode_version(&bytes)?))
     }
 
-    /// The newest version the root published (`version` key), if one is known.
-    pub async fn newest_version(&self) -> Result<Option<u64>, ClusterError> {
+    /// The root's epoch and newest version (`version` key), if one is known.
+    pub async fn newest_version(&self) -> Result<Option<(u64, u64)>, ClusterError> {
         let value = self
             .leases
             .get(VERSION_KEY)
             .await
             .map_err(|e| js_error("the version key")(&e))?;
-        Ok(value.and_then(|v| Some(u64::from_le_bytes(v.as_ref().try_into().ok()?))))
+        Ok(value.and_then(|v| parse_version_key(&v)))
     }
+}
+
+/// The `version` key's value: the root's epoch, then the version.
+pub fn version_key(epoch: u64, version: u64) -> bytes::Bytes {
+    let mut b = epoch.to_le_bytes().to_vec();
+    b.extend_from_slice(&version.to_le_bytes());
+    b.into()
+}
+
+/// (epoch, version) from the `version` key's value.
+pub fn parse_version_key(value: &[u8]) -> Option<(u64, u64)> {
+    let epoch = u64::from_le_bytes(value.get(..8)?.try_into().ok()?);
+    let version = u64::from_le_bytes(value.get(8..16)?.try_into().ok()?);
+    Some((epoch, version))
 }
 
 /// The Object Store's object holding the newest version.

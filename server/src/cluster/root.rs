@@ -4,9 +4,11 @@
 //! from the newest version in the Object Store (or starts at version 0 from `--seed`, as a
 //! single coordinator would), and then, round after round: gathers the partials of the
 //! live edges, closes the round when every live edge has sent its own (or `--edge-timeout`
-//! after the first), steps the optimizer (`coordinator_core::root`), writes the new version
-//! to the Object Store and announces it. Every version is in the Object Store before it is
-//! announced: a root killed at any point loses at most the round it was gathering.
+//! after the first), steps the optimizer (`coordinator_core::root`) and publishes the new
+//! weights on the weights subject. Every `--store-every` versions (and at the end) it also
+//! writes the version and the optimizer's state to the Object Store, first: a root killed
+//! at any point loses at most that many versions. A tick with no partial publishes the
+//! current weights again, for an edge that missed them or joined since.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -66,8 +68,11 @@ pub async fn run(
         }
         None => info!("root: starting at version 0"),
     }
+    // This root's epoch: its lease's first revision, which only grows in the bucket.
+    let epoch = revision;
     // Not yet published (NATS unreachable): tried again at each tick.
-    let mut unpublished = publish(&nats, snapshot(&root)).await.err();
+    let mut unpublished = publish(&nats, epoch, weights_of(epoch, &root)).await.err();
+    let mut heard = false;
     let mut partials = nats
         .client
         .subscribe(nats.partials.clone())
@@ -108,9 +113,13 @@ pub async fn run(
                 match assembler.add(chunk) {
                     Ok(Some((edge, partial))) => {
                         let round = partial.round;
+                        let before = root.received();
                         match root.partial(&edge, partial) {
                             Ok(()) => {
                                 debug!(%edge, round, "root: partial");
+                                // An edge's first partial this round is progress; one sent
+                                // again is not.
+                                heard |= root.received() > before;
                                 live.insert(edge);
                                 deadline.get_or_insert_with(|| Instant::now() + cluster.edge_timeout);
                             }
@@ -125,21 +134,24 @@ pub async fn run(
             entry = leases.next() => {
                 let Some(Ok(entry)) = entry else { continue };
                 let name = entry.key.trim_start_matches(EDGE_PREFIX).to_owned();
-                match entry.operation {
-                    kv::Operation::Put => live.insert(name),
-                    kv::Operation::Delete | kv::Operation::Purge => live.remove(&name),
-                };
+                if entry.operation != kv::Operation::Put {
+                    live.remove(&name);
+                } else if live.insert(name) {
+                    // A new edge: the current weights at once, rather than at a tick.
+                    unpublished = publish(&nats, epoch, weights_of(epoch, &root)).await.err();
+                }
             }
             _ = tick.tick() => {
                 revision = renew(&nats, &cluster.name, revision).await?;
-                if unpublished.is_some() {
-                    unpublished = publish(&nats, snapshot(&root)).await.err();
+                // Nothing came since the last tick: the weights again (an edge missed them,
+                // or joined since), as a retry when they could not go at all.
+                if unpublished.is_some() || !std::mem::take(&mut heard) {
+                    unpublished = publish(&nats, epoch, weights_of(epoch, &root)).await.err();
                 }
                 if let Some(e) = &unpublished {
                     warn!(version = root.version(), error = %e, "root: the version is not published yet; trying again");
                 } else {
                     live = live_names(&nats).await;
-                    let _ = nats.leases.put(VERSION_KEY, root.version().to_le_bytes().to_vec().into()).await;
                 }
             }
             () = sleep_until(deadline) => {
@@ -159,6 +171,7 @@ pub async fn run(
         }
         let Some(round) = root.close() else { continue };
         deadline = None;
+        heard = true;
         closed += 1;
         if round.refused {
             warn!(
@@ -167,7 +180,10 @@ pub async fn run(
             );
         }
         assembler.round(root.version());
-        unpublished = publish(&nats, snapshot(&root)).await.err();
+        if root.version().is_multiple_of(cluster.store_every) {
+            store(&nats, snapshot(&root)).await;
+        }
+        unpublished = publish(&nats, epoch, weights_of(epoch, &root)).await.err();
         info!(
             round = round.version,
             edges = round.edges.len(),
@@ -191,6 +207,7 @@ pub async fn run(
             }
         }
     }
+    store(&nats, snapshot(&root)).await;
     // Hand the lease over at once rather than after it expires.
     let _ = nats.leases.delete(ROOT_KEY).await;
     Ok(RootSummary {
@@ -277,20 +294,41 @@ fn snapshot(root: &Root) -> (u64, Vec<u8>) {
     (version, bytes)
 }
 
-/// A version into the Object Store, then its number into the `version` key and onto the
-/// versions subject.
-async fn publish(nats: &Nats, (version, bytes): (u64, Vec<u8>)) -> Result<(), ClusterError> {
-    nats.weights
-        .put(LATEST, &mut bytes.as_slice())
+/// A version and the optimizer's state into the Object Store: the checkpoint a new root
+/// resumes from. A failure is logged; the next store is the next chance.
+async fn store(nats: &Nats, (version, bytes): (u64, Vec<u8>)) {
+    if let Err(e) = nats.weights.put(LATEST, &mut bytes.as_slice()).await {
+        warn!(version, error = %e, "root: the version could not be stored");
+    }
+}
+
+/// The current weights as the messages to publish (built before any await: the root's
+/// optimizer is not `Sync`).
+fn weights_of(epoch: u64, root: &Root) -> (u64, Vec<bytes::Bytes>) {
+    let version = root.version();
+    (version, wire::encode_weights(epoch, version, root.params()))
+}
+
+/// A version's weights on the weights subject, then the `version` key.
+async fn publish(
+    nats: &Nats,
+    epoch: u64,
+    (version, chunks): (u64, Vec<bytes::Bytes>),
+) -> Result<(), ClusterError> {
+    let failed = |e: &dyn std::fmt::Display| ClusterError::JetStream {
+        what: "publishing the weights",
+        error: e.to_string(),
+    };
+    for chunk in chunks {
+        nats.client
+            .publish(nats.weights_subject.clone(), chunk)
+            .await
+            .map_err(|e| failed(&e))?;
+    }
+    nats.leases
+        .put(VERSION_KEY, super::version_key(epoch, version))
         .await
-        .map_err(|e| ClusterError::JetStream {
-            what: "writing the weights",
-            error: e.to_string(),
-        })?;
-    let number = bytes::Bytes::copy_from_slice(&version.to_le_bytes());
-    let _ = nats.leases.put(VERSION_KEY, number.clone()).await;
-    let _ = nats.client.publish(nats.versions.clone(), number).await;
-    let _ = nats.client.flush().await;
+        .map_err(|e| failed(&e))?;
     Ok(())
 }
 

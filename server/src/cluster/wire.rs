@@ -4,8 +4,11 @@
 //!   [`CHUNK_VALUES`] values (512 KiB, under the server's default 1 MiB payload limit): each
 //!   chunk carries the edge's name, the round, its place, and the partial's totals, so the
 //!   root reassembles it without any other state. All little-endian.
-//! - A **version** is one object of the Object Store: the weights (all parameters) and the
-//!   optimizer's state, so it is also the root's checkpoint.
+//! - **Weights**: each new version travels on the run's weights subject, in chunks like a
+//!   partial's, tagged with the root's epoch (its lease's revision: a root that took over
+//!   may go back to an older version) and the version.
+//! - A **version** as the Object Store keeps it: the weights (all parameters) and the
+//!   optimizer's state, the root's checkpoint.
 //!
 //! Decoding checks every length against the bytes there are: a broken or hostile message is
 //! an error, never a panic.
@@ -20,6 +23,7 @@ use model::OptimizerState;
 pub const CHUNK_VALUES: usize = 128 * 1024;
 const PARTIAL_MAGIC: &[u8; 4] = b"CTP1";
 const VERSION_MAGIC: &[u8; 4] = b"CTV1";
+const WEIGHTS_MAGIC: &[u8; 4] = b"CTW1";
 /// Longest edge name.
 pub const MAX_NAME: usize = 200;
 
@@ -239,6 +243,105 @@ impl Assembler {
     }
 }
 
+/// One chunk of a version's weights.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WeightsChunk {
+    pub epoch: u64,
+    pub version: u64,
+    pub offset: usize,
+    pub total: usize,
+    pub values: Vec<f32>,
+}
+
+/// Version `version` of root epoch `epoch`, as the messages to publish.
+pub fn encode_weights(epoch: u64, version: u64, params: &[f32]) -> Vec<Bytes> {
+    let total = params.len();
+    let mut out = Vec::with_capacity(total.div_ceil(CHUNK_VALUES).max(1));
+    let mut offset = 0;
+    loop {
+        let values = &params[offset..(offset + CHUNK_VALUES).min(total)];
+        let mut b = BytesMut::with_capacity(32 + 4 * values.len());
+        b.put_slice(WEIGHTS_MAGIC);
+        b.put_u64_le(epoch);
+        b.put_u64_le(version);
+        b.put_u32_le(offset as u32);
+        b.put_u32_le(total as u32);
+        b.put_u32_le(values.len() as u32);
+        put_floats(&mut b, values);
+        out.push(b.freeze());
+        offset += values.len();
+        if offset >= total {
+            return out;
+        }
+    }
+}
+
+pub fn decode_weights_chunk(bytes: &[u8]) -> Result<WeightsChunk, WireError> {
+    let mut r = Reader {
+        bytes,
+        what: "weights",
+    };
+    if r.take(4)? != WEIGHTS_MAGIC {
+        return Err(WireError::Magic("weights"));
+    }
+    let epoch = r.u64()?;
+    let version = r.u64()?;
+    let offset = r.u32()? as usize;
+    let total = r.u32()? as usize;
+    let len = r.u32()? as usize;
+    if len > CHUNK_VALUES || offset.checked_add(len).is_none_or(|end| end > total) {
+        return Err(WireError::Invalid(format!(
+            "a chunk of {len} values at {offset} of {total}"
+        )));
+    }
+    Ok(WeightsChunk {
+        epoch,
+        version,
+        offset,
+        total,
+        values: r.floats(len)?,
+    })
+}
+
+/// A version being reassembled: (epoch, version), its values, the chunks arrived.
+type OpenWeights = ((u64, u64), Vec<f32>, BTreeMap<usize, usize>);
+
+/// Reassembles the root's weights, one version at a time (the newest chunk's): memory is
+/// one copy of the parameters.
+#[derive(Debug)]
+pub struct WeightsAssembler {
+    len: usize,
+    open: Option<OpenWeights>,
+}
+
+impl WeightsAssembler {
+    pub fn new(len: usize) -> Self {
+        Self { len, open: None }
+    }
+
+    /// Takes a chunk; returns (epoch, version, weights) once every value has arrived.
+    pub fn add(&mut self, chunk: WeightsChunk) -> Result<Option<(u64, u64, Vec<f32>)>, WireError> {
+        if chunk.total != self.len {
+            return Err(WireError::Invalid(format!(
+                "weights of {} values; the model has {}",
+                chunk.total, self.len
+            )));
+        }
+        let key = (chunk.epoch, chunk.version);
+        if self.open.as_ref().is_none_or(|(k, _, _)| *k != key) {
+            self.open = Some((key, vec![0.0; self.len], BTreeMap::new()));
+        }
+        let (_, values, arrived) = self.open.as_mut().expect("set above");
+        values[chunk.offset..chunk.offset + chunk.values.len()].copy_from_slice(&chunk.values);
+        arrived.insert(chunk.offset, chunk.values.len());
+        if arrived.values().sum::<usize>() < self.len {
+            return Ok(None);
+        }
+        let ((epoch, version), values, _) = self.open.take().expect("set above");
+        Ok(Some((epoch, version, values)))
+    }
+}
+
 /// A version of the weights, as the Object Store keeps it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Version {
@@ -348,6 +451,41 @@ mod tests {
         lying[at..at + 4].copy_from_slice(&1000u32.to_le_bytes());
         assert!(decode_chunk(&lying).is_err());
         assert_eq!(decode_chunk(b"nope"), Err(WireError::Magic("partial")));
+    }
+
+    #[test]
+    fn weights_cross_in_chunks_and_a_newer_version_replaces_an_unfinished_one() {
+        let len = CHUNK_VALUES + 5;
+        let old: Vec<f32> = (0..len).map(|i| i as f32).collect();
+        let new: Vec<f32> = (0..len).map(|i| -(i as f32)).collect();
+        let (old_chunks, new_chunks) = (encode_weights(2, 7, &old), encode_weights(3, 4, &new));
+        let mut a = WeightsAssembler::new(len);
+        assert_eq!(
+            a.add(decode_weights_chunk(&old_chunks[0]).expect("ok")),
+            Ok(None)
+        );
+        // A new root's epoch (an older version): it replaces the unfinished one.
+        assert_eq!(
+            a.add(decode_weights_chunk(&new_chunks[1]).expect("ok")),
+            Ok(None)
+        );
+        assert_eq!(
+            a.add(decode_weights_chunk(&new_chunks[1]).expect("ok")),
+            Ok(None)
+        );
+        assert_eq!(
+            a.add(decode_weights_chunk(&new_chunks[0]).expect("ok")),
+            Ok(Some((3, 4, new)))
+        );
+        assert!(a
+            .add(decode_weights_chunk(&encode_weights(3, 5, &[1.0])[0]).expect("ok"))
+            .is_err());
+        for cut in 0..old_chunks[1].len() {
+            assert!(
+                decode_weights_chunk(&old_chunks[1][..cut]).is_err(),
+                "truncated at {cut}"
+            );
+        }
     }
 
     #[test]

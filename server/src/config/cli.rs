@@ -333,6 +333,12 @@ pub struct Cli {
     /// coordinator's rounds (an edge with no workers sends none).
     #[arg(long, default_value_t = 1)]
     pub min_edges: usize,
+
+    /// --role root: store the weights and the optimizer's state in the Object Store every N
+    /// versions (and at the end): a root that takes over resumes from there, so a crash
+    /// loses at most N versions.
+    #[arg(long, default_value_t = 10)]
+    pub store_every: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -27,6 +27,9 @@ pub(super) fn from_cli(cli: &Cli, mode: &Mode) -> Result<Checked, ConfigError> {
     if cli.min_edges == 0 {
         return err("--min-edges must be at least 1");
     }
+    if cli.store_every == 0 {
+        return err("--store-every must be at least 1");
+    }
     let Some(url) = cli.nats.clone() else {
         return match role {
             Role::Single if data_part.is_some() => err("--data-part only applies to --role edge"),
@@ -73,6 +76,7 @@ pub(super) fn from_cli(cli: &Cli, mode: &Mode) -> Result<Checked, ConfigError> {
             name,
             edge_timeout,
             min_edges: cli.min_edges,
+            store_every: cli.store_every,
         }),
         data_part,
     ))
