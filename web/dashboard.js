@@ -70,6 +70,7 @@ function onStatus(s) {
   }
   redraw();
   table(s);
+  cluster(s);
 }
 
 // A line chart of `points` ([x, [y0, y1, ...]]) in a 320 × 140 viewBox, from zero, or
@@ -144,6 +145,19 @@ function table(s) {
   $("workers").tBodies[0].innerHTML = rows.join("");
   $("bans").textContent = s.bans.length ? s.bans.join(", ") : "none";
   $("rejected").textContent = `${s.gradients_rejected} (late ${s.late}, stale ${s.stale_rejected}, duplicate ${s.duplicate_rejected})`;
+}
+
+// `--role edge`: every edge of the run, from their leases.
+function cluster(s) {
+  $("cluster").hidden = !s.cluster;
+  if (!s.cluster) return;
+  const c = s.cluster;
+  const root = c.root_version == null ? "no root yet" : `root at version ${c.root_version}`;
+  $("cluster-summary").textContent = `${c.edges.length} edges, ${c.workers} workers in all, ${root}`;
+  const esc = (t) => String(t).replace(/[&<>"]/g, (ch) => `&#${ch.charCodeAt(0)};`);
+  $("edges").tBodies[0].innerHTML = c.edges
+    .map((e) => `<tr><td>${esc(e.name)}</td><td>${esc(e.url)}</td><td>${e.workers}</td><td>${e.version}</td></tr>`)
+    .join("");
 }
 
 // Admin: the token stays in this tab only.

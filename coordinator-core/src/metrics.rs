@@ -210,6 +210,7 @@ impl Metrics {
         let evaluation = self.evaluation.map(|(_, e)| e);
         Status {
             state: live.state,
+            cluster: None,
             mode: self.info.mode,
             aggregator: self.info.aggregator,
             round: live.round,

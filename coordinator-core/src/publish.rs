@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use crate::metrics::Live;
-use crate::status::State;
+use crate::remote::Remote;
+use crate::status::{State, Status};
 use crate::Coordinator;
 
 impl Coordinator {
@@ -17,6 +18,8 @@ impl Coordinator {
             (Some(_), _) => State::Done,
             (None, _) if self.paused.is_some() => State::Paused,
             (None, true) => State::Training,
+            // An edge's round is with the root.
+            (None, false) if self.remote.as_ref().is_some_and(Remote::at_root) => State::Training,
             (None, false) => State::Waiting,
         };
         if self.registry.take_changed() {
@@ -56,7 +59,10 @@ impl Coordinator {
             utilisation: self.utilisation,
             probation: (self.settings.probation, self.on_probation),
         });
-        self.status = status;
+        self.status = Status {
+            cluster: self.remote.as_ref().and_then(Remote::view),
+            ..status
+        };
         self.status_fresh = true;
     }
 }

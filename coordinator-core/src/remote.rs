@@ -13,6 +13,7 @@
 //! root may have resumed from its last stored version, older than the edge's (the cluster
 //! task, `server::cluster::edge`, tells a new root's versions from stale messages).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::io::Output;
@@ -36,6 +37,28 @@ pub struct Partial {
     pub answered: usize,
 }
 
+/// The whole run as an edge sees it (its cluster task reads the leases): what its status,
+/// and so its dashboard, shows beside its own workers.
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+pub struct ClusterView {
+    /// The root's newest version.
+    pub root_version: Option<u64>,
+    /// Every live edge, this one included.
+    pub edges: Vec<EdgeView>,
+    /// Their workers together.
+    pub workers: usize,
+}
+
+/// One live edge, as its lease says.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct EdgeView {
+    pub name: String,
+    /// Where volunteers reach it.
+    pub url: String,
+    pub workers: usize,
+    pub version: u64,
+}
+
 /// Where an edge stands with its root.
 #[derive(Debug, Default)]
 pub(crate) struct Remote {
@@ -43,12 +66,23 @@ pub(crate) struct Remote {
     started: bool,
     /// The round handed to the root, waiting for its version.
     awaiting: Option<Update>,
+    /// The run's other edges, as last read.
+    view: Option<Arc<ClusterView>>,
 }
 
 impl Remote {
     /// Opens no round: waiting for the root's first version, or for its next one.
     pub(crate) fn holds_rounds(&self) -> bool {
         !self.started || self.awaiting.is_some()
+    }
+
+    /// Its round is with the root.
+    pub(crate) fn at_root(&self) -> bool {
+        self.awaiting.is_some()
+    }
+
+    pub(crate) fn view(&self) -> Option<Arc<ClusterView>> {
+        self.view.clone()
     }
 }
 
@@ -70,6 +104,14 @@ impl Coordinator {
         }));
         self.registry.mark_changed();
         true
+    }
+
+    /// Input (`--role edge`): the run's edges as the leases say, for the status.
+    pub fn cluster_view(&mut self, view: ClusterView) {
+        if let Some(remote) = self.remote.as_mut() {
+            remote.view = Some(Arc::new(view));
+            self.publish();
+        }
     }
 
     /// Input (`--role edge`): the root published `version` with these weights (all the

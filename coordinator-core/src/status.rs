@@ -77,6 +77,8 @@ pub struct RoundReport {
 #[derive(Debug, Clone, Serialize, PartialEq, Default)]
 pub struct Status {
     pub state: State,
+    /// `--role edge`: the whole run (every live edge, the root's version).
+    pub cluster: Option<Arc<crate::remote::ClusterView>>,
     /// `sync`, `async` or `hogwild`.
     pub mode: &'static str,
     /// `mean`, `trimmed-mean` or `median`.

@@ -543,3 +543,75 @@ async fn a_hostile_worker_is_handled_at_its_edge_and_the_others_never_see_it() {
         stop(edge).await;
     }
 }
+
+/// A browser tab trains on an edge (the page it serves, unchanged), a native worker on the
+/// other, and each edge's status (what its dashboard shows) has the whole run: both edges,
+/// where volunteers reach them, their workers, the root's version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tab_trains_on_an_edge_and_every_edge_shows_the_whole_run() {
+    use crate::browser::{page, Browser};
+    let _heavy = HEAVY.lock().await;
+    let nats = NatsServer::start().await;
+    let watch = observer(&nats.url).await;
+    let (root, root_stop) = spawn_root(&nats.url, &["--min-edges", "2"]);
+    let mut edges = Vec::new();
+    for part in 1..=2 {
+        let (name, data_part) = (format!("edge-{part}"), format!("{part}/2"));
+        edges.push(
+            start_server(&[
+                "--role",
+                "edge",
+                "--nats",
+                &nats.url,
+                "--node-name",
+                &name,
+                "--data-part",
+                &data_part,
+            ])
+            .await,
+        );
+    }
+    let tab = Browser::open(&page(edges[0].addr));
+    let native = spawn_worker(edges[1].addr);
+    let version = wait_version(&watch, 10, "ten rounds of a tab and a native worker").await;
+    let mut status = edges[0].status.clone();
+    let s = wait_status(&mut status, "the tab's answers counted", |s| {
+        s.worker_list
+            .iter()
+            .any(|w| w.kind == "browser" && w.gradients >= 5)
+    })
+    .await;
+    assert_eq!(s.verification_mismatches, 0, "{s:?}");
+    let mut other = edges[1].status.clone();
+    let seen = wait_status(&mut other, "edge-2 to see both edges", |s| {
+        s.cluster
+            .as_ref()
+            .is_some_and(|c| c.edges.len() == 2 && c.workers == 2 && c.root_version.is_some())
+    })
+    .await;
+    let view = seen.cluster.expect("a cluster view");
+    assert!(
+        view.edges.iter().any(|e| e.url == ws_url(edges[0].addr)),
+        "{view:?}"
+    );
+    // The same over HTTP, as the dashboard reads it.
+    let json = get_status_json(edges[1].addr).await;
+    assert_eq!(
+        json["cluster"]["edges"].as_array().map(Vec::len),
+        Some(2),
+        "{json}"
+    );
+    println!(
+        "a tab on edge-1 and a native worker on edge-2: version {version}; edge-2's view: {} edges, {} workers",
+        view.edges.len(),
+        view.workers
+    );
+    tab.close().await;
+    native.1.cancel();
+    let _ = native.0.await;
+    root_stop.cancel();
+    root.await.expect("the root task").expect("the root ran");
+    for edge in edges {
+        stop(edge).await;
+    }
+}

@@ -7,7 +7,7 @@
 //! new root epoch is taken even if older: a root that took over resumed from its last
 //! stored version, and the run goes on from there.
 
-use coordinator_core::remote::Partial;
+use coordinator_core::remote::{ClusterView, EdgeView, Partial};
 use coordinator_core::Status;
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch};
@@ -154,14 +154,37 @@ impl EdgeLink {
         {
             warn!(error = %e, "the edge's lease could not be renewed");
         }
-        match self.nats.newest_version().await {
-            Ok(Some((_, newest))) => {
-                if let Some(p) = state.pending.as_ref().filter(|p| p.round >= newest) {
-                    self.publish(p).await;
-                }
+        let newest = match self.nats.newest_version().await {
+            Ok(newest) => newest.map(|(_, v)| v),
+            Err(e) => {
+                debug!(error = %e, "no version key");
+                None
             }
-            Ok(None) => {}
-            Err(e) => debug!(error = %e, "no version key"),
+        };
+        if let Some(p) = state
+            .pending
+            .as_ref()
+            .filter(|p| newest.is_some_and(|v| p.round >= v))
+        {
+            self.publish(p).await;
+        }
+        // The whole run, for this edge's status and dashboard.
+        if let Ok(edges) = live_edges(&self.nats).await {
+            let edges: Vec<EdgeView> = edges
+                .into_iter()
+                .map(|l| EdgeView {
+                    name: l.name,
+                    url: l.url,
+                    workers: l.workers,
+                    version: l.version,
+                })
+                .collect();
+            let view = ClusterView {
+                root_version: newest,
+                workers: edges.iter().map(|e| e.workers).sum(),
+                edges,
+            };
+            let _ = self.coordinator.cluster_view(view).await;
         }
     }
 }

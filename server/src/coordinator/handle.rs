@@ -54,6 +54,8 @@ pub enum Event {
     },
     /// `--role edge`: the root published this version (`crate::cluster`).
     Adopt { version: u64, params: Vec<f32> },
+    /// `--role edge`: the run's edges, as their leases say.
+    Cluster(coordinator_core::remote::ClusterView),
 }
 
 #[derive(Debug, Clone)]
@@ -67,6 +69,17 @@ pub struct CoordinatorHandle {
 pub struct Stopped;
 
 impl CoordinatorHandle {
+    /// `--role edge`: the run's edges for the status; `Err` once the core has stopped.
+    pub async fn cluster_view(
+        &self,
+        view: coordinator_core::remote::ClusterView,
+    ) -> Result<(), Stopped> {
+        self.tx
+            .send(Event::Cluster(view))
+            .await
+            .map_err(|_| Stopped)
+    }
+
     /// `--role edge`: hands the root's version to the core; `Err` once it has stopped.
     pub async fn adopt(&self, version: u64, params: Vec<f32>) -> Result<(), Stopped> {
         self.tx

@@ -212,6 +212,7 @@ impl Driver {
                 let _ = reply.send(self.core.history());
             }
             Event::Evaluated(evaluated) => self.core.evaluated(evaluated, now),
+            Event::Cluster(view) => self.core.cluster_view(view),
             Event::Adopt { version, params } => {
                 if let Err(error) = self.core.adopt(version, params, now) {
                     warn!(version, %error, "the root's version could not be adopted");
