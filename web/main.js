@@ -136,6 +136,7 @@ function drawCurve() {
     `<text x="4" y="10">${(curve[curve.length - 1][1] * 100).toFixed(1)} %</text>`;
 }
 
+let edgeUrls = wsUrl;
 async function pollSwarm() {
   try {
     const res = await fetch("/api/status", { cache: "no-store" });
@@ -151,6 +152,17 @@ async function pollSwarm() {
       curve.push([s.evaluated_round, s.test_accuracy]);
       if (curve.length > 200) curve.shift();
       drawCurve();
+    }
+    // A cluster's edge: the other edges too, so that the worker moves on if this one dies.
+    if (s.cluster) {
+      const urls = [wsUrl, ...s.cluster.edges.map((e) => e.url).filter((u) => u !== wsUrl)];
+      if (urls.join(",") !== edgeUrls) {
+        edgeUrls = urls.join(",");
+        worker.postMessage({ cmd: "urls", urls });
+      }
+      $("edges-row").hidden = false;
+      $("edges").dataset.count = urls.length;
+      $("edges").textContent = `${urls.length}: this tab moves to another if this one goes away`;
     }
     const mine = s.worker_list.find((w) => w.id === workerId);
     if (mine && s.gradients_accepted > 0) {

@@ -1,6 +1,6 @@
 // Web Worker: loads the wasm package and runs the training loop off the page's thread.
 // Messages in: {cmd: "init", url, autostart, resumeToken, compression, joinToken, cpu} |
-// {cmd: "start"} | {cmd: "stop"} | {cmd: "cpu", percent}.
+// {cmd: "start"} | {cmd: "stop"} | {cmd: "cpu", percent} | {cmd: "urls", urls}.
 // Messages out: the BrowserWorker's events ({state, round, gradients, loss, ...}).
 
 postMessage({ state: "loading" });
@@ -57,6 +57,9 @@ onmessage = async ({ data: msg }) => {
       break;
     case "cpu":
       worker?.set_cpu(msg.percent);
+      break;
+    case "urls":
+      worker?.set_urls(msg.urls.join(","));
       break;
   }
 };

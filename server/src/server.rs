@@ -157,7 +157,7 @@ pub async fn start(
             let nats = crate::cluster::Nats::connect(cluster).await?;
             let (tx, rx) = tokio::sync::mpsc::channel(4);
             driver = driver.with_partials(tx);
-            Some((nats, cluster.name.clone(), rx))
+            Some((nats, cluster.name.clone(), cluster.public_url.clone(), rx))
         }
         _ => None,
     };
@@ -204,6 +204,7 @@ pub async fn start(
         &published.histograms,
         slots.clone(),
     ));
+    let state_admission = admission.clone();
     let state = AppState {
         exposition,
         admin_token,
@@ -220,16 +221,17 @@ pub async fn start(
     };
     let router = app(state, &web);
 
-    if let Some((nats, name, partials)) = edge_link {
+    if let Some((nats, name, public_url, partials)) = edge_link {
         let scheme = if tls.is_some() { "wss" } else { "ws" };
         let link = crate::cluster::edge::EdgeLink {
             nats,
             name,
-            url: format!("{scheme}://{addr}/ws"),
+            url: public_url.unwrap_or_else(|| format!("{scheme}://{addr}/ws")),
             params: net.param_count(),
             partials,
             coordinator: driver.sender(),
             status: status.clone(),
+            admission: state_admission,
             shutdown: shutdown.clone(),
         };
         tokio::spawn(async move {

@@ -165,6 +165,7 @@ async fn observer(url: &str) -> server::cluster::Nats {
         edge_timeout: std::time::Duration::from_secs(30),
         min_edges: 1,
         store_every: 1,
+        public_url: None,
     };
     server::cluster::Nats::connect(&config)
         .await
@@ -606,6 +607,74 @@ async fn a_tab_trains_on_an_edge_and_every_edge_shows_the_whole_run() {
         view.edges.len(),
         view.workers
     );
+    tab.close().await;
+    native.1.cancel();
+    let _ = native.0.await;
+    root_stop.cancel();
+    root.await.expect("the root task").expect("the root ran");
+    for edge in edges {
+        stop(edge).await;
+    }
+}
+
+/// A tab whose edge goes away moves to another edge of the run by itself: its page learnt
+/// the other edges from its edge's status, and the other edge lets in the pages of the
+/// run's edges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tab_moves_to_another_edge_when_its_edge_goes_away() {
+    use crate::browser::{page, Browser};
+    let _heavy = HEAVY.lock().await;
+    let nats = NatsServer::start().await;
+    let watch = observer(&nats.url).await;
+    let (root, root_stop) = spawn_root(&nats.url, &["--edge-timeout", "5s"]);
+    let mut edges = Vec::new();
+    for part in 1..=2 {
+        let (name, data_part) = (format!("edge-{part}"), format!("{part}/2"));
+        edges.push(
+            start_server(&[
+                "--role",
+                "edge",
+                "--nats",
+                &nats.url,
+                "--node-name",
+                &name,
+                "--data-part",
+                &data_part,
+            ])
+            .await,
+        );
+    }
+    let native = spawn_worker(edges[1].addr);
+    let tab = Browser::open_with_devtools(&page(edges[0].addr));
+    let mut first = edges[0].status.clone();
+    wait_status(&mut first, "the tab training on edge-1", |s| {
+        s.worker_list
+            .iter()
+            .any(|w| w.kind == "browser" && w.gradients >= 3)
+    })
+    .await;
+    // The page learns the run's edges from its edge's status (it polls it).
+    tab.until(
+        "the page to know both edges",
+        "document.getElementById('edges').dataset.count === '2'",
+    )
+    .await;
+    let mut second = edges[1].status.clone();
+    let gone = Instant::now();
+    let first_edge = edges.remove(0);
+    stop(first_edge).await;
+    let s = wait_status(&mut second, "the tab training on edge-2", |s| {
+        s.worker_list
+            .iter()
+            .any(|w| w.kind == "browser" && w.gradients >= 3)
+    })
+    .await;
+    let version = wait_version(&watch, s.round + 2, "rounds with the tab on edge-2").await;
+    println!(
+        "edge-1 stopped: its tab trained on edge-2 {:.1} s later; version {version}",
+        gone.elapsed().as_secs_f64()
+    );
+    assert_eq!(s.verification_mismatches, 0, "{s:?}");
     tab.close().await;
     native.1.cancel();
     let _ = native.0.await;

@@ -70,6 +70,19 @@ impl BrowserWorker {
         self.inner.set_cpu(percent);
     }
 
+    /// Where to connect from now on, comma-separated: the page's own coordinator first, then
+    /// the other edges of its cluster (from `/api/status`). A connection that fails moves on
+    /// to the next.
+    pub fn set_urls(&self, urls: String) {
+        let urls = urls
+            .split(',')
+            .map(str::trim)
+            .filter(|u| u.starts_with("ws://") || u.starts_with("wss://"))
+            .map(String::from)
+            .collect();
+        self.inner.set_urls(urls);
+    }
+
     /// Stops training and leaves the swarm. `start` resumes.
     pub fn stop(&self) {
         worker::stop(&self.inner);

@@ -27,7 +27,11 @@ extern "C" {
 }
 
 pub struct Inner {
-    url: String,
+    /// Where to connect: its own coordinator first, then (a cluster's) the other edges. A
+    /// connection that fails moves on to the next.
+    urls: RefCell<Vec<String>>,
+    /// The index of the URL to try next.
+    at: Cell<usize>,
     on_event: js_sys::Function,
     /// Bumped by every start and stop; a loop runs only while its generation is current.
     generation: Cell<u32>,
@@ -61,7 +65,8 @@ impl Inner {
         compression: protocol::Compression,
     ) -> Self {
         Self {
-            url,
+            urls: RefCell::new(vec![url]),
+            at: Cell::new(0),
             on_event,
             generation: Cell::new(0),
             running: Cell::new(false),
@@ -71,6 +76,21 @@ impl Inner {
             compression,
             cpu: Cell::new(1.0),
         }
+    }
+
+    /// Where to connect from now on: this list, in turn (the first is tried next).
+    pub fn set_urls(&self, urls: Vec<String>) {
+        if !urls.is_empty() && *self.urls.borrow() != urls {
+            let current = self.url();
+            self.at
+                .set(urls.iter().position(|u| *u == current).unwrap_or(0));
+            *self.urls.borrow_mut() = urls;
+        }
+    }
+
+    fn url(&self) -> String {
+        let urls = self.urls.borrow();
+        urls[self.at.get() % urls.len()].clone()
     }
 
     /// Trains `percent` % of the time (10-100).
@@ -124,7 +144,7 @@ async fn run(inner: Rc<Inner>, generation: u32) {
         inner.emit("connecting", &[]);
         // The socket never opened: the page asks the coordinator why (a browser won't say).
         let mut refused = false;
-        let ended = match Socket::connect(&inner.url).await {
+        let ended = match Socket::connect(&inner.url()).await {
             // Stopped while connecting: dropping the socket closes it.
             Ok(_) if !inner.is_current(generation) => break,
             Ok(mut socket) => {
@@ -139,6 +159,8 @@ async fn run(inner: Rc<Inner>, generation: u32) {
             }
             Err(reason) => {
                 refused = true;
+                // Unreachable (an edge of a cluster that died): the next URL, if any.
+                inner.at.set(inner.at.get().wrapping_add(1));
                 Ended::Retry(reason)
             }
         };

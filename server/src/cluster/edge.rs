@@ -40,6 +40,9 @@ pub struct EdgeLink {
     pub partials: mpsc::Receiver<Partial>,
     pub coordinator: CoordinatorHandle,
     pub status: watch::Receiver<Status>,
+    /// This edge's admission: the run's other edges' pages are let in, so that their tabs
+    /// can move here.
+    pub admission: std::sync::Arc<crate::edge::admission::Admission>,
     pub shutdown: CancellationToken,
 }
 
@@ -170,6 +173,8 @@ impl EdgeLink {
         }
         // The whole run, for this edge's status and dashboard.
         if let Ok(edges) = live_edges(&self.nats).await {
+            self.admission
+                .add_peer_origins(edges.iter().filter_map(|e| page_origin(&e.url)));
             let edges: Vec<EdgeView> = edges
                 .into_iter()
                 .map(|l| EdgeView {
@@ -187,6 +192,19 @@ impl EdgeLink {
             let _ = self.coordinator.cluster_view(view).await;
         }
     }
+}
+
+/// The origin of the page an edge serves, from its WebSocket URL (`ws://h:p/ws` →
+/// `http://h:p`).
+pub fn page_origin(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let host = rest.split('/').next().filter(|h| !h.is_empty())?;
+    let scheme = match scheme {
+        "ws" => "http",
+        "wss" => "https",
+        _ => return None,
+    };
+    Some(format!("{scheme}://{host}"))
 }
 
 #[derive(Debug, Default)]

@@ -54,6 +54,8 @@ pub struct ClusterConfig {
     pub min_edges: usize,
     /// `--store-every`: versions between the root's stores into the Object Store.
     pub store_every: u64,
+    /// `--public-url`: where volunteers reach this edge (its lease says so to the others).
+    pub public_url: Option<String>,
 }
 
 /// This process's role.

@@ -339,6 +339,11 @@ pub struct Cli {
     /// loses at most N versions.
     #[arg(long, default_value_t = 10)]
     pub store_every: u64,
+
+    /// --role edge: the WebSocket URL volunteers reach this edge at (ws:// or wss://), told
+    /// to the other edges and their tabs [default: ws://HOST:PORT/ws as bound].
+    #[arg(long, value_name = "URL")]
+    pub public_url: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -27,6 +27,16 @@ pub(super) fn from_cli(cli: &Cli, mode: &Mode) -> Result<Checked, ConfigError> {
     if cli.min_edges == 0 {
         return err("--min-edges must be at least 1");
     }
+    if let Some(url) = &cli.public_url {
+        if role != Role::Edge {
+            return err("--public-url only applies to --role edge");
+        }
+        if !(url.starts_with("ws://") || url.starts_with("wss://")) {
+            return Err(ConfigError::Cluster(format!(
+                "--public-url must be a ws:// or wss:// URL, got {url:?}"
+            )));
+        }
+    }
     if cli.store_every == 0 {
         return err("--store-every must be at least 1");
     }
@@ -77,6 +87,7 @@ pub(super) fn from_cli(cli: &Cli, mode: &Mode) -> Result<Checked, ConfigError> {
             edge_timeout,
             min_edges: cli.min_edges,
             store_every: cli.store_every,
+            public_url: cli.public_url.clone(),
         }),
         data_part,
     ))

@@ -60,9 +60,16 @@ pub struct Refused {
     pub message: String,
 }
 
+/// Edge pages whose tabs an edge accepts, at most.
+const MAX_PEER_ORIGINS: usize = 4096;
+
 #[derive(Debug)]
 pub struct Admission {
     origins: Origins,
+    /// `--role edge`: the pages of the run's edges (their origins, from the leases), whose
+    /// tabs move here when their own edge dies. Only added to: a tab whose edge died still
+    /// comes from that edge's page.
+    peers: std::sync::RwLock<std::collections::BTreeSet<String>>,
     max_per_ip: usize,
     /// Open connections per address. A std mutex: held for a map update, never across an
     /// await, and touched once per connect and disconnect.
@@ -96,6 +103,7 @@ impl Admission {
     pub fn new(origins: Origins, max_per_ip: usize) -> Self {
         Self {
             origins,
+            peers: std::sync::RwLock::default(),
             max_per_ip,
             open: Mutex::new(HashMap::new()),
         }
@@ -144,6 +152,17 @@ impl Admission {
         open.get(&ip).copied().unwrap_or(0)
     }
 
+    /// `--role edge`: accept tabs from these edges' pages too (`scheme://host[:port]`).
+    pub fn add_peer_origins(&self, origins: impl IntoIterator<Item = String>) {
+        let mut peers = self.peers.write().unwrap_or_else(|e| e.into_inner());
+        for origin in origins {
+            // At most a run's edges; a bound all the same.
+            if peers.len() < MAX_PEER_ORIGINS {
+                peers.insert(origin);
+            }
+        }
+    }
+
     fn check_origin(&self, headers: &HeaderMap) -> Result<(), Refused> {
         let Some(origin) = headers.get(header::ORIGIN) else {
             return Ok(()); // not a browser
@@ -159,7 +178,11 @@ impl Admission {
                 let own = origin.split_once("://").is_some_and(|(scheme, rest)| {
                     matches!(scheme, "http" | "https") && !host.is_empty() && rest == host
                 });
-                own || extra.iter().any(|o| o.trim_end_matches('/') == origin)
+                let peer = || {
+                    let peers = self.peers.read().unwrap_or_else(|e| e.into_inner());
+                    peers.contains(origin)
+                };
+                own || extra.iter().any(|o| o.trim_end_matches('/') == origin) || peer()
             }
         };
         if allowed {
@@ -191,6 +214,15 @@ mod tests {
     }
 
     const IP: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
+    #[test]
+    fn a_peer_edges_page_is_accepted_once_known() {
+        let a = Arc::new(Admission::new(Origins::Own(Vec::new()), 100));
+        let h = headers(Some("http://10.0.0.7:8081"), "10.0.0.5:8080");
+        assert!(a.admit(&h, IP).is_err(), "unknown: refused");
+        a.add_peer_origins(["http://10.0.0.7:8081".to_string()]);
+        assert!(a.admit(&h, IP).is_ok(), "another edge's page");
+    }
 
     #[test]
     fn the_own_origin_and_listed_ones_pass_others_are_refused() {
