@@ -545,9 +545,10 @@ async fn a_hostile_worker_is_handled_at_its_edge_and_the_others_never_see_it() {
     }
 }
 
-/// A browser tab trains on an edge (the page it serves, unchanged), a native worker on the
-/// other, and each edge's status (what its dashboard shows) has the whole run: both edges,
-/// where volunteers reach them, their workers, the root's version.
+/// A browser tab trains on an edge (the page it serves, unchanged), a native worker on
+/// another, a third edge has no workers (and the root does not wait for it: ten rounds here
+/// would take its 30 s edge timeout each), and each edge's status (what its dashboard shows)
+/// has the whole run: every edge, where volunteers reach it, the workers, the root's version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tab_trains_on_an_edge_and_every_edge_shows_the_whole_run() {
     use crate::browser::{page, Browser};
@@ -556,8 +557,8 @@ async fn a_tab_trains_on_an_edge_and_every_edge_shows_the_whole_run() {
     let watch = observer(&nats.url).await;
     let (root, root_stop) = spawn_root(&nats.url, &["--min-edges", "2"]);
     let mut edges = Vec::new();
-    for part in 1..=2 {
-        let (name, data_part) = (format!("edge-{part}"), format!("{part}/2"));
+    for part in 1..=3 {
+        let (name, data_part) = (format!("edge-{part}"), format!("{part}/3"));
         edges.push(
             start_server(&[
                 "--role",
@@ -587,7 +588,7 @@ async fn a_tab_trains_on_an_edge_and_every_edge_shows_the_whole_run() {
     let seen = wait_status(&mut other, "edge-2 to see both edges", |s| {
         s.cluster
             .as_ref()
-            .is_some_and(|c| c.edges.len() == 2 && c.workers == 2 && c.root_version.is_some())
+            .is_some_and(|c| c.edges.len() == 3 && c.workers == 2 && c.root_version.is_some())
     })
     .await;
     let view = seen.cluster.expect("a cluster view");
@@ -599,7 +600,7 @@ async fn a_tab_trains_on_an_edge_and_every_edge_shows_the_whole_run() {
     let json = get_status_json(edges[1].addr).await;
     assert_eq!(
         json["cluster"]["edges"].as_array().map(Vec::len),
-        Some(2),
+        Some(3),
         "{json}"
     );
     println!(

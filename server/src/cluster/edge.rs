@@ -85,6 +85,14 @@ impl EdgeLink {
                     }
                 }
                 _ = tick.tick() => self.tick(&mut state).await,
+                // Workers or none, now rather than at the next tick: the root waits for
+                // the partials of edges with workers only.
+                Ok(()) = self.status.changed() => {
+                    let working = self.status.borrow().workers > 0;
+                    if state.working != Some(working) {
+                        self.renew_lease(&mut state).await;
+                    }
+                }
             }
         }
         let _ = self
@@ -138,16 +146,18 @@ impl EdgeLink {
         }
     }
 
-    /// Renews the lease, and sends an unanswered partial again while the root is still at
-    /// its round.
-    async fn tick(&self, state: &mut State) {
-        let status = self.status.borrow().clone();
-        let lease = EdgeLease {
-            name: self.name.clone(),
-            url: self.url.clone(),
-            workers: status.workers,
-            version: status.round,
+    /// The lease, with what this edge serves now.
+    async fn renew_lease(&self, state: &mut State) {
+        let lease = {
+            let status = self.status.borrow();
+            EdgeLease {
+                name: self.name.clone(),
+                url: self.url.clone(),
+                workers: status.workers,
+                version: status.round,
+            }
         };
+        state.working = Some(lease.workers > 0);
         let value = serde_json::to_vec(&lease).expect("a lease serialises");
         if let Err(e) = self
             .nats
@@ -157,6 +167,12 @@ impl EdgeLink {
         {
             warn!(error = %e, "the edge's lease could not be renewed");
         }
+    }
+
+    /// Renews the lease, and sends an unanswered partial again while the root is still at
+    /// its round.
+    async fn tick(&self, state: &mut State) {
+        self.renew_lease(state).await;
         let newest = match self.nats.newest_version().await {
             Ok(newest) => newest.map(|(_, v)| v),
             Err(e) => {
@@ -213,6 +229,8 @@ struct State {
     adopted: Option<(u64, u64)>,
     /// The partial sent for the round the coordinator waits on.
     pending: Option<Partial>,
+    /// Whether the lease last said it has workers.
+    working: Option<bool>,
 }
 
 /// The live edges' leases.

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::edge::live_edges;
+use super::edge::{live_edges, EdgeLease};
 use super::wire::{self, Assembler, Version};
 use super::{ClusterConfig, ClusterError, Nats, EDGE_PREFIX, LATEST, ROOT_KEY, TICK, VERSION_KEY};
 use crate::config::Config;
@@ -92,7 +92,9 @@ pub async fn run(
             what: "watching the edges' leases",
             error: e.to_string(),
         })?;
-    let mut live = live_names(&nats).await;
+    // Every edge with a lease (a new one is sent the weights at once), and those with
+    // workers, whose partials a round waits for.
+    let (mut known, mut live) = edge_sets(&nats).await;
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut deadline: Option<Instant> = None;
@@ -134,11 +136,25 @@ pub async fn run(
             entry = leases.next() => {
                 let Some(Ok(entry)) = entry else { continue };
                 let name = entry.key.trim_start_matches(EDGE_PREFIX).to_owned();
-                if entry.operation != kv::Operation::Put {
-                    live.remove(&name);
-                } else if live.insert(name) {
-                    // A new edge: the current weights at once, rather than at a tick.
-                    unpublished = publish(&nats, epoch, weights_of(epoch, &root)).await.err();
+                let lease = serde_json::from_slice::<EdgeLease>(&entry.value).ok();
+                match lease.filter(|_| entry.operation == kv::Operation::Put) {
+                    None => {
+                        known.remove(&name);
+                        live.remove(&name);
+                    }
+                    Some(lease) => {
+                        // Rounds wait only for edges with workers: one with none sends no
+                        // partial.
+                        if lease.workers > 0 {
+                            live.insert(name.clone());
+                        } else {
+                            live.remove(&name);
+                        }
+                        if known.insert(name) {
+                            // A new edge: the current weights at once, rather than at a tick.
+                            unpublished = publish(&nats, epoch, weights_of(epoch, &root)).await.err();
+                        }
+                    }
                 }
             }
             _ = tick.tick() => {
@@ -151,7 +167,7 @@ pub async fn run(
                 if let Some(e) = &unpublished {
                     warn!(version = root.version(), error = %e, "root: the version is not published yet; trying again");
                 } else {
-                    live = live_names(&nats).await;
+                    (known, live) = edge_sets(&nats).await;
                 }
             }
             () = sleep_until(deadline) => {
@@ -332,12 +348,20 @@ async fn publish(
     Ok(())
 }
 
-async fn live_names(nats: &Nats) -> BTreeSet<String> {
+/// The edges with a lease, and those of them with workers.
+async fn edge_sets(nats: &Nats) -> (BTreeSet<String>, BTreeSet<String>) {
     match live_edges(nats).await {
-        Ok(edges) => edges.into_iter().map(|e| e.name).collect(),
+        Ok(edges) => {
+            let working = edges
+                .iter()
+                .filter(|e| e.workers > 0)
+                .map(|e| e.name.clone())
+                .collect();
+            (edges.into_iter().map(|e| e.name).collect(), working)
+        }
         Err(e) => {
             warn!(error = %e, "root: the edges' leases could not be read");
-            BTreeSet::new()
+            (BTreeSet::new(), BTreeSet::new())
         }
     }
 }
