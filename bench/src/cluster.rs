@@ -15,7 +15,7 @@ use anyhow::{bail, Context};
 use protocol::Compression;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
-use crate::{fetch_params, matches_reference, round2, worker, WARMUP_ROUNDS};
+use crate::{fetch_params, listening, matches_reference, round2, worker, WARMUP_ROUNDS};
 
 /// nats-server: `NATS_SERVER`, or where `scripts/setup.sh` puts it.
 fn nats_binary() -> String {
@@ -168,16 +168,7 @@ pub(crate) async fn run(
             .kill_on_drop(true)
             .spawn()
             .context("starting an edge")?;
-        let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
-        let addr: std::net::SocketAddr = loop {
-            let line = lines
-                .next_line()
-                .await?
-                .context("an edge exited before listening")?;
-            if let Some(addr) = line.strip_prefix("listening ") {
-                break addr.parse()?;
-            }
-        };
+        let addr = listening(&mut child).await?;
         addrs.push(addr);
         processes.push(child);
     }

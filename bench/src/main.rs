@@ -204,16 +204,7 @@ async fn run(
         .spawn()
         .context("starting the coordinator process")?;
     let pid = child.id().context("coordinator pid")?;
-    let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
-    let addr: std::net::SocketAddr = loop {
-        let line = lines
-            .next_line()
-            .await?
-            .context("coordinator exited before listening")?;
-        if let Some(addr) = line.strip_prefix("listening ") {
-            break addr.parse()?;
-        }
-    };
+    let addr = listening(&mut child).await?;
 
     let connect_start = Instant::now();
     let tasks: Vec<_> = (0..workers)
@@ -289,6 +280,22 @@ async fn run(
         "compression": compression.name(),
         "wire_bytes_per_gradient": compression.payload_len(params).unwrap_or(0) + 22,
     }))
+}
+
+/// The address a coordinator process of this binary (`--serve`) prints once it listens.
+pub(crate) async fn listening(
+    child: &mut tokio::process::Child,
+) -> anyhow::Result<std::net::SocketAddr> {
+    let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
+    loop {
+        let line = lines
+            .next_line()
+            .await?
+            .context("the coordinator exited before listening")?;
+        if let Some(addr) = line.strip_prefix("listening ") {
+            return Ok(addr.parse()?);
+        }
+    }
 }
 
 pub(crate) fn round2(v: f64) -> f64 {

@@ -156,6 +156,55 @@ async fn three_edges_train_like_one_coordinator_with_the_same_six_workers() {
     );
 }
 
+/// `n` edges of the run on this runtime, as `coordinator --role edge` runs them: edge-I on
+/// part I of `n` of the train split, with these extra flags.
+async fn start_edges(nats: &str, n: usize, extra: &[&str]) -> Vec<server::RunningServer> {
+    let mut edges = Vec::with_capacity(n);
+    for part in 1..=n {
+        let (name, data_part) = (format!("edge-{part}"), format!("{part}/{n}"));
+        let flags = [
+            "--role",
+            "edge",
+            "--nats",
+            nats,
+            "--node-name",
+            &name,
+            "--data-part",
+        ];
+        let flags: Vec<&str> = flags
+            .into_iter()
+            .chain([data_part.as_str()])
+            .chain(extra.iter().copied())
+            .collect();
+        edges.push(start_server(&flags).await);
+    }
+    edges
+}
+
+/// `per_edge` native workers on each edge.
+fn spawn_workers(
+    edges: &[server::RunningServer],
+    per_edge: usize,
+) -> Vec<(WorkerTask, CancellationToken)> {
+    edges
+        .iter()
+        .flat_map(|edge| (0..per_edge).map(|_| spawn_worker(edge.addr)))
+        .collect()
+}
+
+async fn stop_workers<T>(workers: Vec<(tokio::task::JoinHandle<T>, CancellationToken)>) {
+    for (task, cancel) in workers {
+        cancel.cancel();
+        let _ = task.await;
+    }
+}
+
+async fn stop_edges(edges: Vec<server::RunningServer>) {
+    for edge in edges {
+        stop(edge).await;
+    }
+}
+
 /// A NATS client of the test's own, on the run's buckets, to watch the cluster's events.
 async fn observer(url: &str) -> server::cluster::Nats {
     let config = server::cluster::ClusterConfig {
@@ -302,10 +351,7 @@ async fn after_kill_9_of_an_edge_its_workers_move_and_training_goes_on() {
          its workers on the other edges within {moved:.1} s; version {after} {:.1} s after the kill",
         killed.elapsed().as_secs_f64()
     );
-    for (task, cancel) in workers {
-        cancel.cancel();
-        let _ = task.await;
-    }
+    stop_workers(workers).await;
     root_stop.cancel();
     let root = root.await.expect("the root task").expect("the root ran");
     assert!(root.version >= after, "{root:?}");
@@ -389,25 +435,8 @@ async fn after_kill_9_of_the_root_a_standby_continues_from_the_object_store() {
     let watch = observer(&nats.url).await;
     let (mut first, _) = spawn_root_process(&nats.url, "root-a", "holding the lease").await;
     let (_standby, mut standby_log) = spawn_root_process(&nats.url, "root-b", "standing by").await;
-    let mut edges = Vec::new();
-    let mut workers = Vec::new();
-    for part in 1..=2 {
-        let (name, data_part) = (format!("edge-{part}"), format!("{part}/2"));
-        let edge = start_server(&[
-            "--role",
-            "edge",
-            "--nats",
-            &nats.url,
-            "--node-name",
-            &name,
-            "--data-part",
-            &data_part,
-        ])
-        .await;
-        workers.push(spawn_worker(edge.addr));
-        workers.push(spawn_worker(edge.addr));
-        edges.push(edge);
-    }
+    let edges = start_edges(&nats.url, 2, &[]).await;
+    let workers = spawn_workers(&edges, 2);
     let before = wait_version(&watch, 4, "four rounds").await;
     let killed = Instant::now();
     first.kill().await.expect("kill -9 the root");
@@ -425,13 +454,8 @@ async fn after_kill_9_of_the_root_a_standby_continues_from_the_object_store() {
          resumed from version {resumed} (none lost) and reached {after} {:.1} s after the kill",
         killed.elapsed().as_secs_f64()
     );
-    for (task, cancel) in workers {
-        cancel.cancel();
-        let _ = task.await;
-    }
-    for edge in edges {
-        stop(edge).await;
-    }
+    stop_workers(workers).await;
+    stop_edges(edges).await;
 }
 
 /// nats-server killed and started again on the same store directory: the root keeps its
@@ -442,25 +466,8 @@ async fn a_nats_server_restarted_on_its_store_loses_nothing() {
     let mut nats = NatsServer::start().await;
     let watch = observer(&nats.url).await;
     let (root, root_stop) = spawn_root(&nats.url, &["--edge-timeout", "5s"]);
-    let mut edges = Vec::new();
-    let mut workers = Vec::new();
-    for part in 1..=2 {
-        let (name, data_part) = (format!("edge-{part}"), format!("{part}/2"));
-        let edge = start_server(&[
-            "--role",
-            "edge",
-            "--nats",
-            &nats.url,
-            "--node-name",
-            &name,
-            "--data-part",
-            &data_part,
-        ])
-        .await;
-        workers.push(spawn_worker(edge.addr));
-        workers.push(spawn_worker(edge.addr));
-        edges.push(edge);
-    }
+    let edges = start_edges(&nats.url, 2, &[]).await;
+    let workers = spawn_workers(&edges, 2);
     let before = wait_version(&watch, 3, "three rounds").await;
     let restarted = Instant::now();
     nats.restart().await;
@@ -472,13 +479,8 @@ async fn a_nats_server_restarted_on_its_store_loses_nothing() {
     root_stop.cancel();
     let root = root.await.expect("the root task").expect("the root ran on");
     assert!(root.version >= after);
-    for (task, cancel) in workers {
-        cancel.cancel();
-        let _ = task.await;
-    }
-    for edge in edges {
-        stop(edge).await;
-    }
+    stop_workers(workers).await;
+    stop_edges(edges).await;
 }
 
 /// A hostile worker on one edge is handled there: recomputed, struck and banned by that
@@ -491,29 +493,13 @@ async fn a_hostile_worker_is_handled_at_its_edge_and_the_others_never_see_it() {
     let nats = NatsServer::start().await;
     let watch = observer(&nats.url).await;
     let (root, root_stop) = spawn_root(&nats.url, &["--min-edges", "2"]);
-    let mut edges = Vec::new();
-    let mut workers = Vec::new();
-    for part in 1..=2 {
-        let (name, data_part) = (format!("edge-{part}"), format!("{part}/2"));
-        let edge = start_server(&[
-            "--role",
-            "edge",
-            "--nats",
-            &nats.url,
-            "--node-name",
-            &name,
-            "--data-part",
-            &data_part,
-            "--verify-fraction",
-            "1",
-            "--min-workers",
-            "2",
-        ])
-        .await;
-        workers.push(spawn_worker(edge.addr));
-        workers.push(spawn_worker(edge.addr));
-        edges.push(edge);
-    }
+    let edges = start_edges(
+        &nats.url,
+        2,
+        &["--verify-fraction", "1", "--min-workers", "2"],
+    )
+    .await;
+    let workers = spawn_workers(&edges, 2);
     let stop_attack = CancellationToken::new();
     let attacker = spawn_attacker(edges[0].addr, Attack::Scaled, stop_attack.clone());
     let mut hostile_edge = edges[0].status.clone();
@@ -536,13 +522,8 @@ async fn a_hostile_worker_is_handled_at_its_edge_and_the_others_never_see_it() {
     let _ = attacker.await;
     root_stop.cancel();
     root.await.expect("the root task").expect("the root ran");
-    for (task, cancel) in workers {
-        cancel.cancel();
-        let _ = task.await;
-    }
-    for edge in edges {
-        stop(edge).await;
-    }
+    stop_workers(workers).await;
+    stop_edges(edges).await;
 }
 
 /// A browser tab trains on an edge (the page it serves, unchanged), a native worker on
@@ -556,23 +537,7 @@ async fn a_tab_trains_on_an_edge_and_every_edge_shows_the_whole_run() {
     let nats = NatsServer::start().await;
     let watch = observer(&nats.url).await;
     let (root, root_stop) = spawn_root(&nats.url, &["--min-edges", "2"]);
-    let mut edges = Vec::new();
-    for part in 1..=3 {
-        let (name, data_part) = (format!("edge-{part}"), format!("{part}/3"));
-        edges.push(
-            start_server(&[
-                "--role",
-                "edge",
-                "--nats",
-                &nats.url,
-                "--node-name",
-                &name,
-                "--data-part",
-                &data_part,
-            ])
-            .await,
-        );
-    }
+    let edges = start_edges(&nats.url, 3, &[]).await;
     let tab = Browser::open(&page(edges[0].addr));
     let native = spawn_worker(edges[1].addr);
     let version = wait_version(&watch, 10, "ten rounds of a tab and a native worker").await;
@@ -613,9 +578,7 @@ async fn a_tab_trains_on_an_edge_and_every_edge_shows_the_whole_run() {
     let _ = native.0.await;
     root_stop.cancel();
     root.await.expect("the root task").expect("the root ran");
-    for edge in edges {
-        stop(edge).await;
-    }
+    stop_edges(edges).await;
 }
 
 /// A tab whose edge goes away moves to another edge of the run by itself: its page learnt
@@ -628,23 +591,7 @@ async fn a_tab_moves_to_another_edge_when_its_edge_goes_away() {
     let nats = NatsServer::start().await;
     let watch = observer(&nats.url).await;
     let (root, root_stop) = spawn_root(&nats.url, &["--edge-timeout", "5s"]);
-    let mut edges = Vec::new();
-    for part in 1..=2 {
-        let (name, data_part) = (format!("edge-{part}"), format!("{part}/2"));
-        edges.push(
-            start_server(&[
-                "--role",
-                "edge",
-                "--nats",
-                &nats.url,
-                "--node-name",
-                &name,
-                "--data-part",
-                &data_part,
-            ])
-            .await,
-        );
-    }
+    let mut edges = start_edges(&nats.url, 2, &[]).await;
     let native = spawn_worker(edges[1].addr);
     let tab = Browser::open_with_devtools(&page(edges[0].addr));
     let mut first = edges[0].status.clone();
@@ -681,7 +628,5 @@ async fn a_tab_moves_to_another_edge_when_its_edge_goes_away() {
     let _ = native.0.await;
     root_stop.cancel();
     root.await.expect("the root task").expect("the root ran");
-    for edge in edges {
-        stop(edge).await;
-    }
+    stop_edges(edges).await;
 }

@@ -106,13 +106,24 @@ pub struct Chunk {
     pub values: Vec<f32>,
 }
 
+/// `values` in chunks of at most [`CHUNK_VALUES`], with their offsets (one empty chunk for
+/// no values: a message still says what it is).
+fn chunks(values: &[f32]) -> impl Iterator<Item = (usize, &[f32])> {
+    let count = values.len().div_ceil(CHUNK_VALUES).max(1);
+    (0..count).map(move |k| {
+        let offset = k * CHUNK_VALUES;
+        (
+            offset,
+            &values[offset.min(values.len())..(offset + CHUNK_VALUES).min(values.len())],
+        )
+    })
+}
+
 /// `partial` from `edge`, as the messages to publish.
 pub fn encode_partial(edge: &str, partial: &Partial) -> Vec<Bytes> {
     let total = partial.gradient.len();
-    let mut out = Vec::with_capacity(total.div_ceil(CHUNK_VALUES).max(1));
-    let mut offset = 0;
-    loop {
-        let values = &partial.gradient[offset..(offset + CHUNK_VALUES).min(total)];
+    let mut out = Vec::new();
+    for (offset, values) in chunks(&partial.gradient) {
         let mut b = BytesMut::with_capacity(64 + edge.len() + 4 * values.len());
         b.put_slice(PARTIAL_MAGIC);
         put_name(&mut b, edge);
@@ -125,11 +136,8 @@ pub fn encode_partial(edge: &str, partial: &Partial) -> Vec<Bytes> {
         b.put_u32_le(values.len() as u32);
         put_floats(&mut b, values);
         out.push(b.freeze());
-        offset += values.len();
-        if offset >= total {
-            return out;
-        }
     }
+    out
 }
 
 pub fn decode_chunk(bytes: &[u8]) -> Result<Chunk, WireError> {
@@ -256,10 +264,8 @@ pub struct WeightsChunk {
 /// Version `version` of root epoch `epoch`, as the messages to publish.
 pub fn encode_weights(epoch: u64, version: u64, params: &[f32]) -> Vec<Bytes> {
     let total = params.len();
-    let mut out = Vec::with_capacity(total.div_ceil(CHUNK_VALUES).max(1));
-    let mut offset = 0;
-    loop {
-        let values = &params[offset..(offset + CHUNK_VALUES).min(total)];
+    let mut out = Vec::new();
+    for (offset, values) in chunks(params) {
         let mut b = BytesMut::with_capacity(32 + 4 * values.len());
         b.put_slice(WEIGHTS_MAGIC);
         b.put_u64_le(epoch);
@@ -269,11 +275,8 @@ pub fn encode_weights(epoch: u64, version: u64, params: &[f32]) -> Vec<Bytes> {
         b.put_u32_le(values.len() as u32);
         put_floats(&mut b, values);
         out.push(b.freeze());
-        offset += values.len();
-        if offset >= total {
-            return out;
-        }
     }
+    out
 }
 
 pub fn decode_weights_chunk(bytes: &[u8]) -> Result<WeightsChunk, WireError> {
