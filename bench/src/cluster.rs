@@ -15,7 +15,9 @@ use anyhow::{bail, Context};
 use protocol::Compression;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
-use crate::{fetch_params, listening, matches_reference, round2, worker, WARMUP_ROUNDS};
+use crate::{
+    fetch_params, listening, matches_reference, round2, round_times, worker, WARMUP_ROUNDS,
+};
 
 /// nats-server: `NATS_SERVER`, or where `scripts/setup.sh` puts it.
 fn nats_binary() -> String {
@@ -179,14 +181,7 @@ pub(crate) async fn run(
     for task in tasks {
         timelines.push(task.await??);
     }
-    let arrivals = &timelines[0].arrivals;
-    let timed = &arrivals[WARMUP_ROUNDS as usize..=total_rounds as usize];
-    let elapsed = (timed[timed.len() - 1] - timed[0]).as_secs_f64();
-    let mut round_ms: Vec<f64> = timed
-        .windows(2)
-        .map(|w| (w[1] - w[0]).as_secs_f64() * 1e3)
-        .collect();
-    round_ms.sort_by(f64::total_cmp);
+    let (elapsed, round_ms) = round_times(&timelines[0], total_rounds);
     let started = Instant::now();
     let final_params = fetch_params(addrs[0], hidden).await?;
     let fetched_ms = started.elapsed().as_secs_f64() * 1e3;

@@ -224,15 +224,7 @@ async fn run(
         .max()
         .unwrap_or_default()
         .as_secs_f64();
-    // Round r's weights reach worker 0 at arrivals[r]; round duration = next arrival − this.
-    let arrivals = &timelines[0].arrivals;
-    let timed = &arrivals[WARMUP_ROUNDS as usize..=total_rounds as usize];
-    let elapsed = (timed[timed.len() - 1] - timed[0]).as_secs_f64();
-    let mut round_ms: Vec<f64> = timed
-        .windows(2)
-        .map(|w| (w[1] - w[0]).as_secs_f64() * 1e3)
-        .collect();
-    round_ms.sort_by(f64::total_cmp);
+    let (elapsed, round_ms) = round_times(&timelines[0], total_rounds);
     let rounds_per_s = rounds as f64 / elapsed;
     let peak_rss_mb = peak_rss_kb(pid)? as f64 / 1024.0;
     let cpu = &timelines[0].cpu;
@@ -298,11 +290,24 @@ pub(crate) async fn listening(
     }
 }
 
+/// Seconds over the timed rounds, and each timed round's milliseconds, sorted: round r's
+/// weights reach worker 0 at `arrivals[r]`, a round lasts until the next arrival.
+pub(crate) fn round_times(worker_0: &Timeline, total_rounds: u64) -> (f64, Vec<f64>) {
+    let timed = &worker_0.arrivals[WARMUP_ROUNDS as usize..=total_rounds as usize];
+    let elapsed = (timed[timed.len() - 1] - timed[0]).as_secs_f64();
+    let mut round_ms: Vec<f64> = timed
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_secs_f64() * 1e3)
+        .collect();
+    round_ms.sort_by(f64::total_cmp);
+    (elapsed, round_ms)
+}
+
 pub(crate) fn round2(v: f64) -> f64 {
     (v * 100.0).round() / 100.0
 }
 
-struct Timeline {
+pub(crate) struct Timeline {
     joined: Instant,
     /// When the weights of each round arrived.
     arrivals: Vec<Instant>,

@@ -49,8 +49,8 @@ pub struct ClusterView {
     pub workers: usize,
 }
 
-/// One live edge, as its lease says.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+/// One live edge, as its lease says (the lease's value is this, as JSON).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct EdgeView {
     pub name: String,
     /// Where volunteers reach it.

@@ -19,15 +19,8 @@ use super::{ClusterError, Nats, EDGE_PREFIX, TICK};
 use crate::coordinator::CoordinatorHandle;
 
 /// What an edge says about itself in its lease (and so what the root and the other edges'
-/// dashboards can show).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct EdgeLease {
-    pub name: String,
-    /// Where volunteers reach it (ws:// or wss://).
-    pub url: String,
-    pub workers: usize,
-    pub version: u64,
-}
+/// dashboards show): the view of it the core's status carries.
+pub type EdgeLease = EdgeView;
 
 /// The edge's side of the cluster, until `shutdown`.
 #[derive(Debug)]
@@ -191,15 +184,6 @@ impl EdgeLink {
         if let Ok(edges) = live_edges(&self.nats).await {
             self.admission
                 .add_peer_origins(edges.iter().filter_map(|e| page_origin(&e.url)));
-            let edges: Vec<EdgeView> = edges
-                .into_iter()
-                .map(|l| EdgeView {
-                    name: l.name,
-                    url: l.url,
-                    workers: l.workers,
-                    version: l.version,
-                })
-                .collect();
             let view = ClusterView {
                 root_version: newest,
                 workers: edges.iter().map(|e| e.workers).sum(),
