@@ -365,6 +365,7 @@ pub(crate) async fn worker(
                 }
                 let gradient = Gradient {
                     compute_us: 0,
+                    parts: 1,
                     round: w.round,
                     samples: BATCH,
                     loss: 0.0,

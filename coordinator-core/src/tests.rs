@@ -261,6 +261,7 @@ impl Harness {
     ) {
         let gradient = Gradient {
             compute_us: 0,
+            parts: 1,
             round: Round(round),
             samples,
             loss: 1.0,

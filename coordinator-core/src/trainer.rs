@@ -189,6 +189,7 @@ impl Trainer {
                     shard: 0..train.len(),
                     first: 0,
                     size: batch,
+                    parts: 1,
                 };
                 crate::checks::verify::replay(&self.net, train, &batches, local, &self.params)?
                     .delta

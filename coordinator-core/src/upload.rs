@@ -38,6 +38,7 @@ struct Head {
     samples: u32,
     loss_bits: u32,
     compute_us: u32,
+    parts: u8,
 }
 
 /// What one chunk completed.
@@ -71,10 +72,11 @@ impl Upload {
             samples: chunk.samples,
             loss_bits: chunk.loss.to_bits(),
             compute_us: chunk.compute_us,
+            parts: chunk.parts,
         };
         match self.head {
             None => {
-                check_head(chunk.samples, chunk.loss, joined)?;
+                check_head(&head, chunk.loss, joined)?;
                 self.head = Some(head);
                 self.sum_squares = 0.0;
             }
@@ -112,6 +114,7 @@ impl Upload {
         let head = self.head.take().expect("set by the first chunk");
         let gradient = Gradient {
             compute_us: head.compute_us,
+            parts: head.parts,
             round: head.round,
             samples: head.samples,
             loss: f32::from_bits(head.loss_bits),
@@ -121,14 +124,26 @@ impl Upload {
     }
 }
 
-/// The sample count is the worker's batch or less; the reported loss is a number.
-fn check_head(samples: u32, loss: f32, joined: &Joined) -> Result<(), Refusal> {
+/// The sample count is the worker's batch or less; the batch was split into no more parts
+/// than it has samples (nor [`model::MAX_PARTS`]); the reported loss is a number.
+fn check_head(head: &Head, loss: f32, joined: &Joined) -> Result<(), Refusal> {
+    let samples = head.samples;
     if samples == 0 || samples > joined.batch_size {
         return Err(Refusal::new(
             ErrorCode::ShapeMismatch,
             format!(
                 "sample count {samples} is outside 1..={} (the batch size)",
                 joined.batch_size
+            ),
+        ));
+    }
+    let most = (samples as usize).min(model::MAX_PARTS);
+    if head.parts == 0 || usize::from(head.parts) > most {
+        return Err(Refusal::new(
+            ErrorCode::Malformed,
+            format!(
+                "the batch was split into {} parts: it can be 1..={most} (one a core, at most one a sample)",
+                head.parts
             ),
         ));
     }

@@ -72,17 +72,45 @@ impl LocalPhase {
         labels: &[u8],
         seed: u64,
     ) -> Result<f32, ModelError> {
-        let (loss, grads) = if self.frozen.is_empty() {
-            net.loss_and_grad(&self.trained, x, labels, seed)?
+        self.step_parts(net, x, labels, seed, 1)
+    }
+
+    /// The same step with the batch's gradient computed in `parts` parts
+    /// ([`Network::loss_and_grad_parts`]): what a worker that computed it on that many cores
+    /// took.
+    pub fn step_parts(
+        &mut self,
+        net: &Network,
+        x: ArrayView2<'_, f32>,
+        labels: &[u8],
+        seed: u64,
+        parts: usize,
+    ) -> Result<f32, ModelError> {
+        let (loss, grads) = net.loss_and_grad_parts(&self.weights(net), x, labels, seed, parts)?;
+        self.apply(net, loss, &grads);
+        Ok(loss)
+    }
+
+    /// The full weights the next step computes its gradient at.
+    pub fn weights(&self, net: &Network) -> std::borrow::Cow<'_, [f32]> {
+        if self.frozen.is_empty() {
+            std::borrow::Cow::Borrowed(&self.trained)
         } else {
-            let full = net.join(&self.trained, &self.frozen);
-            net.loss_and_grad(&full, x, labels, seed)?
-        };
-        let grads = net.compact(grads);
-        self.optimizer.step(&mut self.trained, &grads);
+            std::borrow::Cow::Owned(net.join(&self.trained, &self.frozen))
+        }
+    }
+
+    /// Takes the next step with the gradient (full layout) and loss computed at
+    /// [`LocalPhase::weights`], wherever they were computed.
+    pub fn apply(&mut self, net: &Network, loss: f32, grads: &[f32]) {
+        if net.frozen().is_empty() {
+            self.optimizer.step(&mut self.trained, grads);
+        } else {
+            self.optimizer
+                .step(&mut self.trained, &net.trained_part(grads));
+        }
         self.taken += 1;
         self.loss_sum += f64::from(loss);
-        Ok(loss)
     }
 
     /// The pseudo-gradient, once every step is taken (or after fewer, for a phase cut

@@ -11,9 +11,26 @@ pub fn softmax_cross_entropy<T: Scalar>(
     logits: ArrayView2<'_, T>,
     labels: &[u8],
 ) -> Result<(T, Array2<T>), ModelError> {
+    softmax_cross_entropy_of(logits, labels, logits.nrows())
+}
+
+/// The same for rows that are part of a batch of `batch` samples: their share of the
+/// batch's mean (their sum over `batch`), and its gradient, `(softmax - onehot) / batch`.
+pub fn softmax_cross_entropy_of<T: Scalar>(
+    logits: ArrayView2<'_, T>,
+    labels: &[u8],
+    batch: usize,
+) -> Result<(T, Array2<T>), ModelError> {
     let (n, classes) = logits.dim();
     check_labels(n, classes, labels)?;
-    let inv_n = T::one() / T::from_usize(n).ok_or(ModelError::EmptyBatch)?;
+    if batch < n {
+        return Err(ModelError::ShapeMismatch {
+            what: "rows of a part of a batch (at most the batch)",
+            expected: batch,
+            got: n,
+        });
+    }
+    let inv_n = T::one() / T::from_usize(batch).ok_or(ModelError::EmptyBatch)?;
     let mut grad = logits.to_owned();
     let mut total = T::zero();
     for (mut row, &label) in grad.axis_iter_mut(Axis(0)).zip(labels) {

@@ -11,7 +11,7 @@ use ndarray::{Array2, ArrayView2, CowArray, Ix2};
 
 use crate::error::ModelError;
 use crate::layers::{self, Ctx};
-use crate::loss::{cross_entropy_sum_and_correct, softmax_cross_entropy};
+use crate::loss::{cross_entropy_sum_and_correct, softmax_cross_entropy_of};
 use crate::params::ParamLayout;
 use crate::rng::SplitMix64;
 use crate::scalar::Scalar;
@@ -237,12 +237,13 @@ impl Network {
         Ok(())
     }
 
-    fn ctx(&self, index: usize, seed: Option<u64>) -> Ctx {
+    fn ctx(&self, index: usize, seed: Option<u64>, row0: usize) -> Ctx {
         Ctx {
             input: self.shapes[index],
             output: self.shapes[index + 1],
             index,
             seed,
+            row0,
         }
     }
 
@@ -257,19 +258,23 @@ impl Network {
         }
     }
 
-    /// Every layer's output (the last is the logits).
+    /// Every layer's output (the last is the logits), for the rows of `x` that are `part`
+    /// of a batch (its dropout masks).
     fn forward_all<T: Scalar>(
         &self,
         params: &[T],
         x: ArrayView2<'_, T>,
         seed: Option<u64>,
+        part: Part,
     ) -> Vec<Array2<T>> {
         let mut outs: Vec<Array2<T>> = Vec::with_capacity(self.spec.layers.len());
         for (i, l) in self.spec.layers.iter().enumerate() {
             let p = &params[self.layer_range(i)];
             let y = match outs.last() {
-                None => layers::forward(&l.layer, &self.ctx(i, seed), p, x.view()),
-                Some(prev) => layers::forward(&l.layer, &self.ctx(i, seed), p, prev.view()),
+                None => layers::forward(&l.layer, &self.ctx(i, seed, part.start), p, x.view()),
+                Some(prev) => {
+                    layers::forward(&l.layer, &self.ctx(i, seed, part.start), p, prev.view())
+                }
             };
             outs.push(y);
         }
@@ -285,7 +290,7 @@ impl Network {
         self.check(params, &x)?;
         let x = standard(x);
         Ok(self
-            .forward_all(params, x.view(), None)
+            .forward_all(params, x.view(), None, Part::whole(x.nrows()))
             .pop()
             .expect("at least one layer"))
     }
@@ -301,15 +306,13 @@ impl Network {
         labels: &[u8],
         seed: u64,
     ) -> Result<(T, Vec<T>), ModelError> {
-        self.check(params, &x)?;
-        let x = standard(x);
-        let outs = self.forward_all(params, x.view(), Some(seed));
-        self.backward_all(params, x.view(), &outs, labels, seed, Pass::Gradient)
+        self.part_loss_and_grad(params, x, labels, seed, Part::whole(x.nrows()))
     }
 
     /// The backward pass over a forward pass's outputs `outs` (as [`Network::forward_all`]
-    /// gave them for the standardised `x`): the mean loss and the full-layout gradient, or
-    /// its magnitudes (see [`Pass`]).
+    /// gave them for the standardised `x`, `part` of a batch): the loss and the full-layout
+    /// gradient of the batch's mean over these rows, or its magnitudes (see [`Pass`]).
+    #[allow(clippy::too_many_arguments)]
     fn backward_all<T: Scalar>(
         &self,
         params: &[T],
@@ -317,17 +320,45 @@ impl Network {
         outs: &[Array2<T>],
         labels: &[u8],
         seed: u64,
+        part: Part,
         pass: Pass,
     ) -> Result<(T, Vec<T>), ModelError> {
+        let mut grads = Vec::new();
+        let loss = self.backward_into(params, x, outs, labels, (seed, part), pass, &mut grads)?;
+        Ok((loss, grads))
+    }
+
+    /// [`Network::backward_all`] into `grads` (its memory reused: a worker computing batch
+    /// after batch allocates the gradient once).
+    #[allow(clippy::too_many_arguments)]
+    fn backward_into<T: Scalar>(
+        &self,
+        params: &[T],
+        x: ArrayView2<'_, T>,
+        outs: &[Array2<T>],
+        labels: &[u8],
+        (seed, part): (u64, Part),
+        pass: Pass,
+        grads: &mut Vec<T>,
+    ) -> Result<T, ModelError> {
         let last = outs.len() - 1;
-        let (loss, mut dy) = softmax_cross_entropy(outs[last].view(), labels)?;
+        let (loss, mut dy) = softmax_cross_entropy_of(outs[last].view(), labels, part.batch)?;
         let magnitude = pass == Pass::Magnitude;
         let abs: Option<Vec<T>> = magnitude.then(|| {
             dy.mapv_inplace(T::abs);
             params.iter().map(|p| p.abs()).collect()
         });
         let params = abs.as_deref().unwrap_or(params);
-        let mut grads = vec![T::zero(); self.param_count()];
+        // Every trained layer's backward overwrites its whole range (products with beta 0,
+        // biases assigned): only a new buffer and the frozen ranges need zeroes, so a
+        // reused buffer is not cleared (400 KB a batch for the `mlp` preset).
+        if grads.len() != self.param_count() {
+            grads.clear();
+            grads.resize(self.param_count(), T::zero());
+        }
+        for range in &self.frozen {
+            grads[range.clone()].fill(T::zero());
+        }
         // Layers before the first trained or dx-needing one need no backward at all.
         let first_needed = (0..self.spec.layers.len())
             .find(|&i| self.weights[i].is_some() && !self.spec.layers[i].frozen)
@@ -352,7 +383,7 @@ impl Network {
                 }
                 _ => layers::backward(
                     &l.layer,
-                    &self.ctx(i, Some(seed)),
+                    &self.ctx(i, Some(seed), part.start),
                     &params[range.clone()],
                     input,
                     outs[i].view(),
@@ -366,7 +397,7 @@ impl Network {
                 None => break,
             }
         }
-        Ok((loss, grads))
+        Ok(loss)
     }
 
     /// Summed cross-entropy and number of correct predictions over a batch.
@@ -411,8 +442,10 @@ fn standard<'a, T: Scalar>(x: ArrayView2<'a, T>) -> CowArray<'a, T, Ix2> {
     }
 }
 
+mod parts;
 mod ties;
 
+pub use self::parts::{add_part, Part, MAX_PARTS};
 pub use self::ties::Envelope;
 
 #[cfg(test)]

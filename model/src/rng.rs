@@ -16,6 +16,14 @@ impl SplitMix64 {
         self.state
     }
 
+    /// Skips `n` draws in O(1) (SplitMix64's state only advances by a constant each draw):
+    /// a part of a batch draws its rows' dropout masks where the whole batch would.
+    pub fn skip(&mut self, n: u64) {
+        self.state = self
+            .state
+            .wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    }
+
     pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.state;

@@ -90,7 +90,7 @@ pub fn encode_from_worker(msg: &WorkerToCoordinator) -> Vec<u8> {
         }
         WorkerToCoordinator::Gradient(g) => {
             let pos = (g.total, g.offset);
-            let head = (g.samples, g.loss, g.compute_us);
+            let head = (g.samples, g.loss, g.compute_us, g.parts);
             gradient_chunk(g.round, head, pos, &g.grads, Compression::None)
         }
     }
@@ -233,6 +233,7 @@ pub fn decode_worker_frame(frame: &[u8]) -> Result<WorkerFrame<'_>, DecodeError>
         TAG_GRADIENT => {
             let (round, samples, loss) = (Round(r.u64()?), r.u32()?, r.f32()?);
             let compute_us = r.u32()?;
+            let parts = r.u8()?;
             let (total, offset) = (r.u32()?, r.u32()?);
             let (compression, count, payload) = r.raw_tensor()?;
             WorkerFrame::Gradient(RawGradientChunk {
@@ -240,6 +241,7 @@ pub fn decode_worker_frame(frame: &[u8]) -> Result<WorkerFrame<'_>, DecodeError>
                 samples,
                 loss,
                 compute_us,
+                parts,
                 pos: chunk_pos(total, offset, count)?,
                 compression,
                 payload,
@@ -263,6 +265,7 @@ pub fn decode_from_worker(frame: &[u8]) -> Result<WorkerToCoordinator, DecodeErr
                 samples: raw.samples,
                 loss: raw.loss,
                 compute_us: raw.compute_us,
+                parts: raw.parts,
                 total: raw.pos.total,
                 offset: raw.pos.offset,
                 grads,

@@ -198,6 +198,10 @@ pub struct Gradient {
     /// Microseconds the worker spent computing it (reported, not trusted: it only sizes
     /// that worker's own local phases, `--local-steps auto`, and its compute share).
     pub compute_us: u32,
+    /// How many parts the worker split each batch into, one per core (`model::Part`): the
+    /// verifier recomputes in as many, so that an answer from several cores is replayed bit
+    /// for bit. 1: the whole batch at once.
+    pub parts: u8,
     pub grads: Vec<f32>,
 }
 
@@ -209,6 +213,7 @@ pub struct GradientChunk {
     pub samples: u32,
     pub loss: f32,
     pub compute_us: u32,
+    pub parts: u8,
     pub total: u32,
     pub offset: u32,
     pub grads: Vec<f32>,

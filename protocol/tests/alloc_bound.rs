@@ -29,6 +29,7 @@ static GLOBAL: Counting = Counting;
 fn lying_lengths_allocate_at_most_the_frame_size() {
     let mut frame = encode_from_worker(&WorkerToCoordinator::Gradient(GradientChunk {
         compute_us: 0,
+        parts: 1,
         round: Round(1),
         samples: 1,
         loss: 0.0,

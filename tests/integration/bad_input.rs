@@ -14,6 +14,7 @@ const PARAMS: usize = 784 * 128 + 128 + 128 * 10 + 10;
 fn gradient(round: u64, grads: Vec<f32>) -> Gradient {
     Gradient {
         compute_us: 0,
+        parts: 1,
         round: Round(round),
         samples: 32,
         loss: 1.0,

@@ -21,12 +21,17 @@ use protocol::{
 };
 use thiserror::Error;
 
+mod compute;
 mod incoming;
 mod timing;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use incoming::Incoming;
+use ndarray::Array2;
+
+pub use compute::{add_in_order, Compute, Cores, Job};
 pub use timing::ComputeClock;
 
 /// Why a worker stopped.
@@ -104,6 +109,32 @@ struct Phase {
     phase: LocalPhase,
     samples: u64,
     compute_us: u64,
+    /// The parts every step of it is computed in, fixed when it starts: the coordinator
+    /// replays every step in as many, so cores lent or taken back mid-phase count from
+    /// the next phase.
+    parts: usize,
+}
+
+/// A batch's gradient the core is computing, or waiting for its transport to compute
+/// ([`Compute::Deferred`]).
+#[derive(Debug)]
+struct Pending {
+    x: Array2<f32>,
+    labels: Vec<u8>,
+    seed: u64,
+    parts: usize,
+    /// The [`ComputeClock`] when it was set.
+    started: u64,
+    of: Of,
+}
+
+/// What a [`Pending`] gradient is for.
+#[derive(Debug)]
+enum Of {
+    /// The answer to these weights.
+    Answer { round: Round, weights: Vec<f32> },
+    /// The next inner step of the local phase under way.
+    Step,
 }
 
 #[derive(Debug)]
@@ -115,6 +146,10 @@ pub struct WorkerCore {
     clock: ComputeClock,
     /// The local phase under way, if any: [`WorkerCore::work`] takes its steps.
     phase: Option<Phase>,
+    compute: Compute,
+    /// This process's threads, for [`Compute::Threads`].
+    cores: Cores,
+    pending: Option<Pending>,
 }
 
 impl WorkerCore {
@@ -131,7 +166,134 @@ impl WorkerCore {
             stats: Stats::default(),
             clock: ComputeClock::default(),
             phase: None,
+            compute: Compute::default(),
+            cores: Cores::default(),
+            pending: None,
         }
+    }
+
+    /// Where and in how many parts this worker computes (one thread by default).
+    pub fn with_compute(mut self, compute: Compute) -> Self {
+        self.set_compute(compute);
+        self
+    }
+
+    /// Changes it from the next batch on (a volunteer who lends more or fewer cores; a
+    /// local phase under way keeps its parts).
+    pub fn set_compute(&mut self, compute: Compute) {
+        if compute != self.compute {
+            self.cores = match compute {
+                Compute::Threads(k) => Cores::new(k),
+                Compute::Deferred(_) => Cores::default(),
+            };
+        }
+        self.compute = compute;
+    }
+
+    /// The gradient the transport is to compute ([`Compute::Deferred`]), if one is due:
+    /// compute it, in its parts, and hand the result to [`WorkerCore::complete`].
+    pub fn job(&self) -> Option<Job<'_>> {
+        job_of(
+            self.pending.as_ref()?,
+            self.joined.as_ref()?,
+            self.phase.as_ref(),
+        )
+    }
+
+    /// Takes the result of [`WorkerCore::job`] (the loss and the full-layout gradient, its
+    /// parts added in order); returns the frames to send, if that finished an answer.
+    pub fn complete(&mut self, loss: f32, grads: Vec<f32>) -> Result<Vec<Vec<u8>>, WorkerError> {
+        let Some(pending) = self.pending.take() else {
+            return Ok(Vec::new());
+        };
+        let compression = self
+            .joined
+            .as_ref()
+            .map_or(Compression::None, |j| j.compression);
+        Ok(match self.finish(pending, loss, &grads)? {
+            Some(gradient) => encode_gradient(&gradient, compression),
+            None => Vec::new(),
+        })
+    }
+
+    /// Sets `pending` and, unless the transport computes it, computes it now; returns the
+    /// answer it finished, if any.
+    fn start(&mut self, pending: Pending) -> Result<Option<Gradient>, WorkerError> {
+        if let Compute::Deferred(_) = self.compute {
+            self.pending = Some(pending);
+            return Ok(None);
+        }
+        let Some(joined) = self.joined.as_ref() else {
+            return Ok(None);
+        };
+        let Some(job) = job_of(&pending, joined, self.phase.as_ref()) else {
+            return Ok(None);
+        };
+        let loss = job.run_on(&mut self.cores)?;
+        let grads = self.cores.take_gradient();
+        let answer = self.finish(pending, loss, &grads);
+        self.cores.put_back(grads);
+        answer
+    }
+
+    /// Uses a computed gradient: the answer to its weights, or the phase's next step (and
+    /// the phase's answer after its last).
+    fn finish(
+        &mut self,
+        pending: Pending,
+        loss: f32,
+        grads: &[f32],
+    ) -> Result<Option<Gradient>, WorkerError> {
+        let Some(joined) = self.joined.as_ref() else {
+            return Ok(None);
+        };
+        let samples = pending.labels.len() as u64;
+        let compute_us = self.clock.elapsed(pending.started, 1);
+        let parts = model::Part::split(pending.labels.len(), pending.parts).len() as u8;
+        self.stats.samples_computed += samples;
+        self.stats.last_loss = Some(loss);
+        let Of::Answer { round, .. } = pending.of else {
+            let Some(phase) = self.phase.as_mut() else {
+                return Ok(None);
+            };
+            phase.phase.apply(&joined.net, loss, grads);
+            phase.samples += samples;
+            phase.compute_us += compute_us;
+            self.stats.local_steps += 1;
+            if !phase.phase.is_done() {
+                return Ok(None);
+            }
+            let Phase {
+                round,
+                phase,
+                samples,
+                compute_us,
+                ..
+            } = self.phase.take().expect("under way");
+            let result = phase.finish();
+            self.stats.gradients_sent += 1;
+            self.stats.compute_us += compute_us;
+            return Ok(Some(Gradient {
+                round,
+                samples: u32::try_from(samples).unwrap_or(u32::MAX),
+                loss: result.mean_loss,
+                compute_us: u32::try_from(compute_us).unwrap_or(u32::MAX),
+                parts,
+                grads: result.delta,
+            }));
+        };
+        // Frozen layers' gradients are not sent: only the trained tensors, in layout order.
+        let grads = joined.net.trained_part(grads);
+        self.stats.gradients_sent += 1;
+        self.stats.compute_us += compute_us;
+        Ok(Some(Gradient {
+            round,
+            samples: samples as u32,
+            loss,
+            compute_us: u32::try_from(compute_us).unwrap_or(u32::MAX),
+            parts,
+            grads,
+        }))
     }
 
     /// How the time spent computing is measured (reported with each answer: it sizes this
@@ -144,47 +306,35 @@ impl WorkerCore {
     /// A local phase is under way: call [`WorkerCore::work`] until it answers. Between two
     /// calls the transport may read frames, pause, or yield to its page.
     pub fn working(&self) -> bool {
-        self.phase.is_some()
+        self.phase.is_some() || self.pending.is_some()
     }
 
     /// Takes one inner step of the local phase under way; once its last step is done,
-    /// returns the pseudo-gradient's frames. Nothing when no phase is under way.
+    /// returns the pseudo-gradient's frames. Nothing when no phase is under way, or while
+    /// a step is left to the transport ([`WorkerCore::job`]).
     pub fn work(&mut self) -> Result<Vec<Vec<u8>>, WorkerError> {
-        let (Some(joined), Some(phase)) = (self.joined.as_ref(), self.phase.as_mut()) else {
+        if self.pending.is_some() {
+            return Ok(Vec::new());
+        }
+        let (Some(joined), Some(phase)) = (self.joined.as_ref(), self.phase.as_ref()) else {
             return Ok(Vec::new());
         };
         let shard = &phase.shard;
-        let started = self.clock.start();
         let batch = phase.first + u64::from(phase.phase.taken());
         let (x, labels) = shard.batch(batch_positions(shard.len(), batch, joined.batch_size));
-        let seed = batch_seed(batch, phase.first_index);
-        let loss = phase.phase.step(&joined.net, x.view(), &labels, seed)?;
-        phase.samples += labels.len() as u64;
-        phase.compute_us += self.clock.elapsed(started, 1);
-        self.stats.local_steps += 1;
-        self.stats.samples_computed += labels.len() as u64;
-        self.stats.last_loss = Some(loss);
-        if !phase.phase.is_done() {
-            return Ok(Vec::new());
-        }
-        let Phase {
-            round,
-            phase,
-            samples,
-            compute_us,
-            ..
-        } = self.phase.take().expect("under way");
-        let result = phase.finish();
-        self.stats.gradients_sent += 1;
-        self.stats.compute_us += compute_us;
-        let gradient = Gradient {
-            round,
-            samples: u32::try_from(samples).unwrap_or(u32::MAX),
-            loss: result.mean_loss,
-            compute_us: u32::try_from(compute_us).unwrap_or(u32::MAX),
-            grads: result.delta,
+        let pending = Pending {
+            x,
+            labels,
+            seed: batch_seed(batch, phase.first_index),
+            parts: phase.parts,
+            started: self.clock.start(),
+            of: Of::Step,
         };
-        Ok(encode_gradient(&gradient, joined.compression))
+        let compression = joined.compression;
+        Ok(match self.start(pending)? {
+            Some(gradient) => encode_gradient(&gradient, compression),
+            None => Vec::new(),
+        })
     }
 
     /// Asks the coordinator to send and accept tensors with this compression.
@@ -241,6 +391,7 @@ impl WorkerCore {
         match msg {
             CoordinatorToWorker::Welcome(welcome) => {
                 self.phase = None;
+                self.pending = None;
                 self.on_welcome(welcome).map(|()| None)
             }
             CoordinatorToWorker::Shard(shard) => self.on_shard(shard).map(|()| None),
@@ -401,31 +552,42 @@ impl WorkerCore {
                 phase: LocalPhase::new(net, &weights.params, inner(local.optimizer), local.steps),
                 samples: 0,
                 compute_us: 0,
+                parts: self.compute.parts(),
             });
+            // A step of the replaced phase left to the transport is dropped with it.
+            self.pending = None;
             return Ok(None);
         }
-        let started = self.clock.start();
         let batch = task.batch;
         let (x, labels) = shard.batch(batch_positions(shard.len(), batch, joined.batch_size));
-        let seed = batch_seed(batch, joined.first_index);
-        let (loss, grads) = joined
-            .net
-            .loss_and_grad(&weights.params, x.view(), &labels, seed)?;
-        // Frozen layers' gradients are not sent: only the trained tensors, in layout order.
-        let grads = joined.net.compact(grads);
-        let compute_us = self.clock.elapsed(started, 1);
-        self.stats.gradients_sent += 1;
-        self.stats.samples_computed += labels.len() as u64;
-        self.stats.compute_us += compute_us;
-        self.stats.last_loss = Some(loss);
-        Ok(Some(Gradient {
-            round: weights.round,
-            samples: labels.len() as u32,
-            loss,
-            compute_us: u32::try_from(compute_us).unwrap_or(u32::MAX),
-            grads,
-        }))
+        let pending = Pending {
+            x,
+            labels,
+            seed: batch_seed(batch, joined.first_index),
+            parts: self.compute.parts(),
+            started: self.clock.start(),
+            of: Of::Answer {
+                round: weights.round,
+                weights: weights.params,
+            },
+        };
+        self.start(pending)
     }
+}
+
+/// The job of computing `pending`, on its weights or the phase's.
+fn job_of<'a>(
+    pending: &'a Pending,
+    joined: &'a Joined,
+    phase: Option<&'a Phase>,
+) -> Option<Job<'a>> {
+    let net = &joined.net;
+    let weights = match &pending.of {
+        Of::Answer { weights, .. } => Cow::Borrowed(weights.as_slice()),
+        Of::Step => phase?.phase.weights(net),
+    };
+    let batch = (pending.x.view(), pending.labels.as_slice());
+    Some(Job::new(net, weights, batch, pending.seed, pending.parts))
 }
 
 /// The model crate's optimizer for a `Task`'s inner optimizer.

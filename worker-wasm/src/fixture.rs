@@ -111,6 +111,7 @@ pub fn worker_messages() -> Vec<WorkerToCoordinator> {
         }),
         WorkerToCoordinator::Gradient(GradientChunk {
             compute_us: 0,
+            parts: 1,
             round: Round(77),
             samples: 31,
             loss: 0.125,

@@ -14,7 +14,7 @@ use protocol::WorkerKind;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
-use worker_core::ComputeClock;
+use worker_core::{Compute, ComputeClock};
 pub use worker_core::{Stats, WorkerCore, WorkerError};
 
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +51,8 @@ pub struct Options {
     /// For `wss://` URLs: the TLS configuration ([`tls::trusting`] a private CA); `None`
     /// checks the server against the public web's roots.
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// Threads to compute each batch on, in as many parts (`model::Part`); 0 or 1: one.
+    pub threads: usize,
 }
 
 /// A fresh core for these options.
@@ -60,6 +62,7 @@ pub fn new_core(options: &Options) -> WorkerCore {
     WorkerCore::new(WorkerKind::Native, options.join_token.clone())
         .with_compression(options.compression)
         .with_clock(ComputeClock::Clock(Box::new(clock)))
+        .with_compute(Compute::Threads(options.threads.max(1)))
 }
 
 /// Connects, joins and trains until the coordinator closes the connection, `shutdown` is

@@ -28,6 +28,10 @@ struct Cli {
     /// int8 (a quarter, with a scale per 256 values; costs < 0.1 accuracy points here).
     #[arg(long, value_enum, default_value_t = CompressionChoice::Int8)]
     compression: CompressionChoice,
+    /// Cores to compute on: each batch is split into this many parts computed on as many
+    /// threads, and the answer is still one worker's. 0: every core of this machine.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
     /// Log level: error, warn, info, debug or trace (RUST_LOG overrides it).
     #[arg(long, default_value = "info")]
     log_level: String,
@@ -100,6 +104,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         url: cli.url[0].clone(),
         join_token: cli.join_token,
         compute_delay: None,
+        threads: match cli.threads {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            n => n,
+        },
         compression: match cli.compression {
             CompressionChoice::None => protocol::Compression::None,
             CompressionChoice::F16 => protocol::Compression::F16,

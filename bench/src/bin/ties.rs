@@ -84,6 +84,7 @@ fn main() -> anyhow::Result<()> {
                 compression,
                 grads: &grads,
                 local: cli.steps.map(local),
+                parts: 1,
                 order: if cli.unfused {
                     model::Order::Unfused
                 } else {
@@ -198,6 +199,7 @@ fn phase(
         shard: shard.clone(),
         first,
         size: 32,
+        parts: 1,
     };
     let result =
         coordinator_core::checks::verify::replay(net, train, &batches, local(steps), weights)?;

@@ -76,6 +76,7 @@ fn main() -> anyhow::Result<()> {
                 grads: &honest,
                 local: None,
                 order: model::Order::Library,
+                parts: 1,
             };
             let started = Instant::now();
             let verdict = verify(&net, &split.train, &claim)?;
@@ -111,6 +112,7 @@ fn main() -> anyhow::Result<()> {
                 shard: shard.clone(),
                 first: batch,
                 size: batch_size,
+                parts: 1,
             };
             let started = Instant::now();
             replay(&net, &split.train, &batches, local, &weights)?;

@@ -210,6 +210,7 @@ impl Coordinator {
                 .registry
                 .kind(worker)
                 .map_or(model::Order::Library, verify::likely_order),
+            parts: usize::from(gradient.parts),
         };
         match verify(self.trainer.net(), &self.train, &claim) {
             Ok(Ok(())) => {

@@ -174,6 +174,7 @@ mod tests {
     ) -> (Vec<(u32, Fate)>, Fate) {
         let gradient = Gradient {
             compute_us: 0,
+            parts: 1,
             round: Round(round),
             samples: 32,
             loss: 1.0,

@@ -81,6 +81,9 @@ pub struct Claim<'a> {
     /// other is tried too when this one does not match, so a worker that lies about its
     /// kind only costs the coordinator a second recomputation.
     pub order: Order,
+    /// How many parts the worker computed each batch in (`Gradient::parts`, checked on
+    /// arrival): recomputed in as many, an honest answer from several cores is exact.
+    pub parts: usize,
 }
 
 /// The float order a worker of this kind most likely computes in.
@@ -105,6 +108,8 @@ pub struct Batches {
     pub shard: Range<usize>,
     pub first: u64,
     pub size: usize,
+    /// The parts each batch is computed in (`model::Part`).
+    pub parts: usize,
 }
 
 /// A local phase from `weights` (full layout) on `batches`, as the worker takes it.
@@ -122,7 +127,7 @@ pub fn replay(
         let positions = batch_positions(batches.shard.len(), index, batches.size);
         let (x, labels) = train.batch(positions.map(|p| batches.shard.start + p));
         let seed = batch_seed(index, batches.shard.start);
-        phase.step(net, x.view(), &labels, seed)?;
+        phase.step_parts(net, x.view(), &labels, seed, batches.parts)?;
     }
     Ok(phase.finish())
 }
@@ -190,6 +195,7 @@ pub fn verify(
             shard: claim.shard.clone(),
             first: claim.batch_index,
             size: claim.batch_size,
+            parts: claim.parts,
         };
         let phase = |order| {
             with_order(order, || replay(net, train, &batches, local, claim.weights))
@@ -210,7 +216,7 @@ pub fn verify(
     let seed = batch_seed(claim.batch_index, claim.shard.start);
     let gradient = |order| {
         with_order(order, || {
-            net.loss_and_grad(claim.weights, x.view(), &labels, seed)
+            net.loss_and_grad_parts(claim.weights, x.view(), &labels, seed, claim.parts)
         })
         .map(|(_, g)| net.compact(g))
     };
@@ -431,6 +437,7 @@ mod tests {
                 let claim = Claim {
                     local: None,
                     order: model::Order::Library,
+                    parts: 1,
                     weights: &weights,
                     shard: 100..400,
                     batch_index,
@@ -531,6 +538,7 @@ mod tests {
         Claim {
             local: None,
             order: model::Order::Library,
+            parts: 1,
             weights,
             shard: 100..400,
             batch_index,
@@ -580,39 +588,45 @@ mod tests {
             steps: 40,
             optimizer: protocol::InnerOptimizer::Sgd { lr: 0.1 },
         };
-        let batches = Batches {
-            shard: 100..400,
-            first: 7,
-            size: 32,
-        };
-        let tab = with_order(Order::Unfused, || {
-            replay(&mlp, &train, &batches, local, &params)
-        })
-        .expect("replays")
-        .delta;
-        let again = with_order(Order::Unfused, || {
-            replay(&mlp, &train, &batches, local, &params)
-        })
-        .expect("replays")
-        .delta;
-        assert!(tab
-            .iter()
-            .zip(&again)
-            .all(|(a, b)| a.to_bits() == b.to_bits()));
-        let scaled: Vec<f32> = tab.iter().map(|v| v * 1.01).collect();
-        for order in [Order::Library, Order::Unfused] {
-            let claim = |grads| Claim {
-                local: Some(local),
-                order,
-                ..claim(&params, grads, 7)
+        // A tab on one core, and a tab whose batches are split over three Web Workers.
+        for parts in [1, 3] {
+            let batches = Batches {
+                shard: 100..400,
+                first: 7,
+                size: 32,
+                parts,
             };
-            assert_eq!(
-                verify(&mlp, &train, &claim(&tab)).expect("computes"),
-                Ok(())
-            );
-            assert!(verify(&mlp, &train, &claim(&scaled))
-                .expect("computes")
-                .is_err());
+            let tab = with_order(Order::Unfused, || {
+                replay(&mlp, &train, &batches, local, &params)
+            })
+            .expect("replays")
+            .delta;
+            let again = with_order(Order::Unfused, || {
+                replay(&mlp, &train, &batches, local, &params)
+            })
+            .expect("replays")
+            .delta;
+            assert!(tab
+                .iter()
+                .zip(&again)
+                .all(|(a, b)| a.to_bits() == b.to_bits()));
+            let scaled: Vec<f32> = tab.iter().map(|v| v * 1.01).collect();
+            for order in [Order::Library, Order::Unfused] {
+                let claim = |grads| Claim {
+                    local: Some(local),
+                    order,
+                    parts,
+                    ..claim(&params, grads, 7)
+                };
+                assert_eq!(
+                    verify(&mlp, &train, &claim(&tab)).expect("computes"),
+                    Ok(()),
+                    "{parts} parts"
+                );
+                assert!(verify(&mlp, &train, &claim(&scaled))
+                    .expect("computes")
+                    .is_err());
+            }
         }
     }
 

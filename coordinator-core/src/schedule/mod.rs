@@ -212,6 +212,7 @@ pub(crate) mod testing {
     pub fn gradient(round: u64, value: f32, samples: u32, len: usize) -> Gradient {
         Gradient {
             compute_us: 0,
+            parts: 1,
             round: Round(round),
             samples,
             loss: 2.0,

@@ -17,6 +17,7 @@ fn joined(param_count: usize) -> Joined {
 fn gradient(grads: Vec<f32>, samples: u32, loss: f32) -> Gradient {
     Gradient {
         compute_us: 0,
+        parts: 1,
         round: Round(3),
         samples,
         loss,
@@ -134,6 +135,7 @@ fn chunks_out_of_order_of_another_gradient_or_size_are_refused() {
     // An empty chunk does not advance.
     let empty = encode_from_worker(&WorkerToCoordinator::Gradient(GradientChunk {
         compute_us: 0,
+        parts: 1,
         round: Round(3),
         samples: 8,
         loss: 1.0,

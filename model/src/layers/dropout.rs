@@ -17,6 +17,7 @@ fn apply<T: Scalar>(ctx: &Ctx, p: f32, mut a: Array2<T>) -> Array2<T> {
     let scale = T::one() / (T::one() - T::from_f32(p).unwrap_or_else(T::zero));
     let layer = (ctx.index as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let mut rng = SplitMix64::new(seed ^ layer);
+    rng.skip((ctx.row0 * a.ncols()) as u64);
     let p = f64::from(p);
     for v in a.iter_mut() {
         if rng.next_f64() >= p {

@@ -27,6 +27,9 @@ pub(crate) struct Ctx {
     pub index: usize,
     /// The batch's seed while training; `None` when evaluating (dropout is then off).
     pub seed: Option<u64>,
+    /// The first row's place in the whole batch (a part of it: `Part`), where its dropout
+    /// masks start among the batch's draws.
+    pub row0: usize,
 }
 
 pub(crate) fn forward<T: Scalar>(

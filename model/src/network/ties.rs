@@ -32,7 +32,7 @@
 
 use ndarray::{Array2, ArrayView2};
 
-use super::{standard, Network, Pass};
+use super::{standard, Network, Part, Pass};
 use crate::error::ModelError;
 use crate::scalar::Scalar;
 use crate::spec::Layer;
@@ -84,9 +84,10 @@ impl Network {
     ) -> Result<(Vec<T>, Envelope<T>), ModelError> {
         self.check(params, &x)?;
         let x = standard(x);
-        let mut outs = self.forward_all(params, x.view(), Some(seed));
+        let whole = Part::whole(x.nrows());
+        let mut outs = self.forward_all(params, x.view(), Some(seed), whole);
         let (_, grads) =
-            self.backward_all(params, x.view(), &outs, labels, seed, Pass::Gradient)?;
+            self.backward_all(params, x.view(), &outs, labels, seed, whole, Pass::Gradient)?;
         let mut ties = self.near_ties(x.view(), &outs);
         let found = ties.len();
         ties.sort_by(|a, b| a.margin.total_cmp(&b.margin));
@@ -102,7 +103,8 @@ impl Network {
                 outs[tie.array + 1][at] = o;
                 kept
             });
-            let flipped = self.backward_all(params, x.view(), &outs, labels, seed, Pass::Gradient);
+            let flipped =
+                self.backward_all(params, x.view(), &outs, labels, seed, whole, Pass::Gradient);
             outs[tie.array][at] = kept;
             if let Some(o) = kept_output {
                 outs[tie.array + 1][at] = o;
@@ -117,8 +119,15 @@ impl Network {
                 }
             }
         }
-        let (_, magnitude) =
-            self.backward_all(params, x.view(), &outs, labels, seed, Pass::Magnitude)?;
+        let (_, magnitude) = self.backward_all(
+            params,
+            x.view(),
+            &outs,
+            labels,
+            seed,
+            whole,
+            Pass::Magnitude,
+        )?;
         Ok((
             grads,
             Envelope {
@@ -169,7 +178,7 @@ impl Network {
                     }
                 }
                 Layer::MaxPool { size, stride } => {
-                    let ctx = self.ctx(i, None);
+                    let ctx = self.ctx(i, None, 0);
                     // Two zeros out of a ReLU: either route ends at a closed ReLU.
                     let after_relu = self.spec.layers[i - 1].layer == Layer::Relu;
                     for (row, values) in input.rows().into_iter().enumerate() {
@@ -245,7 +254,7 @@ impl Network {
                 padding,
                 ..
             } => {
-                let ctx = self.ctx(k, None);
+                let ctx = self.ctx(k, None, 0);
                 let (inp, out) = (ctx.input, ctx.output);
                 let plane = out.h * out.w;
                 // The patch under output `o`, zeros where it hangs over the padding.
@@ -334,7 +343,8 @@ mod tests {
         let mut params: Vec<f32> = net.init(7);
         // Unit 0's bias (after the 20 × 8 weights) moves its input for sample 0 to ~0+.
         let bias = 160;
-        let unit_input = |p: &[f32]| net.forward_all(p, x.view(), Some(1))[0][[0, 0]];
+        let unit_input =
+            |p: &[f32]| net.forward_all(p, x.view(), Some(1), Part::whole(x.nrows()))[0][[0, 0]];
         params[bias] -= unit_input(&params);
         while unit_input(&params) <= 0.0 {
             params[bias] += 1e-7;

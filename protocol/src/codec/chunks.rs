@@ -17,7 +17,7 @@ pub fn encode_gradient(g: &Gradient, c: Compression) -> Vec<Vec<u8>> {
             let pos = (total, r.start as u32);
             gradient_chunk(
                 g.round,
-                (g.samples, g.loss, g.compute_us),
+                (g.samples, g.loss, g.compute_us, g.parts),
                 pos,
                 &g.grads[r],
                 c,
@@ -28,16 +28,17 @@ pub fn encode_gradient(g: &Gradient, c: Compression) -> Vec<Vec<u8>> {
 
 pub(super) fn gradient_chunk(
     round: Round,
-    (samples, loss, compute_us): (u32, f32, u32),
+    (samples, loss, compute_us, parts): (u32, f32, u32, u8),
     pos: (u32, u32),
     values: &[f32],
     c: Compression,
 ) -> Vec<u8> {
-    let mut w = Writer::new(TAG_GRADIENT, 33 + values.len() * 4);
+    let mut w = Writer::new(TAG_GRADIENT, 34 + values.len() * 4);
     w.u64(round.0);
     w.u32(samples);
     w.f32(loss);
     w.u32(compute_us);
+    w.u8(parts);
     w.chunk(pos, values, c);
     w.buf
 }
@@ -45,11 +46,11 @@ pub(super) fn gradient_chunk(
 /// The bytes of all the chunk frames [`encode_gradient`] makes for `count` values in `c`,
 /// without encoding them (`None` if `count` does not fit the format).
 pub fn gradient_wire_len(count: usize, c: Compression) -> Option<usize> {
-    // Per chunk: header, round (8), samples (4), loss (4), compute time (4), total (4),
-    // offset (4), tensor: compression (1), count (4), payload.
+    // Per chunk: header, round (8), samples (4), loss (4), compute time (4), parts (1),
+    // total (4), offset (4), tensor: compression (1), count (4), payload.
     let frames = count.div_ceil(CHUNK_VALUES).max(1);
     frames
-        .checked_mul(HEADER_LEN + 8 + 4 + 4 + 4 + 4 + 4 + 1 + 4)?
+        .checked_mul(HEADER_LEN + 8 + 4 + 4 + 4 + 1 + 4 + 4 + 1 + 4)?
         .checked_add(c.payload_len(count)?)
 }
 
@@ -114,6 +115,7 @@ pub struct RawGradientChunk<'a> {
     pub samples: u32,
     pub loss: f32,
     pub compute_us: u32,
+    pub parts: u8,
     pub pos: ChunkPos,
     pub compression: Compression,
     pub(super) payload: &'a [u8],

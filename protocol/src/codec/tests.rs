@@ -27,6 +27,7 @@ fn all_worker_messages() -> Vec<WorkerToCoordinator> {
         }),
         WorkerToCoordinator::Gradient(GradientChunk {
             compute_us: 123_456,
+            parts: 1,
             round: Round(u64::MAX - 3),
             samples: 32,
             loss: 2.5,
@@ -36,6 +37,7 @@ fn all_worker_messages() -> Vec<WorkerToCoordinator> {
         }),
         WorkerToCoordinator::Gradient(GradientChunk {
             compute_us: 0,
+            parts: 1,
             round: Round(0),
             samples: 0,
             loss: 0.0,
@@ -163,6 +165,7 @@ fn nan_and_infinity_survive_the_codec_bit_for_bit() {
     let grads = vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY];
     let bytes = encode_from_worker(&WorkerToCoordinator::Gradient(GradientChunk {
         compute_us: 0,
+        parts: 1,
         round: Round(1),
         samples: 1,
         loss: f32::NAN,
@@ -237,6 +240,7 @@ fn tensors_travel_in_chunks_that_reassemble_exactly() {
         // Gradients: the same chunks, each carrying round, samples and loss.
         let g = Gradient {
             compute_us: 0,
+            parts: 1,
             round: Round(4),
             samples: 32,
             loss: 0.5,
@@ -265,6 +269,7 @@ fn oversized_or_overflowing_chunks_are_refused() {
     let chunk = |total: u32, offset: u32, n: usize| {
         encode_from_worker(&WorkerToCoordinator::Gradient(GradientChunk {
             compute_us: 0,
+            parts: 1,
             round: Round(1),
             samples: 1,
             loss: 0.0,
@@ -375,6 +380,7 @@ fn a_lying_length_field_is_truncated_not_allocated() {
     // A gradient header claiming u32::MAX floats (16 GiB) in a 35-byte frame.
     let mut frame = encode_from_worker(&WorkerToCoordinator::Gradient(GradientChunk {
         compute_us: 0,
+        parts: 1,
         round: Round(1),
         samples: 1,
         loss: 0.0,
@@ -431,6 +437,7 @@ fn compressed_tensors_round_trip_within_their_rounding_and_shrink_the_frame() {
     let grads: Vec<f32> = (0..1000).map(|i| (i as f32 - 500.0) * 1e-3).collect();
     let g = Gradient {
         compute_us: 0,
+        parts: 1,
         round: Round(3),
         samples: 7,
         loss: 0.5,
@@ -479,6 +486,7 @@ fn compressed_tensors_round_trip_within_their_rounding_and_shrink_the_frame() {
 fn unknown_tensor_encodings_and_lying_compressed_lengths_are_refused() {
     let g = Gradient {
         compute_us: 0,
+        parts: 1,
         round: Round(3),
         samples: 1,
         loss: 0.5,
@@ -570,9 +578,9 @@ proptest! {
 
     #[test]
     fn gradients_round_trip(round in any::<u64>(), samples in any::<u32>(), loss in any::<f32>(),
-                            grads in proptest::collection::vec(any::<f32>(), 0..64)) {
+                            parts in any::<u8>(), grads in proptest::collection::vec(any::<f32>(), 0..64)) {
         let (total, offset) = (grads.len() as u32 + 7, 7);
-        let msg = WorkerToCoordinator::Gradient(GradientChunk { compute_us: 0, round: Round(round), samples, loss, total, offset, grads });
+        let msg = WorkerToCoordinator::Gradient(GradientChunk { compute_us: 0, parts, round: Round(round), samples, loss, total, offset, grads });
         let bytes = encode_from_worker(&msg);
         let back = decode_from_worker(&bytes).expect("round trip");
         // Compare through the encoding so NaN payloads compare bit-for-bit.
@@ -595,6 +603,7 @@ fn a_gradients_wire_length_is_known_without_encoding_it() {
         ] {
             let g = Gradient {
                 compute_us: 0,
+                parts: 1,
                 round: Round(3),
                 samples: 32,
                 loss: 1.5,

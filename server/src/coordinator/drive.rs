@@ -77,6 +77,7 @@ pub fn gradient_frame(round: u64, samples: u32, values: &[f32], params: usize) -
     let grads = (0..params).map(|i| values[i % values.len()]).collect();
     let g = Gradient {
         compute_us: 0,
+        parts: 1,
         round: Round(round),
         samples,
         loss: 1.0,
@@ -233,6 +234,7 @@ pub fn run(mode: &[&str], ops: &[Op]) {
                 let current = c.status().round as i64;
                 let gradient = Gradient {
                     compute_us: 0,
+                    parts: 1,
                     round: Round((current + i64::from(*round)).max(0) as u64),
                     samples: *samples,
                     loss: 1.0,

@@ -9,6 +9,7 @@ const TIMEOUT: Duration = Duration::from_millis(100);
 fn grad(round: u64, value: f32, samples: u32) -> Gradient {
     Gradient {
         compute_us: 0,
+        parts: 1,
         round: Round(round),
         samples,
         loss: value,
