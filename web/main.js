@@ -34,6 +34,19 @@ $("cpu").onchange = () => {
   localStorage.setItem(CPU_KEY, $("cpu").value);
   worker.postMessage({ cmd: "cpu", percent: Number($("cpu").value) });
 };
+// The cores this volunteer lends (1 up to what the browser reports), remembered too;
+// ?cores=N overrides. Half of them by default, so the computer stays responsive.
+const CORES_KEY = "crowdtrain.cores";
+const maxCores = navigator.hardwareConcurrency || 1;
+const cores = Math.min(params.has("cores") ? 64 : maxCores,
+  Math.max(1, Number(params.get("cores") ?? localStorage.getItem(CORES_KEY) ?? Math.floor(maxCores / 2)) || 1));
+for (let k = 1; k <= Math.max(maxCores, cores); k++) {
+  $("cores").add(new Option(`${k} of ${maxCores}`, String(k), false, k === cores));
+}
+$("cores").onchange = () => {
+  localStorage.setItem(CORES_KEY, $("cores").value);
+  worker.postMessage({ cmd: "cores", cores: Number($("cores").value) });
+};
 let workerId = null;
 let running = false;
 const worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
@@ -52,7 +65,27 @@ async function whyRefused() {
 }
 
 worker.onmessage = ({ data: e }) => {
+  if (e.state === "cores") {
+    const device = $("device");
+    device.dataset.cores = e.cores;
+    device.textContent = `CPU, ${e.cores} ${e.cores === 1 ? "core" : "cores"} (wasm SIMD)`;
+    return;
+  }
+  if (e.coresUsed != null) {
+    const device = $("device");
+    const lent = Number(device.dataset.cores);
+    device.dataset.used = e.coresUsed;
+    device.textContent = e.coresUsed < lent
+      ? `CPU, 1 core of the ${lent} lent: faster for this model (wasm SIMD)`
+      : `CPU, ${lent} ${lent === 1 ? "core" : "cores"} (wasm SIMD)`;
+  }
   if (e.resumeToken) sessionStorage.setItem(TOKEN_KEY, e.resumeToken);
+  if (e.helperParts != null) {
+    $("device").dataset.helped = e.helperParts;
+    $("device").dataset.missed = e.helperMisses;
+    $("device").title = `parts of batches computed by this tab's other cores: ${e.helperParts}` +
+      (e.helperMisses ? `; ${e.helperMisses} recomputed here after a helper failed` : "");
+  }
   const state = $("state");
   state.dataset.state = e.state;
   state.textContent = LABELS[e.state] ?? e.state;
@@ -105,6 +138,9 @@ worker.postMessage({
   resumeToken: sessionStorage.getItem(TOKEN_KEY),
   joinToken,
   cpu: Number(cpu),
+  cores,
+  // ?pin=1: every core lent on every batch, even where one core is faster (tests).
+  pinCores: params.get("pin") === "1",
 });
 
 // A hidden tab keeps training in its Web Worker, but browsers may slow it down: say so.

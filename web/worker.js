@@ -1,7 +1,10 @@
 // Web Worker: loads the wasm package and runs the training loop off the page's thread.
-// Messages in: {cmd: "init", url, autostart, resumeToken, compression, joinToken, cpu} |
-// {cmd: "start"} | {cmd: "stop"} | {cmd: "cpu", percent} | {cmd: "urls", urls}.
-// Messages out: the BrowserWorker's events ({state, round, gradients, loss, ...}).
+// Messages in: {cmd: "init", url, autostart, resumeToken, compression, joinToken, cpu, cores,
+// pinCores} |
+// {cmd: "start"} | {cmd: "stop"} | {cmd: "cpu", percent} | {cmd: "cores", cores} |
+// {cmd: "urls", urls}.
+// Messages out: the BrowserWorker's events ({state, round, gradients, loss, ...}), and
+// {state: "cores", cores, helpers} when the cores lent change.
 
 postMessage({ state: "loading" });
 let BrowserWorker = null;
@@ -18,6 +21,66 @@ const ready = (async () => {
   }
 })();
 let worker = null;
+
+// The tab's other cores: helper Web Workers (core.js), each computing parts of batches.
+// `compute(index, message)` is what the wasm worker calls (worker-wasm/src/cores.rs); a
+// helper that fails rejects, and the wasm worker then computes that part itself.
+class Helpers {
+  constructor() {
+    this.workers = [];
+    this.waiting = new Map();
+    this.next = 0;
+  }
+
+  resize(count) {
+    while (this.workers.length < count) {
+      const helper = new Worker(new URL("./core.js", import.meta.url), { type: "module" });
+      const mine = new Set();
+      helper.onmessage = ({ data: m }) => {
+        if (m.id == null) return;
+        const wait = this.waiting.get(m.id);
+        this.waiting.delete(m.id);
+        mine.delete(m.id);
+        if (!wait) return;
+        if (m.error) wait.reject(new Error(m.error));
+        else wait.resolve(m);
+      };
+      helper.onerror = (e) => {
+        e.preventDefault();
+        for (const id of mine) this.waiting.get(id)?.reject(new Error(e.message || "a helper failed"));
+        mine.clear();
+      };
+      this.workers.push({ helper, mine });
+    }
+    while (this.workers.length > count) {
+      const { helper, mine } = this.workers.pop();
+      helper.terminate();
+      for (const id of mine) this.waiting.get(id)?.reject(new Error("the helper was stopped"));
+    }
+  }
+
+  compute(index, message) {
+    const slot = this.workers[index];
+    if (!slot) return Promise.reject(new Error(`no helper ${index}`));
+    const id = ++this.next;
+    slot.mine.add(id);
+    return new Promise((resolve, reject) => {
+      this.waiting.set(id, { resolve, reject });
+      slot.helper.postMessage({ id, ...message }, message.transfer ?? []);
+    });
+  }
+}
+const helpers = new Helpers();
+
+// The page offers 1 up to navigator.hardwareConcurrency; ?cores=N may ask for more (tests).
+// `pinned`: always all of them, without timing which is faster (tests, benchmarks).
+let pinned = false;
+function setCores(cores) {
+  const k = Math.max(1, Math.min(Number(cores) || 1, 64));
+  helpers.resize(k - 1);
+  worker?.set_cores(k, helpers, pinned);
+  postMessage({ state: "cores", cores: k, helpers: k - 1 });
+}
 
 async function whyNotLoaded(err) {
   for (const file of ["./pkg/worker_wasm.js", "./pkg/worker_wasm_bg.wasm"]) {
@@ -46,6 +109,8 @@ onmessage = async ({ data: msg }) => {
         msg.joinToken ?? undefined,
       );
       if (msg.cpu) worker.set_cpu(msg.cpu);
+      pinned = Boolean(msg.pinCores);
+      setCores(msg.cores ?? 1);
       if (msg.autostart) worker.start();
       else postMessage({ state: "paused" });
       break;
@@ -57,6 +122,9 @@ onmessage = async ({ data: msg }) => {
       break;
     case "cpu":
       worker?.set_cpu(msg.percent);
+      break;
+    case "cores":
+      setCores(msg.cores);
       break;
     case "urls":
       worker?.set_urls(msg.urls.join(","));

@@ -24,6 +24,14 @@ fn main() {
                 )
                 .expect("write the native gradient");
             }
+            for preset in fixture::PRESETS {
+                let (loss, grads) = fixture::gradient_in_parts(preset);
+                std::fs::write(
+                    out.join(format!("native_gradient_{preset}_parts{suffix}.bin")),
+                    fixture::gradient_bytes(loss, &grads),
+                )
+                .expect("write the native gradient in parts");
+            }
             for (preset, name, optimizer) in fixture::phases() {
                 let delta = fixture::local_phase(preset, optimizer);
                 std::fs::write(

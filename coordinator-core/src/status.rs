@@ -51,6 +51,9 @@ pub struct WorkerStatus {
     /// sampled; 0: past probation. Every answer of a worker on probation is recomputed
     /// before it counts.
     pub probation_left: u32,
+    /// The cores its latest answer was computed on (the parts it split its batches into:
+    /// a tab's Web Workers, a native worker's `--threads`).
+    pub cores: u8,
     /// The compute time its answers reported, over its time connected (to its last
     /// answer); `None` before its first answer.
     pub compute_share: Option<f64>,

@@ -572,3 +572,84 @@ async fn the_cpu_setting_lowers_the_tabs_rate_and_is_remembered() {
     tab.close().await;
     stop(server).await;
 }
+
+/// A tab on two cores (its training Web Worker and one helper, `?cores=2`) is one worker to
+/// the coordinator, which sees its answers computed in two parts and recomputes every one,
+/// local phases with dropout included, bit for bit: never flagged. The page says what it
+/// computes on; pause and resume act at once with the helper running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tab_on_two_cores_is_one_worker_and_replayed_exactly() {
+    let _heavy = HEAVY.lock().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let spec = dir.path().join("dropout.json");
+    let json = r#"{"layers": [{"type": "dense", "units": 64}, {"type": "relu"},
+        {"type": "dropout", "p": 0.25}, {"type": "dense"}]}"#;
+    std::fs::write(&spec, json).expect("write the spec");
+    let server = start_server(&[
+        "--model",
+        spec.to_str().expect("utf-8"),
+        "--verify-fraction",
+        "1",
+        "--local-steps",
+        "4",
+        "--max-rounds",
+        "40",
+    ])
+    .await;
+    let mut status = server.status.clone();
+    let tab = Browser::open_with_devtools(&format!(
+        "http://{}/?cores=2&pin=1&compression=none",
+        server.addr
+    ));
+    tab.until(
+        "the page to compute on 2 cores",
+        "document.getElementById('device').dataset.cores === '2'",
+    )
+    .await;
+    let s = wait_status(&mut status, "answers from the tab's two cores", |s| {
+        s.worker_list
+            .iter()
+            .any(|w| w.cores == 2 && w.gradients >= 3)
+    })
+    .await;
+    tab.until(
+        "the helper to compute parts",
+        "Number(document.getElementById('device').dataset.helped) >= 8",
+    )
+    .await;
+    let missed = tab
+        .evaluate("Number(document.getElementById('device').dataset.missed)")
+        .await;
+    assert_eq!(
+        missed.as_f64(),
+        Some(0.0),
+        "no part recomputed after a helper failed"
+    );
+    assert_eq!((s.workers, browsers(&s)), (1, 1), "one worker, not two");
+    // Pause and resume with the helper computing.
+    tab.evaluate("document.getElementById('toggle').click(); true")
+        .await;
+    tab.until(
+        "paused",
+        "document.getElementById('state').dataset.state === 'paused'",
+    )
+    .await;
+    wait_status(&mut status, "the paused tab to leave", |s| s.workers == 0).await;
+    tab.evaluate("document.getElementById('toggle').click(); true")
+        .await;
+    let summary = guard("40 verified rounds", server.wait())
+        .await
+        .expect("ran");
+    let s = status.borrow().clone();
+    println!(
+        "a tab on 2 cores: {} answers verified, {} mismatches, cores seen {:?}",
+        s.gradients_verified,
+        s.verification_mismatches,
+        s.worker_list.iter().map(|w| w.cores).collect::<Vec<_>>()
+    );
+    assert_eq!(summary.rounds, 40);
+    assert_eq!(s.verification_mismatches, 0, "{s:?}");
+    assert!(s.gradients_verified >= 30, "{s:?}");
+    assert!(s.bans.is_empty(), "{s:?}");
+    tab.close().await;
+}

@@ -53,6 +53,17 @@ pub fn gradient(preset: &str) -> (f32, Vec<f32>) {
         .expect("valid shapes")
 }
 
+/// The parts of the reference gradient computed as a tab with that many cores does.
+pub const PARTS: usize = 3;
+
+/// The same gradient in [`PARTS`] parts added in order (`model::Part`).
+pub fn gradient_in_parts(preset: &str) -> (f32, Vec<f32>) {
+    let (net, params, data) = inputs(preset);
+    let (x, labels) = data.batch(0..BATCH);
+    net.loss_and_grad_parts(&params, x.view(), &labels, batch_seed(0, 0), PARTS)
+        .expect("valid shapes")
+}
+
 /// Steps of the reference local phases.
 pub const PHASE_STEPS: u32 = 16;
 

@@ -11,8 +11,11 @@
 //! w.stop();    // leave the swarm (closes the socket)
 //! ```
 
+mod cores;
 mod transport;
 mod worker;
+
+pub use cores::PartWorker;
 
 use std::rc::Rc;
 
@@ -68,6 +71,17 @@ impl BrowserWorker {
     /// idle time too.
     pub fn set_cpu(&self, percent: u32) {
         self.inner.set_cpu(percent);
+    }
+
+    /// Computes on `cores` cores (1-64): this Web Worker and `cores − 1` helpers that
+    /// `pool` runs, an object with `compute(index, message) → Promise<{loss, grads}>`
+    /// (`web/worker.js`). Each batch is split into that many parts, and the tab is still
+    /// one worker to the coordinator. Takes effect from the next batch (a local phase
+    /// under way keeps its parts). Unless `pinned`, the tab times batches on one core and
+    /// on all of them and computes on whichever is faster for the model.
+    pub fn set_cores(&self, cores: u32, pool: JsValue, pinned: bool) {
+        let pool = (!pool.is_undefined() && !pool.is_null()).then_some(pool);
+        self.inner.set_cores(cores, pool, pinned);
     }
 
     /// Where to connect from now on, comma-separated: the page's own coordinator first, then

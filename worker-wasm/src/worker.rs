@@ -8,8 +8,9 @@ use js_sys::{Object, Reflect};
 use protocol::{ErrorCode, WorkerKind};
 use wasm_bindgen::prelude::*;
 use web_sys::WebSocket;
-use worker_core::{ComputeClock, Stats, WorkerCore, WorkerError};
+use worker_core::{Compute, ComputeClock, Stats, WorkerCore, WorkerError};
 
+use crate::cores::Helpers;
 use crate::transport::{Socket, SocketEvent};
 
 /// Reconnect backoff: doubles from the first value up to the cap.
@@ -45,6 +46,9 @@ pub struct Inner {
     /// The share of the CPU time to train (0.1-1): after each gradient the worker idles for
     /// as long as computing it took × (1 / share − 1).
     cpu: Cell<f64>,
+    /// Cores to compute on: this Web Worker and `cores − 1` helpers.
+    cores: Cell<u32>,
+    helpers: Helpers,
     compression: protocol::Compression,
 }
 
@@ -75,6 +79,42 @@ impl Inner {
             join_token,
             compression,
             cpu: Cell::new(1.0),
+            cores: Cell::new(1),
+            helpers: Helpers::default(),
+        }
+    }
+
+    pub fn set_cores(&self, cores: u32, pool: Option<JsValue>, pinned: bool) {
+        let cores = if pool.is_some() {
+            cores.clamp(1, 64)
+        } else {
+            1
+        };
+        self.helpers.set(pool, pinned);
+        self.cores.set(cores);
+    }
+
+    /// What the page shows about the cores: the cores in use, and parts the helpers
+    /// computed and missed.
+    fn cores_fields(&self) -> [(&'static str, JsValue); 3] {
+        let (helped, missed) = self.helpers.counts();
+        [
+            ("coresUsed", self.helpers.using().into()),
+            ("helperParts", (helped as f64).into()),
+            ("helperMisses", (missed as f64).into()),
+        ]
+    }
+
+    /// How the core computes now: here alone, or in parts with the helpers.
+    fn compute(&self) -> Compute {
+        // With cores lent, every batch goes through the helpers' side, which times it on
+        // one core or on all and so learns which is faster.
+        match self.cores.get() {
+            0 | 1 => {
+                self.helpers.parts(1);
+                Compute::Threads(1)
+            }
+            k => Compute::Deferred(self.helpers.parts(k) as usize),
         }
     }
 
@@ -217,9 +257,15 @@ async fn session(
                 Some(event) => event,
                 None => {
                     let started = performance_now();
+                    core.set_compute(inner.compute());
                     let reply = match core.work() {
+                        Ok(reply) if reply.is_empty() => inner.helpers.run(core).await,
+                        Ok(reply) => Ok(reply),
+                        Err(err) => Err(err.to_string()),
+                    };
+                    let reply = match reply {
                         Ok(reply) => reply,
-                        Err(err) => return Ended::Retry(err.to_string()),
+                        Err(err) => return Ended::Retry(err),
                     };
                     let elapsed_ms = performance_now() - started;
                     let idle_ms = elapsed_ms * (1.0 / inner.cpu.get() - 1.0);
@@ -243,6 +289,7 @@ async fn session(
                     if let Some(share) = share(core.stats()) {
                         fields.push(("computeShare", share.into()));
                     }
+                    fields.extend(inner.cores_fields());
                     inner.emit("training", &fields);
                     continue;
                 }
@@ -263,7 +310,12 @@ async fn session(
             }
         };
         let started = performance_now();
+        core.set_compute(inner.compute());
         let reply = match core.handle_frame(&frame) {
+            Ok(reply) if reply.is_empty() => match inner.helpers.run(core).await {
+                Ok(reply) => reply,
+                Err(err) => return Ended::Retry(err),
+            },
             Ok(reply) => reply,
             Err(WorkerError::Rejected {
                 code: ErrorCode::Kicked,
@@ -312,6 +364,7 @@ async fn session(
                 if let Some(share) = share(core.stats()) {
                     fields.push(("computeShare", share.into()));
                 }
+                fields.extend(inner.cores_fields());
                 "training"
             }
             // Welcome, Shard, a non-fatal Error, or Weights before this worker has a shard.

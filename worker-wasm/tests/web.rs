@@ -26,6 +26,64 @@ static NATIVE_WORKER_FRAMES: &[u8] =
 static NATIVE_COORDINATOR_FRAMES: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/native_coordinator_frames.bin"));
 
+static PARTS_MLP: &[u8] = include_bytes!(concat!(
+    env!("OUT_DIR"),
+    "/native_gradient_mlp_parts_unfused.bin"
+));
+static PARTS_CNN: &[u8] = include_bytes!(concat!(
+    env!("OUT_DIR"),
+    "/native_gradient_cnn_parts_unfused.bin"
+));
+
+/// A tab on three cores: each part computed by its own `PartWorker` (what each helper Web
+/// Worker runs), added in order as the training Web Worker adds them, equals the native
+/// gradient in three parts computed unfused, bit for bit: the coordinator replays it exactly.
+#[wasm_bindgen_test]
+fn parts_computed_by_part_workers_equal_the_native_parts_bit_for_bit() {
+    for (preset, native) in [("mlp", PARTS_MLP), ("cnn", PARTS_CNN)] {
+        let (net, params, data) = fixture::inputs(preset);
+        let (x, labels) = data.batch(0..fixture::BATCH);
+        let spec = net.spec().to_string();
+        let seed = model::batch_seed(0, 0);
+        let results = model::Part::split(fixture::BATCH, fixture::PARTS)
+            .into_iter()
+            .map(|part| {
+                let mut core = worker_wasm::PartWorker::new(&spec).expect("the spec builds");
+                let rows = x.slice(ndarray::s![part.rows(), ..]).to_owned();
+                let loss = core
+                    .compute(
+                        &params,
+                        rows.as_slice().expect("row-major"),
+                        &labels[part.rows()],
+                        seed,
+                        part.start as u32,
+                        part.end as u32,
+                        part.batch as u32,
+                    )
+                    .expect("computes");
+                Ok((loss, core.gradient().to_vec()))
+            });
+        let (loss, grads) = worker_core::add_in_order(results).expect("adds");
+        let ours = fixture::gradient_bytes(loss, &grads);
+        assert!(
+            ours == native,
+            "{preset}: {} parts from part workers must equal the native parts, bit for bit",
+            fixture::PARTS
+        );
+        let (_, whole) = fixture::gradient(preset);
+        let off = grads
+            .iter()
+            .zip(&whole)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        console_log!(
+            "{preset}: {} parts from part workers == native parts unfused: BITWISE identical; \
+             largest difference from the batch at once {off:e}",
+            fixture::PARTS
+        );
+    }
+}
+
 fn floats(bytes: &[u8]) -> Vec<f32> {
     bytes
         .chunks_exact(4)

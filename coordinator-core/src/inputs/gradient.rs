@@ -32,10 +32,11 @@ impl Coordinator {
     }
 
     fn arrived(&mut self, worker: WorkerId, gradient: &Gradient, now: Instant) {
-        let Some((sent, compression)) =
-            self.registry
-                .seen(worker, (gradient.samples, gradient.compute_us), now)
-        else {
+        let Some((sent, compression)) = self.registry.seen(
+            worker,
+            (gradient.samples, gradient.compute_us, gradient.parts),
+            now,
+        ) else {
             return;
         };
         if let Some(sent) = sent {

@@ -10,15 +10,17 @@ use super::Registry;
 use crate::status::WorkerStatus;
 
 impl Registry {
-    /// A gradient of `samples` arrived from `id` at `now`: returns when it was last sent
-    /// weights, and its compression (for the latency and the bytes on the wire).
+    /// A gradient of `samples` arrived from `id` at `now`, computed in `compute_us` on
+    /// `cores`: returns when it was last sent weights, and its compression (for the
+    /// latency and the bytes on the wire).
     pub fn seen(
         &mut self,
         id: WorkerId,
-        (samples, compute_us): (u32, u32),
+        (samples, compute_us, cores): (u32, u32, u8),
         now: Instant,
     ) -> Option<(Option<Instant>, Compression)> {
         let w = self.workers.get_mut(&id)?;
+        w.cores = cores;
         w.last_seen = Some(now);
         w.samples += u64::from(samples);
         w.compute += std::time::Duration::from_micros(compute_us.into());
@@ -68,6 +70,7 @@ impl Registry {
                 skipped: skipped(id),
                 local_steps: steps(id),
                 probation_left: self.trust.left(id),
+                cores: w.cores,
                 compute_share: w.last_seen.and_then(|last| {
                     let secs = last.saturating_duration_since(w.connected_at).as_secs_f64();
                     (secs > 0.0).then(|| (w.compute.as_secs_f64() / secs).min(1.0))

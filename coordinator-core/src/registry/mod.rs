@@ -60,6 +60,8 @@ struct Worker {
     samples: u64,
     /// The compute time its answers reported.
     compute: std::time::Duration,
+    /// The parts its latest answer was computed in: the cores it lends.
+    cores: u8,
     /// Whether this connection holds the frozen tensors' current values.
     has_frozen: bool,
     /// A shard or the frozen tensors went to it since its last pull: its next answer's
@@ -249,6 +251,7 @@ impl Registry {
                 last_seen: None,
                 samples: 0,
                 compute: std::time::Duration::ZERO,
+                cores: 1,
             },
         );
         self.changed = true;

@@ -1,0 +1,147 @@
+//! A worker's samples/s on `k` cores, through the real coordinator: a browser tab in headless
+//! Chromium with `k` Web Workers (`?cores=k`), or the native worker with `--threads k`.
+//! One JSON line per (preset, worker, k).
+//!
+//! `cargo run --release -p bench --bin cores -- --worker tab --worker native --cores 1,2`
+//!
+//! The coordinator runs local phases (`--local-steps`, 16 by default) so that a worker
+//! computes rather than waits, and no verification or probation (it would share the
+//! machine's cores with the worker). The rate is the coordinator's count of samples
+//! answered (`samples_seen`) over `--seconds`, after the first answer and `--warmup`.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Parser)]
+struct Cli {
+    /// Presets to measure.
+    #[arg(long, value_delimiter = ',', default_value = "mlp,cnn")]
+    preset: Vec<String>,
+    /// `tab` (headless Chromium; `CHROME` names the binary) and/or `native`.
+    #[arg(long, value_delimiter = ',', default_value = "tab,native")]
+    worker: Vec<String>,
+    /// Core counts to measure.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    cores: Vec<usize>,
+    #[arg(long, default_value_t = 16)]
+    local_steps: u32,
+    /// Seconds measured, after the first answer and the warm-up.
+    #[arg(long, default_value_t = 15.0)]
+    seconds: f64,
+    #[arg(long, default_value_t = 3.0)]
+    warmup: f64,
+    /// Tabs compute on every core lent (`?pin=1`) instead of timing which is faster.
+    #[arg(long)]
+    pin: bool,
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    for preset in &cli.preset {
+        for kind in &cli.worker {
+            for &k in &cli.cores {
+                let rate = measure(&cli, preset, kind, k).await?;
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "preset": preset,
+                        "worker": kind,
+                        "cores": k,
+                        "local_steps": cli.local_steps,
+                        "pinned": cli.pin && kind == "tab",
+                        "samples_per_s": rate.round(),
+                    })
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn measure(cli: &Cli, preset: &str, kind: &str, k: usize) -> anyhow::Result<f64> {
+    let steps = cli.local_steps.to_string();
+    let args = [
+        "coordinator",
+        "--log-level",
+        "warn",
+        "--model",
+        preset,
+        "--local-steps",
+        &steps,
+        "--verify-fraction",
+        "0",
+        "--probation",
+        "0",
+        "--eval-interval",
+        "1000000",
+    ];
+    let config = server::Config::from_args(args.map(String::from)).map_err(anyhow::Error::msg)?;
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    let server = server::start(listener, config, std::future::pending::<()>()).await?;
+    let mut status = server.status.clone();
+    let cancel = CancellationToken::new();
+    let profile = std::env::temp_dir().join(format!("crowdtrain-cores-{}", std::process::id()));
+    let mut tab = None;
+    let mut native = None;
+    let pin = if cli.pin { "&pin=1" } else { "" };
+    match kind {
+        "tab" => {
+            let chrome = std::env::var("CHROME").unwrap_or_else(|_| "chromium".into());
+            tab = Some(
+                tokio::process::Command::new(&chrome)
+                    .args([
+                        "--headless",
+                        "--no-sandbox",
+                        "--disable-gpu",
+                        "--no-first-run",
+                        "--disable-background-networking",
+                        "--disable-dev-shm-usage",
+                        "--disable-background-timer-throttling",
+                        "--disable-renderer-backgrounding",
+                    ])
+                    .arg(format!("--user-data-dir={}", profile.display()))
+                    .arg(format!("http://{}/?cores={k}{pin}", server.addr))
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .kill_on_drop(true)
+                    .spawn()
+                    .map_err(|e| anyhow::anyhow!("cannot start {chrome}: {e}"))?,
+            );
+        }
+        "native" => {
+            let options = worker::Options {
+                url: format!("ws://{}/ws", server.addr),
+                threads: k,
+                ..worker::Options::default()
+            };
+            let cancel = cancel.clone();
+            native = Some(tokio::spawn(async move {
+                let _ = worker::run(&options, cancel).await;
+            }));
+        }
+        other => anyhow::bail!("--worker {other}: tab or native"),
+    }
+    let seen = |s: &server::Status| s.samples_seen;
+    while seen(&status.borrow_and_update()) == 0 {
+        tokio::time::timeout(Duration::from_secs(60), status.changed())
+            .await
+            .map_err(|_| anyhow::anyhow!("no answer from the {kind} worker in 60 s"))??;
+    }
+    tokio::time::sleep(Duration::from_secs_f64(cli.warmup)).await;
+    let (from, at) = (seen(&status.borrow()), Instant::now());
+    tokio::time::sleep(Duration::from_secs_f64(cli.seconds)).await;
+    let (to, took) = (seen(&status.borrow()), at.elapsed());
+    cancel.cancel();
+    drop(tab);
+    if let Some(native) = native {
+        let _ = native.await;
+    }
+    server.stop().await?;
+    let _ = std::fs::remove_dir_all(&profile);
+    Ok((to - from) as f64 / took.as_secs_f64())
+}
