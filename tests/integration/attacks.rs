@@ -520,6 +520,45 @@ async fn honest_native_workers_are_never_flagged_at_verify_fraction_1() {
     }
 }
 
+/// Native workers on two threads each (`--threads 2`): every batch computed in two parts,
+/// local phases of 4 steps with momentum, every answer recomputed at `--verify-fraction 1`
+/// in as many parts: never flagged, and the status shows each worker's two cores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_on_two_threads_are_replayed_exactly() {
+    let _heavy = HEAVY.lock().await;
+    let flags = [
+        "--verify-fraction",
+        "1",
+        "--max-rounds",
+        "60",
+        "--min-workers",
+        "2",
+        "--local-steps",
+        "4",
+        "--inner-optimizer",
+        "momentum",
+    ];
+    let swarm = swarm_with(&flags, 2, |i| worker::Options {
+        compression: [protocol::Compression::Int8, protocol::Compression::None][i],
+        threads: 2,
+        ..worker::Options::default()
+    })
+    .await;
+    let mut status = swarm.status.clone();
+    let s = wait_status(&mut status, "answers from both workers", |s| {
+        s.worker_list.len() == 2 && s.worker_list.iter().all(|w| w.gradients > 0)
+    })
+    .await;
+    assert!(
+        s.worker_list.iter().all(|w| w.cores == 2),
+        "{:?}",
+        s.worker_list
+    );
+    let (summary, _) = swarm.finish("60 verified rounds").await;
+    let s = status.borrow().clone();
+    assert_never_flagged("native workers on 2 threads", &s, summary.rounds, 2, 60);
+}
+
 /// Taking over another worker's identity: a client that knows its id and its own token's
 /// shape forges the victim's token. It gets an identity of its own, and the victim is neither
 /// replaced nor disturbed.

@@ -291,3 +291,94 @@ fn a_shard_arriving_mid_phase_is_for_the_next_phase() {
     assert!(!steady.is_empty());
     assert_eq!(steady, recut);
 }
+
+/// A core whose transport computes (`Compute::Deferred`, a tab's Web Workers) answers what
+/// a core computing on its own threads answers, plain gradients and local phases alike;
+/// the answers say how many parts.
+#[test]
+fn a_deferred_job_answers_what_threads_answer() {
+    let spec: NetSpec = "input 2; dense 3; relu; dense 2".parse().expect("valid");
+    let welcome = |core: &mut WorkerCore| {
+        core.handle(CoordinatorToWorker::Welcome(Welcome {
+            worker_id: WorkerId(3),
+            resume_token: "tok".into(),
+            model: ModelSpec {
+                text: spec.to_string(),
+                fingerprint: spec.fingerprint(),
+            },
+            batch_size: 3,
+            compression: Compression::None,
+        }))
+        .expect("welcome");
+        core.handle(CoordinatorToWorker::Shard(Shard {
+            first_index: 0,
+            shape: [2, 1, 1],
+            labels: vec![0, 1, 0, 1],
+            values: ShardValues::U8(vec![10, 20, 30, 40, 50, 60, 70, 80]),
+            mean: vec![0.0],
+            std: vec![255.0],
+        }))
+        .expect("shard");
+    };
+    let params: Vec<f32> = Network::new(spec.clone(), 2).expect("net").init(5);
+    let weights = || CoordinatorToWorker::Weights(Weights::whole(Round(1), params.clone()));
+    let phase = Some(protocol::LocalPhase {
+        steps: 3,
+        optimizer: protocol::InnerOptimizer::Sgd { lr: 0.1 },
+    });
+    for local in [None, phase] {
+        let task = || {
+            CoordinatorToWorker::Task(Task {
+                round: Round(1),
+                batch: 2,
+                local,
+            })
+        };
+        let mut threads =
+            WorkerCore::new(WorkerKind::Native, None).with_compute(Compute::Threads(2));
+        welcome(&mut threads);
+        threads.handle(task()).expect("task");
+        let mut inline = threads.handle(weights()).expect("weights");
+        while threads.working() {
+            let frames = threads.work().expect("a step");
+            if !frames.is_empty() {
+                let chunk = protocol::decode_from_worker(&frames[0]).expect("decodes");
+                let WorkerToCoordinator::Gradient(chunk) = chunk else {
+                    panic!("a gradient");
+                };
+                inline = Some(Gradient {
+                    round: chunk.round,
+                    samples: chunk.samples,
+                    loss: chunk.loss,
+                    compute_us: chunk.compute_us,
+                    parts: chunk.parts,
+                    grads: chunk.grads,
+                });
+            }
+        }
+        let inline = inline.expect("an answer");
+        assert_eq!(inline.parts, 2);
+
+        let mut deferred =
+            WorkerCore::new(WorkerKind::Browser, None).with_compute(Compute::Deferred(2));
+        welcome(&mut deferred);
+        deferred.handle(task()).expect("task");
+        assert_eq!(deferred.handle(weights()).expect("weights"), None);
+        let mut frames = Vec::new();
+        while deferred.working() {
+            assert!(deferred.work().expect("nothing inline").is_empty());
+            let job = deferred.job().expect("a job for the transport");
+            assert_eq!(job.parts().len(), 2);
+            let results: Vec<_> = job.parts().into_iter().map(|p| job.part(p)).collect();
+            let (loss, grads) = add_in_order(results).expect("adds");
+            frames = deferred.complete(loss, grads).expect("completes");
+        }
+        let chunk = protocol::decode_from_worker(&frames[0]).expect("decodes");
+        let WorkerToCoordinator::Gradient(chunk) = chunk else {
+            panic!("a gradient");
+        };
+        assert_eq!((chunk.parts, chunk.samples), (2, inline.samples));
+        assert_eq!(chunk.loss.to_bits(), inline.loss.to_bits(), "{local:?}");
+        assert_eq!(chunk.grads, inline.grads, "{local:?}");
+    }
+}

@@ -160,6 +160,11 @@ fn validation_names_the_problem() {
         }
     };
     assert_eq!(check(&gradient(vec![3.0, 0.0, 4.0], 8, 1.0)), Ok(5.0));
+    let two_cores = Gradient {
+        parts: 2,
+        ..gradient(vec![3.0, 0.0, 4.0], 8, 1.0)
+    };
+    assert_eq!(check(&two_cores), Ok(5.0));
     // Finite values whose squares overflow f32: the norm is still exact, in f64.
     let huge = check(&gradient(vec![3e38; 3], 8, 1.0)).expect("finite");
     assert!((huge / (3e38 * 3f64.sqrt()) - 1.0).abs() < 1e-6, "{huge}");
@@ -183,6 +188,23 @@ fn validation_names_the_problem() {
             gradient(vec![0.0; 3], 1, f32::NAN),
             ErrorCode::NonFinite,
             "loss is NaN",
+        ),
+        // Parts: one a core, at most one a sample (and 64).
+        (
+            Gradient {
+                parts: 0,
+                ..gradient(vec![0.0; 3], 4, 1.0)
+            },
+            ErrorCode::Malformed,
+            "split into 0 parts: it can be 1..=4",
+        ),
+        (
+            Gradient {
+                parts: 5,
+                ..gradient(vec![0.0; 3], 4, 1.0)
+            },
+            ErrorCode::Malformed,
+            "split into 5 parts",
         ),
         (
             gradient(vec![0.0, f32::INFINITY, 0.0], 1, 1.0),
