@@ -37,8 +37,8 @@ fn lying_lengths_allocate_at_most_the_frame_size() {
         offset: 0,
         grads: vec![1.0; 16],
     }));
-    // Header, round, samples, loss, compute time, total, offset, then the encoding byte.
-    let count_at = 5 + 8 + 4 + 4 + 4 + 4 + 4 + 1;
+    // Header, round, samples, loss, compute time, parts, total, offset, then the encoding byte.
+    let count_at = 5 + 8 + 4 + 4 + 4 + 1 + 4 + 4 + 1;
     for claimed in [17u32, 1 << 20, 1 << 28, u32::MAX] {
         frame[count_at..count_at + 4].copy_from_slice(&claimed.to_le_bytes());
         LARGEST.store(0, Ordering::Relaxed);

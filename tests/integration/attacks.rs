@@ -105,7 +105,7 @@ pub fn reassemble(frames: &[Vec<u8>]) -> Gradient {
         };
         let g = whole.get_or_insert_with(|| Gradient {
             compute_us: chunk.compute_us,
-            parts: 1,
+            parts: chunk.parts,
             round: chunk.round,
             samples: chunk.samples,
             loss: chunk.loss,

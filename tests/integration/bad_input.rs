@@ -101,8 +101,8 @@ async fn misbehave(
     // A truncated frame whose length field lies.
     let mut c = joined_client(addr).await;
     let mut frame = encode_gradient(&gradient(1, vec![0.0; 4]), Compression::None).remove(0);
-    // Header, round, samples, loss, compute time, total, offset, then the encoding byte.
-    let count_at = 5 + 8 + 4 + 4 + 4 + 4 + 4 + 1;
+    // Header, round, samples, loss, compute time, parts, total, offset, then the encoding byte.
+    let count_at = 5 + 8 + 4 + 4 + 4 + 1 + 4 + 4 + 1;
     frame[count_at..count_at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
     c.send_raw(Message::Binary(frame.into())).await;
     assert!(c

@@ -1,6 +1,6 @@
 //! Browser worker speed, on demand (not part of the test command; a benchmark, not a test):
 //! `cd worker-wasm && wasm-pack test --release --headless --chrome --test speed -- --nocapture`
-//! Native counterpart: `cargo run --release -p model --example gradient_speed`.
+//! Native counterpart: `cargo run --release -p worker-core --example gradient_speed`.
 
 #![cfg(target_arch = "wasm32")]
 

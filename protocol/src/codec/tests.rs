@@ -493,7 +493,7 @@ fn unknown_tensor_encodings_and_lying_compressed_lengths_are_refused() {
         grads: vec![1.0; 10],
     };
     let mut frame = one(encode_gradient(&g, Compression::Int8));
-    let enc_at = 5 + 8 + 4 + 4 + 4 + 4 + 4;
+    let enc_at = 5 + 8 + 4 + 4 + 4 + 1 + 4 + 4;
     frame[enc_at] = 9;
     assert!(matches!(
         decode_from_worker(&frame),
