@@ -14,7 +14,7 @@
 //! cross-origin isolated. Messages cost copies of the weights to each helper and of its
 //! part's gradient back, both as long as the model: for a small model (`mlp`, 0.7 ms a
 //! batch) they cost more than the part saves, for a larger one (`cnn`, 18 ms) far less
-//! (docs/BENCHMARKS.md#a-tabs-cores). So the tab measures its time a sample on one core
+//! (docs/BENCHMARKS.md#a-workers-cores). So the tab measures its time a sample on one core
 //! and on the cores lent ([`Choice`]) and computes on whichever is faster.
 
 use std::cell::{Cell, RefCell};
