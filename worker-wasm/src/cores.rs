@@ -194,6 +194,10 @@ extern "C" {
 /// Whether the cores lent make this tab faster: the time a sample of a batch computed on
 /// one core and on all of them (smoothed), each measured in turn until both are known,
 /// and the slower one measured again now and then (the machine's other load changes).
+/// The first batch each way is not counted (a helper's first also loads its wasm module),
+/// and trials come often at first: a helper's module runs baseline code until the browser
+/// has optimised it, so its first phase measured 0.72 ms a sample against 0.30 later
+/// (`cnn`); the trials' spacing then doubles up to [`RETRY_EVERY`].
 #[derive(Debug, Default)]
 pub struct Choice {
     /// Always every core lent (tests, benchmarks): nothing measured.
@@ -202,12 +206,21 @@ pub struct Choice {
     /// Milliseconds a sample, on one core and on the cores lent.
     one: Option<f64>,
     all: Option<f64>,
+    /// Whether the first batch each way (its warm-up) is behind us.
+    warm: [bool; 2],
+    /// The slower way is tried until this batch; the next trial starts at `next_trial`,
+    /// `spacing` after this one's start.
+    trial_until: u64,
+    next_trial: u64,
+    spacing: u64,
     /// Batches computed since the cores lent last changed.
     batches: u64,
 }
 
-/// Batches computed between two trials of the slower way; a trial's length.
+/// Batches between two trials of the slower way (at most; the first come after
+/// [`FIRST_SPACING`]), and a trial's length.
 const RETRY_EVERY: u64 = 400;
+const FIRST_SPACING: u64 = 25;
 const TRIAL: u64 = 8;
 /// Weight of the newest batch in the smoothed times.
 const SMOOTHING: f64 = 0.2;
@@ -224,13 +237,17 @@ impl Choice {
         if lent <= 1 || self.pinned {
             return lent.max(1);
         }
-        let trial = self.batches % RETRY_EVERY < TRIAL;
         match (self.one, self.all) {
             (_, None) => lent,
             (None, _) => 1,
             (Some(one), Some(all)) => {
-                let faster_all = all < one;
-                if faster_all != trial {
+                if self.batches >= self.next_trial {
+                    self.spacing = (self.spacing * 2).clamp(FIRST_SPACING, RETRY_EVERY);
+                    self.trial_until = self.batches + TRIAL;
+                    self.next_trial = self.batches + self.spacing;
+                }
+                let trial = self.batches < self.trial_until;
+                if (all < one) != trial {
                     lent
                 } else {
                     1
@@ -245,6 +262,10 @@ impl Choice {
             return;
         }
         self.batches += 1;
+        let way = usize::from(parts > 1);
+        if !std::mem::replace(&mut self.warm[way], true) {
+            return;
+        }
         let per_sample = ms / samples as f64;
         let slot = if parts <= 1 {
             &mut self.one
@@ -319,19 +340,30 @@ mod tests {
         let mut choice = Choice::default();
         assert_eq!(choice.parts(1), 1);
         assert_eq!(choice.parts(4), 4, "all cores are measured first");
+        // Its first batch is a warm-up (a helper loading its module), not counted.
+        choice.measured(4, 800.0, 32);
+        assert_eq!(choice.parts(4), 4);
         choice.measured(4, 8.0, 32);
         assert_eq!(choice.parts(4), 1, "then one");
+        choice.measured(1, 40.0, 32);
+        assert_eq!(choice.parts(4), 1);
         choice.measured(1, 4.0, 32);
-        // One core is faster (a small model): used but for short trials of all.
-        let picks: Vec<u32> = (0..RETRY_EVERY)
+        // One core is faster (a small model): used but for short trials of all, often at
+        // first (25, 50, 100, 200 batches apart), then every 400 batches.
+        let picks: Vec<u32> = (0..4 * RETRY_EVERY)
             .map(|_| {
                 let parts = choice.parts(4);
                 choice.measured(parts, if parts == 1 { 4.0 } else { 8.0 }, 32);
                 parts
             })
             .collect();
-        let tried = picks.iter().filter(|&&p| p == 4).count() as u64;
-        assert!(tried > 0 && tried <= TRIAL, "{tried} trials");
+        let tried = |batches: &[u32]| batches.iter().filter(|&&p| p == 4).count() as u64;
+        assert_eq!(tried(&picks[..RETRY_EVERY as usize]), 5 * TRIAL);
+        let steady = tried(&picks[2 * RETRY_EVERY as usize..]);
+        assert!(
+            (TRIAL..=2 * TRIAL).contains(&steady),
+            "{steady} trials in 800 batches"
+        );
         assert_eq!(choice.using(), 1);
         // The machine's load changes: all cores become faster, and are chosen (asked
         // outside a trial of the slower way).
