@@ -7,7 +7,7 @@
 
 use std::borrow::Cow;
 
-use model::{add_part, ModelError, Network, Part};
+use model::{ModelError, Network, Part};
 use ndarray::{s, ArrayView2};
 
 /// How a worker computes.
@@ -200,21 +200,6 @@ impl Cores {
             *first = gradient;
         }
     }
-}
-
-/// The parts' results added in part order: the job's loss and gradient.
-pub fn add_in_order(
-    results: impl IntoIterator<Item = Result<(f32, Vec<f32>), ModelError>>,
-) -> Result<(f32, Vec<f32>), ModelError> {
-    let mut sum: Option<(f32, Vec<f32>)> = None;
-    for result in results {
-        let next = result?;
-        match &mut sum {
-            None => sum = Some(next),
-            Some(sum) => add_part(sum, next),
-        }
-    }
-    sum.ok_or(ModelError::EmptyBatch)
 }
 
 #[cfg(test)]

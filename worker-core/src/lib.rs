@@ -31,7 +31,7 @@ use std::sync::Arc;
 use incoming::Incoming;
 use ndarray::Array2;
 
-pub use compute::{add_in_order, Compute, Cores, Job};
+pub use compute::{Compute, Cores, Job};
 pub use timing::ComputeClock;
 
 /// Why a worker stopped.

@@ -370,7 +370,7 @@ fn a_deferred_job_answers_what_threads_answer() {
             let job = deferred.job().expect("a job for the transport");
             assert_eq!(job.parts().len(), 2);
             let results: Vec<_> = job.parts().into_iter().map(|p| job.part(p)).collect();
-            let (loss, grads) = add_in_order(results).expect("adds");
+            let (loss, grads) = model::add_parts(results).expect("adds");
             frames = deferred.complete(loss, grads).expect("completes");
         }
         let chunk = protocol::decode_from_worker(&frames[0]).expect("decodes");

@@ -23,7 +23,7 @@ use js_sys::{Array, Float32Array, Object, Promise, Reflect, Uint8Array};
 use model::{NetSpec, Network, Part};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
-use worker_core::{add_in_order, Job, WorkerCore};
+use worker_core::{Job, WorkerCore};
 
 /// One helper's side: computes parts of batches for the training Web Worker.
 #[wasm_bindgen]
@@ -175,7 +175,7 @@ impl Helpers {
         }
         let samples = job.labels.len();
         drop(job);
-        let (loss, grads) = add_in_order(results).map_err(|e| e.to_string())?;
+        let (loss, grads) = model::add_parts(results).map_err(|e| e.to_string())?;
         let frames = core.complete(loss, grads).map_err(|e| e.to_string());
         let ms = performance_now() - started;
         self.choice

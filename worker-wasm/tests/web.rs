@@ -63,19 +63,26 @@ fn parts_computed_by_part_workers_equal_the_native_parts_bit_for_bit() {
                     .expect("computes");
                 Ok((loss, core.gradient().to_vec()))
             });
-        let (loss, grads) = worker_core::add_in_order(results).expect("adds");
+        let (loss, grads) = model::add_parts(results).expect("adds");
         let ours = fixture::gradient_bytes(loss, &grads);
         assert!(
             ours == native,
             "{preset}: {} parts from part workers must equal the native parts, bit for bit",
             fixture::PARTS
         );
+        // Within rounding of the batch computed at once: the sums over samples in another
+        // order (measured: 6.0e-8 for `mlp`, 1.8e-7 for `cnn`, of gradients up to ~0.1).
         let (_, whole) = fixture::gradient(preset);
         let off = grads
             .iter()
             .zip(&whole)
             .map(|(a, b)| (a - b).abs())
             .fold(0f32, f32::max);
+        let largest = whole.iter().fold(0f32, |m, g| m.max(g.abs()));
+        assert!(
+            off <= 1e-5 * largest.max(1.0),
+            "{preset}: {off} from the whole batch's"
+        );
         console_log!(
             "{preset}: {} parts from part workers == native parts unfused: BITWISE identical; \
              largest difference from the batch at once {off:e}",

@@ -5,7 +5,7 @@
 //! ([`Part::split`]), computes each part's share of the batch's mean gradient on its own
 //! core ([`Network::part_loss_and_grad`]: the part's sum over the whole batch's size, with
 //! the dropout masks the whole batch would draw for those rows), and adds the shares in
-//! part order ([`add_part`]). Every value is then a fixed function of the batch, the weights
+//! part order ([`add_parts`]). Every value is then a fixed function of the batch, the weights
 //! and the number of parts: which core computed which part, and when, does not move a bit.
 //! A worker says how many parts it used with its answer, and the coordinator's verifier
 //! recomputes in as many ([`Network::loss_and_grad_parts`]), so a tab's answer computed on
@@ -71,13 +71,25 @@ impl Part {
     }
 }
 
-/// Adds the next part's loss and gradient to the sum of the parts before it.
-pub fn add_part<T: Scalar>(sum: &mut (T, Vec<T>), next: (T, Vec<T>)) {
-    assert_eq!(sum.1.len(), next.1.len(), "gradient length");
-    sum.0 += next.0;
-    for (s, g) in sum.1.iter_mut().zip(next.1) {
-        *s += g;
+/// The parts' losses and gradients (in part order) added in that order: the batch's.
+pub fn add_parts<T: Scalar>(
+    parts: impl IntoIterator<Item = Result<(T, Vec<T>), ModelError>>,
+) -> Result<(T, Vec<T>), ModelError> {
+    let mut sum: Option<(T, Vec<T>)> = None;
+    for part in parts {
+        let (loss, grads) = part?;
+        match &mut sum {
+            None => sum = Some((loss, grads)),
+            Some((total, values)) => {
+                assert_eq!(values.len(), grads.len(), "gradient length");
+                *total += loss;
+                for (s, g) in values.iter_mut().zip(grads) {
+                    *s += g;
+                }
+            }
+        }
     }
+    sum.ok_or(ModelError::EmptyBatch)
 }
 
 impl Network {
@@ -131,22 +143,16 @@ impl Network {
         seed: u64,
         parts: usize,
     ) -> Result<(T, Vec<T>), ModelError> {
-        let mut sum: Option<(T, Vec<T>)> = None;
-        for part in Part::split(x.nrows(), parts) {
+        add_parts(Part::split(x.nrows(), parts).into_iter().map(|part| {
             let rows = part.rows();
-            let x_part = x.slice(ndarray::s![rows.clone(), ..]);
-            let labels_part = labels.get(rows).ok_or(ModelError::ShapeMismatch {
+            let labels_part = labels.get(rows.clone()).ok_or(ModelError::ShapeMismatch {
                 what: "labels",
                 expected: x.nrows(),
                 got: labels.len(),
             })?;
-            let next = self.part_loss_and_grad(params, x_part, labels_part, seed, part)?;
-            match &mut sum {
-                None => sum = Some(next),
-                Some(sum) => add_part(sum, next),
-            }
-        }
-        sum.ok_or(ModelError::EmptyBatch)
+            let x_part = x.slice(ndarray::s![rows, ..]);
+            self.part_loss_and_grad(params, x_part, labels_part, seed, part)
+        }))
     }
 }
 
