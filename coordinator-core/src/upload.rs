@@ -125,7 +125,9 @@ impl Upload {
 }
 
 /// The sample count is the worker's batch or less; the batch was split into no more parts
-/// than it has samples (nor [`model::MAX_PARTS`]); the reported loss is a number.
+/// than [`model::Part::most`] allows its samples (a phase's are all its steps': its
+/// recomputation splits each step's batch by the same rule, so a claim never makes it finer
+/// than that); the reported loss is a number.
 fn check_head(head: &Head, loss: f32, joined: &Joined) -> Result<(), Refusal> {
     let samples = head.samples;
     if samples == 0 || samples > joined.batch_size {
@@ -137,13 +139,15 @@ fn check_head(head: &Head, loss: f32, joined: &Joined) -> Result<(), Refusal> {
             ),
         ));
     }
-    let most = (samples as usize).min(model::MAX_PARTS);
+    let most = model::Part::most(samples as usize);
     if head.parts == 0 || usize::from(head.parts) > most {
         return Err(Refusal::new(
             ErrorCode::Malformed,
             format!(
-                "the batch was split into {} parts: it can be 1..={most} (one a core, at most one a sample)",
-                head.parts
+                "the batch was split into {} parts: it can be 1..={most} (one a core, at least {} samples a part, at most {})",
+                head.parts,
+                model::MIN_PART_ROWS,
+                model::MAX_PARTS
             ),
         ));
     }

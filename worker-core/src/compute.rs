@@ -217,8 +217,8 @@ mod tests {
         let net = Network::new(spec, 3).expect("net");
         let weights: Vec<f32> = net.init(1);
         let mut rng = model::SplitMix64::new(2);
-        let x = ndarray::Array2::from_shape_fn((10, 64), |_| rng.next_f64() as f32);
-        let labels: Vec<u8> = (0..10).map(|i| (i % 3) as u8).collect();
+        let x = ndarray::Array2::from_shape_fn((16, 64), |_| rng.next_f64() as f32);
+        let labels: Vec<u8> = (0..16).map(|i| (i % 3) as u8).collect();
         for order in [model::Order::Library, model::Order::Unfused] {
             for k in [1, 2, 3, 4] {
                 let job = Job::new(&net, Cow::Borrowed(&weights), (x.view(), &labels), 7, k);

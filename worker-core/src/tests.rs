@@ -306,15 +306,15 @@ fn a_deferred_job_answers_what_threads_answer() {
                 text: spec.to_string(),
                 fingerprint: spec.fingerprint(),
             },
-            batch_size: 3,
+            batch_size: 8,
             compression: Compression::None,
         }))
         .expect("welcome");
         core.handle(CoordinatorToWorker::Shard(Shard {
             first_index: 0,
             shape: [2, 1, 1],
-            labels: vec![0, 1, 0, 1],
-            values: ShardValues::U8(vec![10, 20, 30, 40, 50, 60, 70, 80]),
+            labels: (0..10).map(|i| i % 2).collect(),
+            values: ShardValues::U8((0..20).map(|v| v * 12).collect()),
             mean: vec![0.0],
             std: vec![255.0],
         }))

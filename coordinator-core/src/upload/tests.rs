@@ -189,22 +189,30 @@ fn validation_names_the_problem() {
             ErrorCode::NonFinite,
             "loss is NaN",
         ),
-        // Parts: one a core, at most one a sample (and 64).
+        // Parts: one a core, at least 4 samples a part (and at most 64).
         (
             Gradient {
                 parts: 0,
-                ..gradient(vec![0.0; 3], 4, 1.0)
+                ..gradient(vec![0.0; 3], 8, 1.0)
             },
             ErrorCode::Malformed,
-            "split into 0 parts: it can be 1..=4",
+            "split into 0 parts: it can be 1..=2",
         ),
         (
             Gradient {
-                parts: 5,
-                ..gradient(vec![0.0; 3], 4, 1.0)
+                parts: 3,
+                ..gradient(vec![0.0; 3], 8, 1.0)
             },
             ErrorCode::Malformed,
-            "split into 5 parts",
+            "split into 3 parts",
+        ),
+        (
+            Gradient {
+                parts: 2,
+                ..gradient(vec![0.0; 3], 7, 1.0)
+            },
+            ErrorCode::Malformed,
+            "it can be 1..=1",
         ),
         (
             gradient(vec![0.0, f32::INFINITY, 0.0], 1, 1.0),
