@@ -96,7 +96,7 @@ impl<'a> Job<'a> {
 
     /// Computes the whole job on this thread, its parts one after the other.
     pub fn run(&self) -> Result<(f32, Vec<f32>), ModelError> {
-        let parts = self.parts().len();
+        let parts = Part::count(self.x.nrows(), self.parts);
         self.net
             .loss_and_grad_parts(&self.weights, self.x, self.labels, self.seed, parts)
     }

@@ -23,13 +23,13 @@ use thiserror::Error;
 
 mod compute;
 mod incoming;
+mod pending;
 mod timing;
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use incoming::Incoming;
-use ndarray::Array2;
+use pending::{Of, Pending};
 
 pub use compute::{Compute, Cores, Job};
 pub use timing::ComputeClock;
@@ -115,28 +115,6 @@ struct Phase {
     parts: usize,
 }
 
-/// A batch's gradient the core is computing, or waiting for its transport to compute
-/// ([`Compute::Deferred`]).
-#[derive(Debug)]
-struct Pending {
-    x: Array2<f32>,
-    labels: Vec<u8>,
-    seed: u64,
-    parts: usize,
-    /// The [`ComputeClock`] when it was set.
-    started: u64,
-    of: Of,
-}
-
-/// What a [`Pending`] gradient is for.
-#[derive(Debug)]
-enum Of {
-    /// The answer to these weights.
-    Answer { round: Round, weights: Vec<f32> },
-    /// The next inner step of the local phase under way.
-    Step,
-}
-
 #[derive(Debug)]
 pub struct WorkerCore {
     hello: Hello,
@@ -188,112 +166,6 @@ impl WorkerCore {
             };
         }
         self.compute = compute;
-    }
-
-    /// The gradient the transport is to compute ([`Compute::Deferred`]), if one is due:
-    /// compute it, in its parts, and hand the result to [`WorkerCore::complete`].
-    pub fn job(&self) -> Option<Job<'_>> {
-        job_of(
-            self.pending.as_ref()?,
-            self.joined.as_ref()?,
-            self.phase.as_ref(),
-        )
-    }
-
-    /// Takes the result of [`WorkerCore::job`] (the loss and the full-layout gradient, its
-    /// parts added in order); returns the frames to send, if that finished an answer.
-    pub fn complete(&mut self, loss: f32, grads: Vec<f32>) -> Result<Vec<Vec<u8>>, WorkerError> {
-        let Some(pending) = self.pending.take() else {
-            return Ok(Vec::new());
-        };
-        let compression = self
-            .joined
-            .as_ref()
-            .map_or(Compression::None, |j| j.compression);
-        Ok(match self.finish(pending, loss, &grads)? {
-            Some(gradient) => encode_gradient(&gradient, compression),
-            None => Vec::new(),
-        })
-    }
-
-    /// Sets `pending` and, unless the transport computes it, computes it now; returns the
-    /// answer it finished, if any.
-    fn start(&mut self, pending: Pending) -> Result<Option<Gradient>, WorkerError> {
-        if let Compute::Deferred(_) = self.compute {
-            self.pending = Some(pending);
-            return Ok(None);
-        }
-        let Some(joined) = self.joined.as_ref() else {
-            return Ok(None);
-        };
-        let Some(job) = job_of(&pending, joined, self.phase.as_ref()) else {
-            return Ok(None);
-        };
-        let loss = job.run_on(&mut self.cores)?;
-        let grads = self.cores.take_gradient();
-        let answer = self.finish(pending, loss, &grads);
-        self.cores.put_back(grads);
-        answer
-    }
-
-    /// Uses a computed gradient: the answer to its weights, or the phase's next step (and
-    /// the phase's answer after its last).
-    fn finish(
-        &mut self,
-        pending: Pending,
-        loss: f32,
-        grads: &[f32],
-    ) -> Result<Option<Gradient>, WorkerError> {
-        let Some(joined) = self.joined.as_ref() else {
-            return Ok(None);
-        };
-        let samples = pending.labels.len() as u64;
-        let compute_us = self.clock.elapsed(pending.started, 1);
-        let parts = model::Part::split(pending.labels.len(), pending.parts).len() as u8;
-        self.stats.samples_computed += samples;
-        self.stats.last_loss = Some(loss);
-        let Of::Answer { round, .. } = pending.of else {
-            let Some(phase) = self.phase.as_mut() else {
-                return Ok(None);
-            };
-            phase.phase.apply(&joined.net, loss, grads);
-            phase.samples += samples;
-            phase.compute_us += compute_us;
-            self.stats.local_steps += 1;
-            if !phase.phase.is_done() {
-                return Ok(None);
-            }
-            let Phase {
-                round,
-                phase,
-                samples,
-                compute_us,
-                ..
-            } = self.phase.take().expect("under way");
-            let result = phase.finish();
-            self.stats.gradients_sent += 1;
-            self.stats.compute_us += compute_us;
-            return Ok(Some(Gradient {
-                round,
-                samples: u32::try_from(samples).unwrap_or(u32::MAX),
-                loss: result.mean_loss,
-                compute_us: u32::try_from(compute_us).unwrap_or(u32::MAX),
-                parts,
-                grads: result.delta,
-            }));
-        };
-        // Frozen layers' gradients are not sent: only the trained tensors, in layout order.
-        let grads = joined.net.trained_part(grads);
-        self.stats.gradients_sent += 1;
-        self.stats.compute_us += compute_us;
-        Ok(Some(Gradient {
-            round,
-            samples: samples as u32,
-            loss,
-            compute_us: u32::try_from(compute_us).unwrap_or(u32::MAX),
-            parts,
-            grads,
-        }))
     }
 
     /// How the time spent computing is measured (reported with each answer: it sizes this
@@ -573,21 +445,6 @@ impl WorkerCore {
         };
         self.start(pending)
     }
-}
-
-/// The job of computing `pending`, on its weights or the phase's.
-fn job_of<'a>(
-    pending: &'a Pending,
-    joined: &'a Joined,
-    phase: Option<&'a Phase>,
-) -> Option<Job<'a>> {
-    let net = &joined.net;
-    let weights = match &pending.of {
-        Of::Answer { weights, .. } => Cow::Borrowed(weights.as_slice()),
-        Of::Step => phase?.phase.weights(net),
-    };
-    let batch = (pending.x.view(), pending.labels.as_slice());
-    Some(Job::new(net, weights, batch, pending.seed, pending.parts))
 }
 
 /// The model crate's optimizer for a `Task`'s inner optimizer.

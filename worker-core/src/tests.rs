@@ -3,30 +3,38 @@ use protocol::{encode_from_coordinator, ModelSpec};
 use super::*;
 
 fn core_with_shard() -> WorkerCore {
-    let mut core = WorkerCore::new(WorkerKind::Native, None);
-    core.handle(CoordinatorToWorker::Welcome(Welcome {
-        worker_id: WorkerId(3),
-        resume_token: "tok".into(),
-        model: {
-            let spec: NetSpec = "input 2; dense 2".parse().expect("valid");
-            ModelSpec {
-                text: spec.to_string(),
-                fingerprint: spec.fingerprint(),
-            }
-        },
-        batch_size: 1,
-        compression: Compression::None,
-    }))
-    .expect("welcome");
-    core.handle(CoordinatorToWorker::Shard(Shard {
+    let shard = Shard {
         first_index: 0,
         shape: [2, 1, 1],
         labels: vec![0, 1, 0],
         values: ShardValues::U8(vec![10, 20, 30, 40, 50, 60]),
         mean: vec![0.0],
         std: vec![255.0],
+    };
+    joined(
+        WorkerCore::new(WorkerKind::Native, None),
+        "input 2; dense 2",
+        1,
+        shard,
+    )
+}
+
+/// `core` welcomed to a run of the model `spec` at `batch_size`, with `shard`.
+fn joined(mut core: WorkerCore, spec: &str, batch_size: u32, shard: Shard) -> WorkerCore {
+    let spec: NetSpec = spec.parse().expect("valid");
+    core.handle(CoordinatorToWorker::Welcome(Welcome {
+        worker_id: WorkerId(3),
+        resume_token: "tok".into(),
+        model: ModelSpec {
+            text: spec.to_string(),
+            fingerprint: spec.fingerprint(),
+        },
+        batch_size,
+        compression: Compression::None,
     }))
-    .expect("shard");
+    .expect("welcome");
+    core.handle(CoordinatorToWorker::Shard(shard))
+        .expect("shard");
     core
 }
 
@@ -293,92 +301,79 @@ fn a_shard_arriving_mid_phase_is_for_the_next_phase() {
 }
 
 /// A core whose transport computes (`Compute::Deferred`, a tab's Web Workers) answers what
-/// a core computing on its own threads answers, plain gradients and local phases alike;
-/// the answers say how many parts.
+/// a core computing on its own threads answers, byte for byte, plain gradients and local
+/// phases alike; the answers say how many parts.
 #[test]
 fn a_deferred_job_answers_what_threads_answer() {
-    let spec: NetSpec = "input 2; dense 3; relu; dense 2".parse().expect("valid");
-    let welcome = |core: &mut WorkerCore| {
-        core.handle(CoordinatorToWorker::Welcome(Welcome {
-            worker_id: WorkerId(3),
-            resume_token: "tok".into(),
-            model: ModelSpec {
-                text: spec.to_string(),
-                fingerprint: spec.fingerprint(),
-            },
-            batch_size: 8,
-            compression: Compression::None,
-        }))
-        .expect("welcome");
-        core.handle(CoordinatorToWorker::Shard(Shard {
+    let spec = "input 2; dense 3; relu; dense 2";
+    let core = |compute| {
+        let shard = Shard {
             first_index: 0,
             shape: [2, 1, 1],
             labels: (0..10).map(|i| i % 2).collect(),
             values: ShardValues::U8((0..20).map(|v| v * 12).collect()),
             mean: vec![0.0],
             std: vec![255.0],
-        }))
-        .expect("shard");
+        };
+        joined(
+            WorkerCore::new(WorkerKind::Native, None).with_compute(compute),
+            spec,
+            8,
+            shard,
+        )
     };
-    let params: Vec<f32> = Network::new(spec.clone(), 2).expect("net").init(5);
-    let weights = || CoordinatorToWorker::Weights(Weights::whole(Round(1), params.clone()));
+    let params: Vec<f32> = Network::new(spec.parse().expect("valid"), 2)
+        .expect("net")
+        .init(5);
+    let weights = encode_from_coordinator(&CoordinatorToWorker::Weights(Weights::whole(
+        Round(1),
+        params,
+    )));
     let phase = Some(protocol::LocalPhase {
         steps: 3,
         optimizer: protocol::InnerOptimizer::Sgd { lr: 0.1 },
     });
     for local in [None, phase] {
-        let task = || {
-            CoordinatorToWorker::Task(Task {
-                round: Round(1),
-                batch: 2,
-                local,
-            })
-        };
-        let mut threads =
-            WorkerCore::new(WorkerKind::Native, None).with_compute(Compute::Threads(2));
-        welcome(&mut threads);
-        threads.handle(task()).expect("task");
-        let mut inline = threads.handle(weights()).expect("weights");
-        while threads.working() {
-            let frames = threads.work().expect("a step");
-            if !frames.is_empty() {
-                let chunk = protocol::decode_from_worker(&frames[0]).expect("decodes");
-                let WorkerToCoordinator::Gradient(chunk) = chunk else {
-                    panic!("a gradient");
+        let task = encode_from_coordinator(&CoordinatorToWorker::Task(Task {
+            round: Round(1),
+            batch: 2,
+            local,
+        }));
+        // The answer's frames, computing each batch as `compute` says, and how many
+        // batches were left to the transport.
+        let answer = |compute| {
+            let mut core = core(compute);
+            assert!(core.handle_frame(&task).expect("task").is_empty());
+            let (mut frames, mut jobs) = (core.handle_frame(&weights).expect("weights"), 0);
+            while frames.is_empty() {
+                assert!(core.working(), "an answer under way");
+                frames = match core.job() {
+                    Some(job) => {
+                        assert_eq!(job.parts().len(), 2);
+                        let results = job.parts().into_iter().map(|p| job.part(p));
+                        let (loss, grads) = model::add_parts(results).expect("adds");
+                        drop(job);
+                        jobs += 1;
+                        core.complete(loss, grads).expect("completes")
+                    }
+                    None => core.work().expect("a step"),
                 };
-                inline = Some(Gradient {
-                    round: chunk.round,
-                    samples: chunk.samples,
-                    loss: chunk.loss,
-                    compute_us: chunk.compute_us,
-                    parts: chunk.parts,
-                    grads: chunk.grads,
-                });
             }
-        }
-        let inline = inline.expect("an answer");
-        assert_eq!(inline.parts, 2);
-
-        let mut deferred =
-            WorkerCore::new(WorkerKind::Browser, None).with_compute(Compute::Deferred(2));
-        welcome(&mut deferred);
-        deferred.handle(task()).expect("task");
-        assert_eq!(deferred.handle(weights()).expect("weights"), None);
-        let mut frames = Vec::new();
-        while deferred.working() {
-            assert!(deferred.work().expect("nothing inline").is_empty());
-            let job = deferred.job().expect("a job for the transport");
-            assert_eq!(job.parts().len(), 2);
-            let results: Vec<_> = job.parts().into_iter().map(|p| job.part(p)).collect();
-            let (loss, grads) = model::add_parts(results).expect("adds");
-            frames = deferred.complete(loss, grads).expect("completes");
-        }
-        let chunk = protocol::decode_from_worker(&frames[0]).expect("decodes");
-        let WorkerToCoordinator::Gradient(chunk) = chunk else {
+            (frames, jobs)
+        };
+        let (threads, inline) = answer(Compute::Threads(2));
+        let (deferred, jobs) = answer(Compute::Deferred(2));
+        let steps = local.map_or(1, |l| l.steps);
+        assert_eq!(
+            (inline, jobs),
+            (0, steps),
+            "threads compute, a transport is asked"
+        );
+        assert_eq!(deferred, threads, "{local:?}");
+        let Ok(WorkerToCoordinator::Gradient(chunk)) = protocol::decode_from_worker(&threads[0])
+        else {
             panic!("a gradient");
         };
-        assert_eq!((chunk.parts, chunk.samples), (2, inline.samples));
-        assert_eq!(chunk.loss.to_bits(), inline.loss.to_bits(), "{local:?}");
-        assert_eq!(chunk.grads, inline.grads, "{local:?}");
+        assert_eq!(chunk.parts, 2);
     }
 }

@@ -53,10 +53,16 @@ impl Part {
         (batch / MIN_PART_ROWS).clamp(1, MAX_PARTS)
     }
 
-    /// A batch of `batch` rows in `parts` parts of consecutive rows, as even as can be
-    /// (part `i` starts at `i · batch / parts`): between 1 and [`Part::most`] parts.
+    /// How many parts [`Part::split`] makes of `batch` rows asked for `parts`: between 1
+    /// and [`Part::most`].
+    pub fn count(batch: usize, parts: usize) -> usize {
+        parts.clamp(1, Self::most(batch))
+    }
+
+    /// A batch of `batch` rows in [`Part::count`] parts of consecutive rows, as even as can
+    /// be (part `i` starts at `i · batch / parts`).
     pub fn split(batch: usize, parts: usize) -> Vec<Self> {
-        let parts = parts.clamp(1, Self::most(batch));
+        let parts = Self::count(batch, parts);
         (0..parts)
             .map(|i| Self {
                 start: i * batch / parts,
