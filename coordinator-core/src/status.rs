@@ -52,7 +52,7 @@ pub struct WorkerStatus {
     /// before it counts.
     pub probation_left: u32,
     /// The cores its latest answer was computed on (the parts it split its batches into:
-    /// a tab's Web Workers, a native worker's `--threads`).
+    /// a tab's Web Workers, a native worker's `--threads`); 0: on a GPU (unordered).
     pub cores: u8,
     /// The compute time its answers reported, over its time connected (to its last
     /// answer); `None` before its first answer.

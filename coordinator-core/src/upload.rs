@@ -127,7 +127,8 @@ impl Upload {
 /// The sample count is the worker's batch or less; the batch was split into no more parts
 /// than [`model::Part::most`] allows its samples (a phase's are all its steps': its
 /// recomputation splits each step's batch by the same rule, so a claim never makes it finer
-/// than that); the reported loss is a number.
+/// than that), or computed unordered ([`protocol::UNORDERED`], a GPU); the reported loss is
+/// a number.
 fn check_head(head: &Head, loss: f32, joined: &Joined) -> Result<(), Refusal> {
     let samples = head.samples;
     if samples == 0 || samples > joined.batch_size {
@@ -140,11 +141,11 @@ fn check_head(head: &Head, loss: f32, joined: &Joined) -> Result<(), Refusal> {
         ));
     }
     let most = model::Part::most(samples as usize);
-    if head.parts == 0 || usize::from(head.parts) > most {
+    if usize::from(head.parts) > most {
         return Err(Refusal::new(
             ErrorCode::Malformed,
             format!(
-                "the batch was split into {} parts: it can be 1..={most} (one a core, at least {} samples a part, at most {})",
+                "the batch was split into {} parts: it can be 1..={most} (one a core, at least {} samples a part, at most {}), or 0 (unordered, a GPU)",
                 head.parts,
                 model::MIN_PART_ROWS,
                 model::MAX_PARTS

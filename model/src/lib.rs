@@ -40,7 +40,9 @@ pub use eval::{evaluate, Evaluation};
 pub use gemm::{with_order, Order};
 pub use grad::GradientSum;
 pub use local::{LocalPhase, PhaseResult};
-pub use network::{add_parts, batch_seed, Envelope, Network, Part, MAX_PARTS, MIN_PART_ROWS};
+pub use network::{
+    add_parts, batch_seed, Envelope, Network, Part, Stage, MAX_PARTS, MIN_PART_ROWS,
+};
 pub use optim::{
     Adam, Momentum, Nesterov, Optimizer, OptimizerKind, OptimizerState, Sgd, StateError,
 };

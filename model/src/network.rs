@@ -443,9 +443,11 @@ fn standard<'a, T: Scalar>(x: ArrayView2<'a, T>) -> CowArray<'a, T, Ix2> {
 }
 
 mod parts;
+mod stages;
 mod ties;
 
 pub use self::parts::{add_parts, Part, MAX_PARTS, MIN_PART_ROWS};
+pub use self::stages::Stage;
 pub use self::ties::Envelope;
 
 #[cfg(test)]

@@ -28,10 +28,10 @@ pub use ids::{Round, WorkerId};
 pub use message::{
     CoordinatorToWorker, ErrorCode, Gradient, GradientChunk, Hello, InnerOptimizer, LocalPhase,
     ModelSpec, Shard, ShardValues, Task, Weights, Welcome, WorkerKind, WorkerToCoordinator,
-    MAX_LOCAL_STEPS,
+    MAX_LOCAL_STEPS, UNORDERED,
 };
 pub use tensor::Compression;
 
 /// Version of the wire format. Every frame starts with it; a peer speaking another version
 /// is refused with [`ErrorCode::VersionMismatch`]. Bump it on any incompatible change.
-pub const PROTOCOL_VERSION: u16 = 7;
+pub const PROTOCOL_VERSION: u16 = 8;

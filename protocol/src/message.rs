@@ -187,6 +187,10 @@ impl Weights {
     }
 }
 
+/// `Gradient::parts` of an answer computed in no order the coordinator can reproduce (a
+/// GPU's sums): verified within rounding, not replayed bit for bit.
+pub const UNORDERED: u8 = 0;
+
 /// A worker's contribution: the mean gradient over `samples` samples of its shard, computed
 /// on the weights of `round`.
 #[derive(Debug, Clone, PartialEq)]
@@ -200,7 +204,8 @@ pub struct Gradient {
     pub compute_us: u32,
     /// How many parts the worker split each batch into, one per core (`model::Part`): the
     /// verifier recomputes in as many, so that an answer from several cores is replayed bit
-    /// for bit. 1: the whole batch at once.
+    /// for bit. 1: the whole batch at once. [`UNORDERED`]: the whole batch in an order the
+    /// coordinator cannot replay (a tab's GPU), checked within rounding (version 8).
     pub parts: u8,
     pub grads: Vec<f32>,
 }

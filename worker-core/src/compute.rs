@@ -18,6 +18,11 @@ pub enum Compute {
     /// In this many parts, by the transport: [`crate::WorkerCore::job`] says what to
     /// compute, [`crate::WorkerCore::complete`] takes the result.
     Deferred(usize),
+    /// By the transport, the whole batch at once in an order the coordinator cannot
+    /// replay (a tab's GPU): answered with `Gradient::parts` 0, which the verifier checks
+    /// within rounding. A local phase is still computed in one ordered part (its replay
+    /// must be exact).
+    Unordered,
 }
 
 impl Default for Compute {
@@ -27,11 +32,18 @@ impl Default for Compute {
 }
 
 impl Compute {
-    /// The parts a batch is split into, before [`Part::split`] bounds them by its rows.
+    /// The parts a batch is split into, before [`Part::split`] bounds them by its rows;
+    /// 0 for [`Compute::Unordered`].
     pub fn parts(self) -> usize {
         match self {
             Self::Threads(k) | Self::Deferred(k) => k.clamp(1, model::MAX_PARTS),
+            Self::Unordered => 0,
         }
+    }
+
+    /// Whether the transport computes ([`crate::WorkerCore::job`]).
+    pub fn deferred(self) -> bool {
+        !matches!(self, Self::Threads(_))
     }
 }
 
@@ -67,7 +79,13 @@ impl<'a> Job<'a> {
         }
     }
 
-    /// The parts to compute, one a core, whose results are added in this order.
+    /// Whether it may be computed in any order (a GPU): the whole batch at once.
+    pub fn unordered(&self) -> bool {
+        self.parts == 0
+    }
+
+    /// The parts to compute, one a core, whose results are added in this order (one for
+    /// an unordered job).
     pub fn parts(&self) -> Vec<Part> {
         Part::split(self.x.nrows(), self.parts)
     }

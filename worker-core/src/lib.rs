@@ -162,7 +162,7 @@ impl WorkerCore {
         if compute != self.compute {
             self.cores = match compute {
                 Compute::Threads(k) => Cores::new(k),
-                Compute::Deferred(_) => Cores::default(),
+                Compute::Deferred(_) | Compute::Unordered => Cores::default(),
             };
         }
         self.compute = compute;
@@ -424,7 +424,7 @@ impl WorkerCore {
                 phase: LocalPhase::new(net, &weights.params, inner(local.optimizer), local.steps),
                 samples: 0,
                 compute_us: 0,
-                parts: self.compute.parts(),
+                parts: self.compute.parts().max(1),
             });
             // A step of the replaced phase left to the transport is dropped with it.
             self.pending = None;

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use ndarray::Array2;
 use protocol::{encode_gradient, Compression, Gradient, Round};
 
-use crate::{Compute, Job, Joined, Phase, WorkerCore, WorkerError};
+use crate::{Job, Joined, Phase, WorkerCore, WorkerError};
 
 /// A batch's gradient the core is computing, or waiting for its transport to compute
 /// ([`Compute::Deferred`]).
@@ -61,7 +61,7 @@ impl WorkerCore {
     /// Sets `pending` and, unless the transport computes it, computes it now; returns the
     /// answer it finished, if any.
     pub(crate) fn start(&mut self, pending: Pending) -> Result<Option<Gradient>, WorkerError> {
-        if let Compute::Deferred(_) = self.compute {
+        if self.compute.deferred() {
             self.pending = Some(pending);
             return Ok(None);
         }
@@ -91,7 +91,11 @@ impl WorkerCore {
         };
         let samples = pending.labels.len() as u64;
         let compute_us = self.clock.elapsed(pending.started, 1);
-        let parts = model::Part::count(pending.labels.len(), pending.parts) as u8;
+        // 0: unordered (a GPU), which the verifier checks within rounding.
+        let parts = match pending.parts {
+            0 => 0,
+            k => model::Part::count(pending.labels.len(), k) as u8,
+        };
         self.stats.samples_computed += samples;
         self.stats.last_loss = Some(loss);
         let Of::Answer { round, .. } = pending.of else {

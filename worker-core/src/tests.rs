@@ -302,7 +302,8 @@ fn a_shard_arriving_mid_phase_is_for_the_next_phase() {
 
 /// A core whose transport computes (`Compute::Deferred`, a tab's Web Workers) answers what
 /// a core computing on its own threads answers, byte for byte, plain gradients and local
-/// phases alike; the answers say how many parts.
+/// phases alike; the answers say how many parts. An unordered one (a tab's GPU) computes a
+/// batch at once and says 0, but for a local phase, which stays ordered (replayed exactly).
 #[test]
 fn a_deferred_job_answers_what_threads_answer() {
     let spec = "input 2; dense 3; relu; dense 2";
@@ -341,7 +342,7 @@ fn a_deferred_job_answers_what_threads_answer() {
         }));
         // The answer's frames, computing each batch as `compute` says, and how many
         // batches were left to the transport.
-        let answer = |compute| {
+        let answer = |compute, parts| {
             let mut core = core(compute);
             assert!(core.handle_frame(&task).expect("task").is_empty());
             let (mut frames, mut jobs) = (core.handle_frame(&weights).expect("weights"), 0);
@@ -349,7 +350,11 @@ fn a_deferred_job_answers_what_threads_answer() {
                 assert!(core.working(), "an answer under way");
                 frames = match core.job() {
                     Some(job) => {
-                        assert_eq!(job.parts().len(), 2);
+                        assert_eq!(job.parts().len(), parts);
+                        assert_eq!(
+                            job.unordered(),
+                            compute == Compute::Unordered && local.is_none()
+                        );
                         let results = job.parts().into_iter().map(|p| job.part(p));
                         let (loss, grads) = model::add_parts(results).expect("adds");
                         drop(job);
@@ -361,8 +366,8 @@ fn a_deferred_job_answers_what_threads_answer() {
             }
             (frames, jobs)
         };
-        let (threads, inline) = answer(Compute::Threads(2));
-        let (deferred, jobs) = answer(Compute::Deferred(2));
+        let (threads, inline) = answer(Compute::Threads(2), 2);
+        let (deferred, jobs) = answer(Compute::Deferred(2), 2);
         let steps = local.map_or(1, |l| l.steps);
         assert_eq!(
             (inline, jobs),
@@ -375,5 +380,12 @@ fn a_deferred_job_answers_what_threads_answer() {
             panic!("a gradient");
         };
         assert_eq!(chunk.parts, 2);
+        let (unordered, jobs) = answer(Compute::Unordered, 1);
+        assert_eq!(jobs, steps, "the transport computes");
+        let Ok(WorkerToCoordinator::Gradient(chunk)) = protocol::decode_from_worker(&unordered[0])
+        else {
+            panic!("a gradient");
+        };
+        assert_eq!(chunk.parts, if local.is_none() { 0 } else { 1 });
     }
 }

@@ -12,6 +12,7 @@
 //! ```
 
 mod cores;
+pub mod gpu;
 mod transport;
 mod worker;
 
@@ -82,6 +83,34 @@ impl BrowserWorker {
     pub fn set_cores(&self, cores: u32, pool: JsValue, pinned: bool) {
         let pool = (!pool.is_undefined() && !pool.is_null()).then_some(pool);
         self.inner.set_cores(cores, pool, pinned);
+    }
+
+    /// Computes on the GPU from the next batch, if the browser has a real one (or, with
+    /// `allow_fallback`, a fallback adapter: software, on the CPU); resolves to what it
+    /// computes on now, as the page shows it (`"GPU: <adapter>"`, or `"CPU: <why not the
+    /// GPU>"`). Local phases stay on the CPU (see `gpu`).
+    pub async fn use_gpu(&self, allow_fallback: bool) -> String {
+        let inner = Rc::clone(&self.inner);
+        match gpu::Gpu::open(allow_fallback).await {
+            Ok(gpu) => {
+                let name = format!(
+                    "GPU: {}{}",
+                    gpu.name,
+                    if gpu.fallback { " (fallback)" } else { "" }
+                );
+                inner.set_gpu(Some(gpu));
+                name
+            }
+            Err(why) => {
+                inner.set_gpu(None);
+                format!("CPU: {why}")
+            }
+        }
+    }
+
+    /// Computes on the CPU from the next batch.
+    pub fn stop_gpu(&self) {
+        self.inner.set_gpu(None);
     }
 
     /// Where to connect from now on, comma-separated: the page's own coordinator first, then

@@ -11,6 +11,7 @@ use web_sys::WebSocket;
 use worker_core::{Compute, ComputeClock, Stats, WorkerCore, WorkerError};
 
 use crate::cores::Helpers;
+use crate::gpu::Gpu;
 use crate::transport::{Socket, SocketEvent};
 
 /// Reconnect backoff: doubles from the first value up to the cap.
@@ -49,6 +50,8 @@ pub struct Inner {
     /// Cores to compute on: this Web Worker and `cores − 1` helpers.
     cores: Cell<u32>,
     helpers: Helpers,
+    /// The GPU it computes plain gradients on, if the page asked for one and it opened.
+    gpu: RefCell<Option<Rc<Gpu>>>,
     compression: protocol::Compression,
 }
 
@@ -81,7 +84,36 @@ impl Inner {
             cpu: Cell::new(1.0),
             cores: Cell::new(1),
             helpers: Helpers::default(),
+            gpu: RefCell::new(None),
         }
+    }
+
+    pub fn set_gpu(&self, gpu: Option<Gpu>) {
+        *self.gpu.borrow_mut() = gpu.map(Rc::new);
+    }
+
+    /// Computes the job the core is waiting for, if any: on the GPU when it is unordered
+    /// and there is one (a GPU that fails is given up, with a message, and the batch
+    /// computed on the CPU), else on the cores; returns what the core answers.
+    async fn run_job(&self, core: &mut WorkerCore) -> Result<Vec<Vec<u8>>, String> {
+        let gpu = self.gpu.borrow().clone();
+        if let (Some(gpu), Some(job)) = (gpu, core.job().filter(|j| j.unordered())) {
+            let result = gpu
+                .gradient(job.net, &job.weights, job.x, job.labels, job.seed)
+                .await;
+            drop(job);
+            match result {
+                Ok((loss, grads)) => return core.complete(loss, grads).map_err(|e| e.to_string()),
+                Err(why) => {
+                    self.set_gpu(None);
+                    self.emit(
+                        "device",
+                        &[("device", format!("CPU: the GPU failed ({why})").into())],
+                    );
+                }
+            }
+        }
+        self.helpers.run(core).await
     }
 
     pub fn set_cores(&self, cores: u32, pool: Option<JsValue>, pinned: bool) {
@@ -105,8 +137,11 @@ impl Inner {
         ]
     }
 
-    /// How the core computes now: here alone, or in parts with the helpers.
+    /// How the core computes now: on the GPU, here alone, or in parts with the helpers.
     fn compute(&self) -> Compute {
+        if self.gpu.borrow().is_some() {
+            return Compute::Unordered;
+        }
         // With cores lent, every batch goes through the helpers' side, which times it on
         // one core or on all and so learns which is faster.
         match self.cores.get() {
@@ -259,7 +294,7 @@ async fn session(
                     let started = performance_now();
                     core.set_compute(inner.compute());
                     let reply = match core.work() {
-                        Ok(reply) if reply.is_empty() => inner.helpers.run(core).await,
+                        Ok(reply) if reply.is_empty() => inner.run_job(core).await,
                         Ok(reply) => Ok(reply),
                         Err(err) => Err(err.to_string()),
                     };
@@ -312,7 +347,7 @@ async fn session(
         let started = performance_now();
         core.set_compute(inner.compute());
         let reply = match core.handle_frame(&frame) {
-            Ok(reply) if reply.is_empty() => match inner.helpers.run(core).await {
+            Ok(reply) if reply.is_empty() => match inner.run_job(core).await {
                 Ok(reply) => reply,
                 Err(err) => return Ended::Retry(err),
             },

@@ -82,7 +82,8 @@ pub struct Claim<'a> {
     /// kind only costs the coordinator a second recomputation.
     pub order: Order,
     /// How many parts the worker computed each batch in (`Gradient::parts`, checked on
-    /// arrival): recomputed in as many, an honest answer from several cores is exact.
+    /// arrival): recomputed in as many, an honest answer from several cores is exact. 0:
+    /// unordered (a GPU), checked within rounding.
     pub parts: usize,
 }
 
@@ -195,7 +196,9 @@ pub fn verify(
             shard: claim.shard.clone(),
             first: claim.batch_index,
             size: claim.batch_size,
-            parts: claim.parts,
+            // An unordered phase (none of ours: a tab's phases stay on its CPU) is replayed
+            // in one part, within the allowance for other orders.
+            parts: claim.parts.max(1),
         };
         let phase = |order| {
             with_order(order, || replay(net, train, &batches, local, claim.weights))
@@ -214,14 +217,21 @@ pub fn verify(
     let positions = batch_positions(claim.shard.len(), claim.batch_index, claim.batch_size);
     let (x, labels) = train.batch(positions.map(|p| claim.shard.start + p));
     let seed = batch_seed(claim.batch_index, claim.shard.start);
+    let parts = claim.parts.max(1);
     let gradient = |order| {
         with_order(order, || {
-            net.loss_and_grad_parts(claim.weights, x.view(), &labels, seed, claim.parts)
+            net.loss_and_grad_parts(claim.weights, x.view(), &labels, seed, parts)
         })
         .map(|(_, g)| net.compact(g))
     };
+    // An unordered answer (a GPU's, `protocol::UNORDERED`) matches no order bit for bit:
+    // it is checked within rounding and the near-ties' envelope at once.
+    let orders: &[Order] = match claim.parts {
+        0 => &[],
+        _ => &[claim.order, other(claim.order)],
+    };
     let mut expected = Vec::new();
-    for order in [claim.order, other(claim.order)] {
+    for &order in orders {
         let computed = gradient(order)?;
         if compare(claim.grads, &computed, claim.compression).is_ok() {
             return Ok(Ok(()));
@@ -229,6 +239,9 @@ pub fn verify(
         if order == Order::Library {
             expected = computed;
         }
+    }
+    if orders.is_empty() {
+        expected = gradient(Order::Library)?;
     }
     // Outside rounding in both orders: only a near-tie may explain it (of the library's
     // order, in which the envelope is computed).
@@ -628,6 +641,47 @@ mod tests {
                     .is_err());
             }
         }
+    }
+
+    /// A GPU's answer (`parts` 0, unordered) is checked within rounding: one computed in
+    /// another order (emulated here in f64, then rounded) passes; scaled by 1.01, or one
+    /// value moved by 1 %, it is refused.
+    #[test]
+    fn an_unordered_answer_passes_within_rounding_and_a_scaled_one_does_not() {
+        let (mlp, train, params) = setup();
+        let shard = train.slice(100..400);
+        let (x, labels) = shard.batch(batch_positions(shard.len(), 7, 32));
+        let wide: Vec<f64> = params.iter().map(|&v| f64::from(v)).collect();
+        let (_, g) = mlp
+            .loss_and_grad(&wide, x.mapv(f64::from).view(), &labels, batch_seed(7, 100))
+            .expect("computes");
+        let gpu: Vec<f32> = mlp.compact(g).into_iter().map(|v| v as f32).collect();
+        let library = honest(&mlp, &train, &params, 7, Compression::None);
+        assert!(
+            gpu.iter().zip(&library).any(|(a, b)| a != b),
+            "another order than the coordinator's"
+        );
+        let unordered = |grads| Claim {
+            parts: usize::from(protocol::UNORDERED),
+            ..claim(&params, grads, 7)
+        };
+        assert_eq!(
+            verify(&mlp, &train, &unordered(&gpu)).expect("computes"),
+            Ok(())
+        );
+        let scaled: Vec<f32> = gpu.iter().map(|v| v * 1.01).collect();
+        let err = verify(&mlp, &train, &unordered(&scaled))
+            .expect("computes")
+            .expect_err("refused");
+        assert!(err.outside > gpu.len() / 10, "{err}");
+        let big = (0..gpu.len())
+            .max_by(|&a, &b| gpu[a].abs().total_cmp(&gpu[b].abs()))
+            .expect("values");
+        let mut one = gpu.clone();
+        one[big] *= 1.01;
+        assert!(verify(&mlp, &train, &unordered(&one))
+            .expect("computes")
+            .is_err());
     }
 
     #[test]

@@ -165,6 +165,11 @@ fn validation_names_the_problem() {
         ..gradient(vec![3.0, 0.0, 4.0], 8, 1.0)
     };
     assert_eq!(check(&two_cores), Ok(5.0));
+    let gpu = Gradient {
+        parts: protocol::UNORDERED,
+        ..gradient(vec![3.0, 0.0, 4.0], 8, 1.0)
+    };
+    assert_eq!(check(&gpu), Ok(5.0), "a GPU's answer, unordered");
     // Finite values whose squares overflow f32: the norm is still exact, in f64.
     let huge = check(&gradient(vec![3e38; 3], 8, 1.0)).expect("finite");
     assert!((huge / (3e38 * 3f64.sqrt()) - 1.0).abs() < 1e-6, "{huge}");
@@ -189,22 +194,14 @@ fn validation_names_the_problem() {
             ErrorCode::NonFinite,
             "loss is NaN",
         ),
-        // Parts: one a core, at least 4 samples a part (and at most 64).
-        (
-            Gradient {
-                parts: 0,
-                ..gradient(vec![0.0; 3], 8, 1.0)
-            },
-            ErrorCode::Malformed,
-            "split into 0 parts: it can be 1..=2",
-        ),
+        // Parts: one a core, at least 4 samples a part (and at most 64), or 0 (a GPU).
         (
             Gradient {
                 parts: 3,
                 ..gradient(vec![0.0; 3], 8, 1.0)
             },
             ErrorCode::Malformed,
-            "split into 3 parts",
+            "split into 3 parts: it can be 1..=2 (one a core, at least 4 samples a part, at most 64), or 0 (unordered, a GPU)",
         ),
         (
             Gradient {

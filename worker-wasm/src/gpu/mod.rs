@@ -1,0 +1,195 @@
+//! A tab's GPU: each batch's gradient computed by WebGPU compute kernels.
+//!
+//! The kernels are hand-written WGSL (`kernels.wgsl`), one a layer's forward and one a
+//! gradient backward, and the loss; [`Plan`] says which run, in what order, on which
+//! slices of the buffers, built from the network alone. `engine.js` is the WebGPU host: it
+//! picks the adapter (a real one by default, a fallback only when asked), keeps the
+//! buffers and pipelines, and runs a plan. This file hands it the batch and the dropout
+//! masks the CPU path would draw, and takes back the gradient.
+//!
+//! A GPU's sums run in no order the coordinator can reproduce, so its answers say so
+//! (`Gradient::parts` 0, `Compute::Unordered`) and are checked within rounding rather than
+//! replayed bit for bit (`coordinator-core`'s `verify.rs`). Local phases stay on the CPU,
+//! where they are replayed exactly: a flipped ReLU in one step of an unordered phase moves
+//! every later step.
+
+mod plan;
+
+use std::cell::RefCell;
+
+use js_sys::{Float32Array, Object, Promise, Reflect, Uint32Array};
+use model::{Network, Part};
+use ndarray::ArrayView2;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+
+pub use plan::{Dispatch, Plan, TooLarge};
+
+static KERNELS: &str = include_str!("kernels.wgsl");
+
+#[wasm_bindgen(module = "/src/gpu/engine.js")]
+extern "C" {
+    #[wasm_bindgen(js_name = openGpu)]
+    fn open_gpu(allow_fallback: bool) -> Promise;
+
+    type Engine;
+
+    #[wasm_bindgen(constructor, catch)]
+    fn new(device: &JsValue, code: &str) -> Result<Engine, JsValue>;
+    #[wasm_bindgen(method)]
+    fn check(this: &Engine) -> Promise;
+    #[wasm_bindgen(method, catch)]
+    fn prepare(this: &Engine, plan: &JsValue) -> Result<JsValue, JsValue>;
+    #[wasm_bindgen(method, catch)]
+    fn run(
+        this: &Engine,
+        prepared: &JsValue,
+        weights: &[f32],
+        x: &[f32],
+        labels: &[u32],
+        masks: &[f32],
+    ) -> Result<Promise, JsValue>;
+    #[wasm_bindgen(method)]
+    fn destroy(this: &Engine, prepared: &JsValue);
+}
+
+/// An open GPU and the buffers of the last model and batch size it ran.
+pub struct Gpu {
+    engine: Engine,
+    /// The adapter, as the page shows it.
+    pub name: String,
+    /// Whether it is a fallback adapter (software, on the CPU).
+    pub fallback: bool,
+    prepared: RefCell<Option<(String, usize, JsValue)>>,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu").field("name", &self.name).finish()
+    }
+}
+
+fn why(e: JsValue) -> String {
+    e.dyn_ref::<js_sys::Error>()
+        .map(|e| String::from(e.message()))
+        .or_else(|| e.as_string())
+        .unwrap_or_else(|| format!("{e:?}"))
+}
+
+fn get(object: &JsValue, key: &str) -> JsValue {
+    Reflect::get(object, &key.into()).unwrap_or(JsValue::UNDEFINED)
+}
+
+impl Gpu {
+    /// The GPU to compute on: a real adapter, or a fallback one too if `allow_fallback`.
+    /// `Err` says why there is none (no WebGPU, only a fallback adapter, the kernels do not
+    /// compile there).
+    pub async fn open(allow_fallback: bool) -> Result<Gpu, String> {
+        let got = JsFuture::from(open_gpu(allow_fallback))
+            .await
+            .map_err(why)?;
+        if let Some(none) = get(&got, "none").as_string() {
+            return Err(none);
+        }
+        let engine = Engine::new(&get(&got, "device"), KERNELS).map_err(why)?;
+        JsFuture::from(engine.check()).await.map_err(why)?;
+        Ok(Gpu {
+            engine,
+            name: get(&got, "name").as_string().unwrap_or_default(),
+            fallback: get(&got, "fallback").as_bool().unwrap_or(false),
+            prepared: RefCell::new(None),
+        })
+    }
+
+    /// The buffers for `net` and batches of `rows`, made once and kept.
+    fn prepared(&self, net: &Network, rows: usize) -> Result<JsValue, String> {
+        let spec = net.spec().to_string();
+        if let Some((s, r, prepared)) = self.prepared.borrow().as_ref() {
+            if *s == spec && *r == rows {
+                return Ok(prepared.clone());
+            }
+        }
+        let plan = Plan::new(net, rows).map_err(|e| e.to_string())?;
+        let object = Object::new();
+        let set = |key: &str, value: JsValue| Reflect::set(&object, &key.into(), &value);
+        let kernels: js_sys::Array = plan
+            .dispatches
+            .iter()
+            .map(|d| JsValue::from(d.kernel))
+            .collect();
+        let uniforms: Vec<u32> = plan.dispatches.iter().flat_map(|d| d.p).collect();
+        let groups: Vec<u32> = plan
+            .dispatches
+            .iter()
+            .flat_map(|d| {
+                let (x, y) = d.groups();
+                [x, y]
+            })
+            .collect();
+        for (key, value) in [
+            ("rows", JsValue::from(plan.rows as u32)),
+            ("params", JsValue::from(plan.params as u32)),
+            ("acts", JsValue::from(plan.acts as u32)),
+            ("masks", JsValue::from(plan.masks as u32)),
+            ("kernels", kernels.into()),
+            ("uniforms", Uint32Array::from(&uniforms[..]).into()),
+            ("groups", Uint32Array::from(&groups[..]).into()),
+        ] {
+            set(key, value).map_err(why)?;
+        }
+        let prepared = self.engine.prepare(&object).map_err(why)?;
+        if let Some((_, _, old)) = self.prepared.replace(Some((spec, rows, prepared.clone()))) {
+            self.engine.destroy(&old);
+        }
+        Ok(prepared)
+    }
+
+    /// The mean loss of a batch and its gradient (full layout; zero for frozen layers), as
+    /// `Network::loss_and_grad` computes them, within rounding.
+    pub async fn gradient(
+        &self,
+        net: &Network,
+        weights: &[f32],
+        x: ArrayView2<'_, f32>,
+        labels: &[u8],
+        seed: u64,
+    ) -> Result<(f32, Vec<f32>), String> {
+        let rows = x.nrows();
+        if rows == 0 || labels.len() != rows || weights.len() != net.param_count() {
+            return Err("a batch the model does not fit".into());
+        }
+        let prepared = self.prepared(net, rows)?;
+        let stages = net.stages();
+        let mut masks = Vec::new();
+        for (i, _) in stages.iter().enumerate() {
+            if let Some(mask) = net.dropout_mask(i, seed, Part::whole(rows)) {
+                masks.extend(mask);
+            }
+        }
+        let x = x.as_standard_layout();
+        let labels: Vec<u32> = labels.iter().map(|&l| u32::from(l)).collect();
+        let promise = self
+            .engine
+            .run(
+                &prepared,
+                weights,
+                x.as_slice().unwrap_or_default(),
+                &labels,
+                &masks,
+            )
+            .map_err(why)?;
+        let result = JsFuture::from(promise).await.map_err(why)?;
+        let grads: Float32Array = get(&result, "grads").dyn_into().map_err(why)?;
+        let losses: Float32Array = get(&result, "loss").dyn_into().map_err(why)?;
+        if grads.length() as usize != net.param_count() {
+            return Err("the GPU returned a gradient of the wrong length".into());
+        }
+        let grads = grads.to_vec();
+        // The CPU path's loss: the rows' sum, over the batch.
+        let loss = losses.to_vec().iter().fold(0.0f32, |s, &l| s + l) / rows as f32;
+        if !grads.iter().all(|g| g.is_finite()) {
+            return Err("the GPU computed values that are not finite".into());
+        }
+        Ok((loss, grads))
+    }
+}

@@ -1,0 +1,291 @@
+//! What the GPU runs for a batch of `n` rows: where each activation lives, and the
+//! kernels (`kernels.wgsl`) in order with their parameters. Built from the network alone,
+//! so it is the same on every tab and checked natively.
+
+use model::{Layer, Network, Stage};
+
+/// Values a workgroup computes (`@workgroup_size` in `kernels.wgsl`).
+pub const WORKGROUP: u32 = 64;
+/// Most workgroups along one dimension of a dispatch (WebGPU's default limit).
+const MAX_GROUPS: u32 = 65_535;
+
+/// One kernel launch: its entry point and its parameters (`p0` is the values it computes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dispatch {
+    pub kernel: &'static str,
+    pub p: [u32; 16],
+}
+
+impl Dispatch {
+    fn new(kernel: &'static str, values: usize, rest: &[usize]) -> Self {
+        let mut p = [0u32; 16];
+        p[0] = values as u32;
+        for (slot, &v) in p[1..].iter_mut().zip(rest) {
+            *slot = v as u32;
+        }
+        Self { kernel, p }
+    }
+
+    /// Workgroups along x and y.
+    pub fn groups(&self) -> (u32, u32) {
+        let groups = self.p[0].div_ceil(WORKGROUP).max(1);
+        let x = groups.min(MAX_GROUPS);
+        (x, groups.div_ceil(x))
+    }
+}
+
+/// A batch's forward pass, loss and backward pass on the GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub rows: usize,
+    /// Values of the weights and of the gradient (full layout).
+    pub params: usize,
+    /// Values of all activations (and of their gradients, laid out alike).
+    pub acts: usize,
+    /// The dropout layers, in order, whose masks fill the mask buffer one after the other.
+    pub dropouts: Vec<usize>,
+    pub masks: usize,
+    pub dispatches: Vec<Dispatch>,
+}
+
+/// Why the GPU cannot run a model: an offset past what its 32-bit indices reach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TooLarge(pub usize);
+
+impl std::fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} values are more than the GPU path indexes", self.0)
+    }
+}
+
+impl Plan {
+    pub fn new(net: &Network, rows: usize) -> Result<Self, TooLarge> {
+        let stages = net.stages();
+        // Where each layer's input lives (the last entry: the logits); a flatten's output
+        // is its input.
+        let mut at = vec![0usize];
+        let mut end = rows * net.inputs();
+        for s in &stages {
+            let here = *at.last().expect("the input");
+            if let Layer::Flatten = s.layer {
+                at.push(here);
+            } else {
+                at.push(end);
+                end += rows * s.output.len();
+            }
+        }
+        let (mut dispatches, mut dropouts, mut masks) = (Vec::new(), Vec::new(), 0);
+        let mut mask_at = Vec::with_capacity(stages.len());
+        for (i, s) in stages.iter().enumerate() {
+            mask_at.push(masks);
+            if let Layer::Dropout { .. } = s.layer {
+                dropouts.push(i);
+                masks += rows * s.output.len();
+            }
+            dispatches.extend(forward(s, rows, at[i], at[i + 1], mask_at[i]));
+        }
+        let logits = *at.last().expect("the logits");
+        dispatches.push(Dispatch::new(
+            "softmax_cross_entropy",
+            rows,
+            &[net.classes(), rows, logits, logits],
+        ));
+        for (i, s) in stages.iter().enumerate().rev() {
+            dispatches.extend(backward(s, rows, at[i], at[i + 1], mask_at[i], i > 0));
+        }
+        let largest = end.max(net.param_count()).max(masks);
+        if largest > u32::MAX as usize / 2 {
+            return Err(TooLarge(largest));
+        }
+        Ok(Self {
+            rows,
+            params: net.param_count(),
+            acts: end,
+            dropouts,
+            masks,
+            dispatches,
+        })
+    }
+}
+
+/// The parameters shared by a convolution's kernels and a pool's.
+fn grid(s: &Stage, rows: usize) -> [usize; 7] {
+    let (i, o) = (s.input, s.output);
+    [rows, i.c, i.h, i.w, o.c, o.h, o.w]
+}
+
+fn forward(s: &Stage, rows: usize, x: usize, y: usize, mask: usize) -> Vec<Dispatch> {
+    let values = rows * s.output.len();
+    let (weight, bias) = s.weight_and_bias();
+    let one = |kernel| vec![Dispatch::new(kernel, values, &[x, y, x, y, mask])];
+    match s.layer {
+        Layer::Dense { units } => vec![Dispatch::new(
+            "dense_forward",
+            values,
+            &[rows, s.input.len(), units, x, y, weight.start, bias.start],
+        )],
+        Layer::Conv2d {
+            kernel,
+            stride,
+            padding,
+            ..
+        } => {
+            let g = grid(s, rows);
+            let p = [
+                &g[..],
+                &[kernel, stride, padding, x, y, weight.start, bias.start],
+            ]
+            .concat();
+            vec![Dispatch::new("conv_forward", values, &p)]
+        }
+        Layer::MaxPool { size, stride } | Layer::AvgPool { size, stride } => {
+            let [n, c, h, w, _, oh, ow] = grid(s, rows);
+            let kernel = match s.layer {
+                Layer::MaxPool { .. } => "max_pool_forward",
+                _ => "avg_pool_forward",
+            };
+            vec![Dispatch::new(
+                kernel,
+                values,
+                &[n, c, h, w, oh, ow, size, stride, x, y, x, y],
+            )]
+        }
+        Layer::Flatten => Vec::new(),
+        Layer::Relu => one("relu_forward"),
+        Layer::Tanh => one("tanh_forward"),
+        Layer::Gelu => one("gelu_forward"),
+        Layer::Dropout { .. } => one("dropout_forward"),
+    }
+}
+
+/// The gradient of a layer's parameters (if trained) and of its input (if `need_dx`); the
+/// gradients of activations live where the activations do.
+fn backward(
+    s: &Stage,
+    rows: usize,
+    x: usize,
+    y: usize,
+    mask: usize,
+    need_dx: bool,
+) -> Vec<Dispatch> {
+    let inputs = rows * s.input.len();
+    let (weight, bias) = s.weight_and_bias();
+    let mut out = Vec::new();
+    let one = |kernel| Dispatch::new(kernel, inputs, &[x, y, x, y, mask]);
+    match s.layer {
+        Layer::Dense { units } => {
+            let nin = s.input.len();
+            let p = [rows, nin, units, x, y, weight.start, bias.start];
+            if s.trained {
+                out.push(Dispatch::new("dense_weights", (nin + 1) * units, &p));
+            }
+            if need_dx {
+                out.push(Dispatch::new(
+                    "dense_input",
+                    inputs,
+                    &[rows, nin, units, y, x, weight.start],
+                ));
+            }
+        }
+        Layer::Conv2d {
+            kernel,
+            stride,
+            padding,
+            filters,
+        } => {
+            let g = grid(s, rows);
+            let p = [
+                &g[..],
+                &[kernel, stride, padding, x, y, weight.start, bias.start],
+            ]
+            .concat();
+            if s.trained {
+                let values = filters * s.input.c * kernel * kernel + filters;
+                out.push(Dispatch::new("conv_weights", values, &p));
+            }
+            if need_dx {
+                out.push(Dispatch::new("conv_input", inputs, &p));
+            }
+        }
+        _ if !need_dx => {}
+        Layer::MaxPool { size, stride } | Layer::AvgPool { size, stride } => {
+            let [n, c, h, w, _, oh, ow] = grid(s, rows);
+            let kernel = match s.layer {
+                Layer::MaxPool { .. } => "max_pool_input",
+                _ => "avg_pool_input",
+            };
+            out.push(Dispatch::new(
+                kernel,
+                inputs,
+                &[n, c, h, w, oh, ow, size, stride, x, y, x, y],
+            ));
+        }
+        Layer::Flatten => {}
+        Layer::Relu => out.push(one("relu_input")),
+        Layer::Tanh => out.push(one("tanh_input")),
+        Layer::Gelu => out.push(one("gelu_input")),
+        Layer::Dropout { .. } => out.push(one("dropout_input")),
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net(spec: &str) -> Network {
+        let spec: model::NetSpec = spec.parse().expect("a spec");
+        let classes = spec.outputs().expect("classes");
+        Network::new(spec, classes).expect("builds")
+    }
+
+    /// Every layer's activations laid out one after the other (a flatten sharing its
+    /// input's), a kernel per layer forward and per gradient backward, in order.
+    #[test]
+    fn a_plan_lays_out_every_activation_and_kernel() {
+        let cnn = net(
+            "input 1x6x6; conv2d 2 k3 s1 p1; relu; maxpool 2 s2; flatten; dropout 0.5; dense 3",
+        );
+        let plan = Plan::new(&cnn, 4).expect("plans");
+        // input 4·36, conv 4·72, relu 4·72, pool 4·18, dropout 4·18, logits 4·3
+        assert_eq!(plan.acts, 4 * (36 + 72 + 72 + 18 + 18 + 3));
+        assert_eq!((plan.dropouts.clone(), plan.masks), (vec![4], 4 * 18));
+        let kernels: Vec<_> = plan.dispatches.iter().map(|d| d.kernel).collect();
+        assert_eq!(
+            kernels,
+            [
+                "conv_forward",
+                "relu_forward",
+                "max_pool_forward",
+                "dropout_forward",
+                "dense_forward",
+                "softmax_cross_entropy",
+                "dense_weights",
+                "dense_input",
+                "dropout_input",
+                "max_pool_input",
+                "relu_input",
+                "conv_weights",
+            ]
+        );
+        // The dense layer reads the dropout's output, which follows the pool's.
+        let dense = &plan.dispatches[4];
+        assert_eq!(dense.p[..5], [4 * 3, 4, 18, 3, 4 * (36 + 72 + 72 + 18)]);
+        assert_eq!(dense.groups(), (1, 1));
+        let wide = Dispatch::new("relu_forward", 64 * 65_535 * 2 + 1, &[]);
+        assert_eq!(wide.groups(), (65_535, 3));
+    }
+
+    /// A frozen layer gets no gradient kernel (its gradient stays zero).
+    #[test]
+    fn a_frozen_layer_computes_no_weight_gradient() {
+        let mlp = net("input 4; dense 5 frozen; relu; dense 3");
+        let kernels: Vec<_> = Plan::new(&mlp, 2)
+            .expect("plans")
+            .dispatches
+            .iter()
+            .map(|d| d.kernel)
+            .collect();
+        assert_eq!(kernels.iter().filter(|k| **k == "dense_weights").count(), 1);
+    }
+}

@@ -1,0 +1,179 @@
+//! The GPU path in headless Chromium (`wasm-pack test --headless --chrome`, with
+//! `--enable-unsafe-webgpu` in `webdriver.json`: Chromium's fallback adapter, SwiftShader,
+//! on a machine without a GPU). Its gradient against the CPU path's, for every layer type
+//! and both presets, within the tolerance the coordinator's verifier allows an unordered
+//! answer (`coordinator-core`'s `verify.rs`): 1e-6 + 1e-4·|value| + 1e-5·(the magnitude of
+//! the sums behind it), or within the near-ties' envelope.
+
+#![cfg(target_arch = "wasm32")]
+
+#[path = "../src/fixture.rs"]
+mod fixture;
+
+use model::{Network, SplitMix64};
+use ndarray::Array2;
+use wasm_bindgen_test::*;
+use worker_wasm::gpu::Gpu;
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+const ABS: f32 = 1e-6;
+const REL: f32 = 1e-4;
+const ROUNDING: f32 = 1e-5;
+
+/// A small model for each layer type, each behind or in front of what gives it a gradient.
+const LAYERS: [(&str, &str); 10] = [
+    ("dense", "input 12; dense 7; dense 3"),
+    ("relu", "input 12; dense 9; relu; dense 3"),
+    ("tanh", "input 12; dense 9; tanh; dense 3"),
+    ("gelu", "input 12; dense 9; gelu; dense 3"),
+    ("dropout", "input 12; dense 9; dropout 0.5; dense 3"),
+    ("conv2d", "input 2x7x7; conv2d 3 k3 s2 p1; flatten; dense 3"),
+    (
+        "conv2d after conv2d",
+        "input 2x6x6; conv2d 3 k3 s1 p1; conv2d 2 k2 s1 p0; flatten; dense 3",
+    ),
+    (
+        "max pool",
+        "input 2x6x6; conv2d 3 k3 s1 p1; maxpool 2 s2; flatten; dense 3",
+    ),
+    (
+        "avg pool, overlapping",
+        "input 2x6x6; conv2d 3 k3 s1 p0; avgpool 2 s1; flatten; dense 3",
+    ),
+    ("frozen dense", "input 12; dense 9 frozen; relu; dense 3"),
+];
+
+async fn gpu() -> Gpu {
+    Gpu::open(true)
+        .await
+        .expect("Chromium with --enable-unsafe-webgpu has an adapter (a fallback one here)")
+}
+
+fn net(spec: &str) -> Network {
+    let spec: model::NetSpec = spec.parse().expect("a spec");
+    let classes = spec.outputs().expect("classes");
+    Network::new(spec, classes).expect("builds")
+}
+
+/// How the GPU's gradient lies against the CPU's: values outside the tolerance (none may
+/// be, but for near-ties the envelope explains), the largest error, and the largest error
+/// over its tolerance.
+struct Agreement {
+    outside: usize,
+    worst: f32,
+    worst_share: f32,
+}
+
+fn agreement(
+    net: &Network,
+    params: &[f32],
+    x: &Array2<f32>,
+    labels: &[u8],
+    gpu: &[f32],
+) -> Agreement {
+    let seed = 77;
+    let (cpu, envelope) = net
+        .loss_grad_envelope(params, x.view(), labels, seed)
+        .expect("computes");
+    let (mut outside, mut worst, mut worst_share) = (0, 0f32, 0f32);
+    for (i, (&g, &c)) in gpu.iter().zip(&cpu).enumerate() {
+        let tolerance = ABS + REL * c.abs() + ROUNDING * envelope.magnitude[i];
+        let (lo, hi) = (c + envelope.below[i], c + envelope.above[i]);
+        let off = (g - c).abs();
+        worst = worst.max(off);
+        worst_share = worst_share.max(off / tolerance);
+        if !(lo - tolerance..=hi + tolerance).contains(&g) {
+            outside += 1;
+        }
+    }
+    Agreement {
+        outside,
+        worst,
+        worst_share,
+    }
+}
+
+/// Every layer type: the GPU's gradient is the CPU's within rounding, and its loss too;
+/// the same gradient scaled by 1.01 is not.
+#[wasm_bindgen_test]
+async fn every_layer_type_agrees_with_the_cpu_path() {
+    let gpu = gpu().await;
+    for (name, spec) in LAYERS {
+        let net = net(spec);
+        let params: Vec<f32> = net.init(3);
+        let rows = 8;
+        let mut rng = SplitMix64::new(11);
+        let x = Array2::from_shape_fn((rows, net.inputs()), |_| rng.next_f64() as f32 * 2.0 - 1.0);
+        let labels: Vec<u8> = (0..rows).map(|_| rng.below(net.classes()) as u8).collect();
+        let (gpu_loss, grads) = gpu
+            .gradient(&net, &params, x.view(), &labels, 77)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let (cpu_loss, cpu) = net
+            .loss_and_grad(&params, x.view(), &labels, 77)
+            .expect("cpu");
+        let a = agreement(&net, &params, &x, &labels, &grads);
+        web_sys::console::log_1(
+            &format!(
+                "{name}: largest difference {:.2e} ({:.1} % of its tolerance)",
+                a.worst,
+                a.worst_share * 100.0
+            )
+            .into(),
+        );
+        assert_eq!(a.outside, 0, "{name}: values outside the tolerance");
+        assert!(
+            (gpu_loss - cpu_loss).abs() <= 1e-5 * cpu_loss.abs().max(1.0),
+            "{name}: loss {gpu_loss} against {cpu_loss}"
+        );
+        // Frozen tensors get no gradient, as on the CPU.
+        for range in net.frozen() {
+            assert!(grads[range.clone()].iter().all(|&g| g == 0.0), "{name}");
+        }
+        assert!(
+            cpu.iter().any(|&c| c != 0.0),
+            "{name}: a gradient to compare"
+        );
+        let scaled: Vec<f32> = grads.iter().map(|g| g * 1.01).collect();
+        let cheat = agreement(&net, &params, &x, &labels, &scaled);
+        assert!(
+            cheat.outside > 0,
+            "{name}: ×1.01 must lie outside the tolerance"
+        );
+    }
+}
+
+/// Both presets on the fixture's batch (real digits): the GPU's gradient within the
+/// verifier's tolerance of the CPU's; ×1.01 outside it on most values.
+#[wasm_bindgen_test]
+async fn both_presets_agree_with_the_cpu_path() {
+    let gpu = gpu().await;
+    for preset in fixture::PRESETS {
+        let (net, params, data) = fixture::inputs(preset);
+        let (x, labels) = data.batch(0..fixture::BATCH);
+        let (_, grads) = gpu
+            .gradient(&net, &params, x.view(), &labels, 77)
+            .await
+            .unwrap_or_else(|e| panic!("{preset}: {e}"));
+        let a = agreement(&net, &params, &x, &labels, &grads);
+        let scaled: Vec<f32> = grads.iter().map(|g| g * 1.01).collect();
+        let cheat = agreement(&net, &params, &x, &labels, &scaled);
+        web_sys::console::log_1(
+            &format!(
+                "{preset}: largest difference {:.2e} ({:.1} % of its tolerance), ×1.01: {} of {} values outside",
+                a.worst,
+                a.worst_share * 100.0,
+                cheat.outside,
+                grads.len()
+            )
+            .into(),
+        );
+        assert_eq!(a.outside, 0, "{preset}: values outside the tolerance");
+        assert!(
+            cheat.outside > grads.len() / 10,
+            "{preset}: ×1.01 caught on {} values",
+            cheat.outside
+        );
+    }
+}
