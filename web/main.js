@@ -47,6 +47,32 @@ $("cores").onchange = () => {
   localStorage.setItem(CORES_KEY, $("cores").value);
   worker.postMessage({ cmd: "cores", cores: Number($("cores").value) });
 };
+// The GPU: a real one when the browser has one ("auto"), a software (fallback) adapter
+// too ("fallback": tests), or none; remembered, ?gpu= overrides.
+const GPU_KEY = "crowdtrain.gpu";
+const GPU_CHOICES = ["auto", "fallback", "off"];
+const gpu = [params.get("gpu"), localStorage.getItem(GPU_KEY)].find((v) => GPU_CHOICES.includes(v)) ?? "auto";
+$("gpu").value = gpu;
+$("gpu").onchange = () => {
+  localStorage.setItem(GPU_KEY, $("gpu").value);
+  worker.postMessage({ cmd: "gpu", gpu: $("gpu").value });
+};
+// What the tab computes on: the GPU's name while it has one, else its cores.
+let onGpu = null;
+function showDevice() {
+  const device = $("device");
+  if (onGpu) {
+    device.dataset.device = "gpu";
+    device.textContent = `GPU: ${onGpu}`;
+    return;
+  }
+  device.dataset.device = "cpu";
+  const lent = Number(device.dataset.cores);
+  const used = Number(device.dataset.used ?? lent);
+  device.textContent = used < lent
+    ? `CPU, 1 core of the ${lent} lent: faster for this model (wasm SIMD)`
+    : `CPU, ${lent} ${lent === 1 ? "core" : "cores"} (wasm SIMD)`;
+}
 let workerId = null;
 let running = false;
 const worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
@@ -66,18 +92,21 @@ async function whyRefused() {
 
 worker.onmessage = ({ data: e }) => {
   if (e.state === "cores") {
-    const device = $("device");
-    device.dataset.cores = e.cores;
-    device.textContent = `CPU, ${e.cores} ${e.cores === 1 ? "core" : "cores"} (wasm SIMD)`;
+    $("device").dataset.cores = e.cores;
+    delete $("device").dataset.used;
+    showDevice();
+    return;
+  }
+  if (e.state === "device") {
+    // "GPU: <adapter>", or "CPU: <why not the GPU>".
+    onGpu = e.device.startsWith("GPU: ") ? e.device.slice(5) : null;
+    $("device").dataset.why = onGpu ? "" : e.device.replace(/^CPU: /, "");
+    showDevice();
     return;
   }
   if (e.coresUsed != null) {
-    const device = $("device");
-    const lent = Number(device.dataset.cores);
-    device.dataset.used = e.coresUsed;
-    device.textContent = e.coresUsed < lent
-      ? `CPU, 1 core of the ${lent} lent: faster for this model (wasm SIMD)`
-      : `CPU, ${lent} ${lent === 1 ? "core" : "cores"} (wasm SIMD)`;
+    $("device").dataset.used = e.coresUsed;
+    showDevice();
   }
   if (e.resumeToken) sessionStorage.setItem(TOKEN_KEY, e.resumeToken);
   if (e.helperParts != null) {
@@ -139,6 +168,7 @@ worker.postMessage({
   joinToken,
   cpu: Number(cpu),
   cores,
+  gpu,
   // ?pin=1: every core lent on every batch, even where one core is faster (tests).
   pinCores: params.get("pin") === "1",
 });

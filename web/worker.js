@@ -1,10 +1,10 @@
 // Web Worker: loads the wasm package and runs the training loop off the page's thread.
 // Messages in: {cmd: "init", url, autostart, resumeToken, compression, joinToken, cpu, cores,
-// pinCores} |
-// {cmd: "start"} | {cmd: "stop"} | {cmd: "cpu", percent} | {cmd: "cores", cores} |
-// {cmd: "urls", urls}.
-// Messages out: the BrowserWorker's events ({state, round, gradients, loss, ...}), and
-// {state: "cores", cores, helpers} when the cores lent change.
+// pinCores, gpu} | {cmd: "start"} | {cmd: "stop"} | {cmd: "cpu", percent} | {cmd: "cores", cores} |
+// {cmd: "gpu", gpu: "auto" | "fallback" | "off"} | {cmd: "urls", urls}.
+// Messages out: the BrowserWorker's events ({state, round, gradients, loss, ...}),
+// {state: "cores", cores, helpers} when the cores lent change, and {state: "device",
+// device: "GPU: <adapter>" | "CPU: <why not>"} when the GPU is chosen or given up.
 
 postMessage({ state: "loading" });
 let BrowserWorker = null;
@@ -82,6 +82,17 @@ function setCores(cores) {
   postMessage({ state: "cores", cores: k, helpers: k - 1 });
 }
 
+// A real GPU ("auto"), a fallback (software) adapter too ("fallback"), or none ("off").
+async function setGpu(choice) {
+  if (!worker) return;
+  if (choice === "off") {
+    worker.stop_gpu();
+    postMessage({ state: "device", device: "CPU: the volunteer chose not to use the GPU" });
+    return;
+  }
+  postMessage({ state: "device", device: await worker.use_gpu(choice === "fallback") });
+}
+
 async function whyNotLoaded(err) {
   for (const file of ["./pkg/worker_wasm.js", "./pkg/worker_wasm_bg.wasm"]) {
     try {
@@ -111,6 +122,8 @@ onmessage = async ({ data: msg }) => {
       if (msg.cpu) worker.set_cpu(msg.cpu);
       pinned = Boolean(msg.pinCores);
       setCores(msg.cores ?? 1);
+      // Before the first batch, so that it is computed where the volunteer chose.
+      await setGpu(msg.gpu ?? "auto");
       if (msg.autostart) worker.start();
       else postMessage({ state: "paused" });
       break;
@@ -125,6 +138,9 @@ onmessage = async ({ data: msg }) => {
       break;
     case "cores":
       setCores(msg.cores);
+      break;
+    case "gpu":
+      await setGpu(msg.gpu);
       break;
     case "urls":
       worker?.set_urls(msg.urls.join(","));

@@ -36,6 +36,9 @@ pub enum Attack {
     WrongShape,
     /// Its honest gradient × 1.01: close enough to pass any statistical filter.
     Scaled,
+    /// The same, said to be a GPU's (`Gradient::parts` 0): checked within rounding rather
+    /// than replayed bit for bit.
+    ScaledOnGpu,
     /// An honest gradient of the right weights on the wrong batch.
     WrongBatch,
 }
@@ -54,6 +57,10 @@ impl Attack {
             Self::None | Self::Replay => {}
             Self::NaN => g.grads[7] = f32::NAN,
             Self::Scaled => g.grads.iter_mut().for_each(|v| *v *= 1.01),
+            Self::ScaledOnGpu => {
+                g.parts = protocol::UNORDERED;
+                g.grads.iter_mut().for_each(|v| *v *= 1.01);
+            }
             // The core computed it on another batch (see `next_gradient_or_end`): as it is.
             Self::WrongBatch => {}
             Self::WrongShape => g.grads.push(0.0),
@@ -317,19 +324,24 @@ async fn one_hostile_client_in_five_costs_at_most_2_points_with_default_flags() 
             Attack::InflatedSamples | Attack::NaN | Attack::WrongShape => {
                 assert_eq!(s.sessions_rejected, 1, "refused at once: {s:?}")
             }
-            Attack::Zeros | Attack::None | Attack::Scaled | Attack::WrongBatch => {}
+            Attack::Zeros
+            | Attack::None
+            | Attack::Scaled
+            | Attack::ScaledOnGpu
+            | Attack::WrongBatch => {}
         }
         assert!(s.param_count > 0 && s.test_accuracy.is_some());
     }
 }
 
 /// Verification by recomputation: at `--verify-fraction 0.2`, a worker that scales its
-/// gradient by 1.01 and one that computes on the wrong batch are caught (a strike, the
+/// gradient by 1.01 (saying it computed on a CPU, or on a GPU, whose answers are checked
+/// within rounding) and one that computes on the wrong batch are caught (a strike, the
 /// gradient dropped) and, at the third strike, banned. Honest workers are never flagged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verification_catches_subtle_cheats_and_bans_them() {
     let _heavy = HEAVY.lock().await;
-    for cheat in [Attack::Scaled, Attack::WrongBatch] {
+    for cheat in [Attack::Scaled, Attack::ScaledOnGpu, Attack::WrongBatch] {
         let mut swarm = swarm(
             &[
                 "--min-workers",

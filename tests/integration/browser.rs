@@ -55,6 +55,9 @@ impl Browser {
                 "--disable-dev-shm-usage",
                 "--disable-background-timer-throttling",
                 "--disable-renderer-backgrounding",
+                // WebGPU on a machine without a GPU: SwiftShader, a fallback adapter, which
+                // a page uses only when asked (`?gpu=fallback`).
+                "--enable-unsafe-webgpu",
                 "--window-size=1280,1100",
             ])
             .arg(format!("--user-data-dir={}", profile.path().display()))
@@ -669,5 +672,84 @@ async fn a_tab_on_two_cores_is_one_worker_and_replayed_exactly() {
     assert_eq!(s.verification_mismatches, 0, "{s:?}");
     assert!(s.gradients_verified >= 10, "{s:?}");
     assert!(s.bans.is_empty(), "{s:?}");
+    stop(server).await;
+}
+
+/// Two tabs on the GPU path (`?gpu=fallback`: Chromium's SwiftShader adapter here, which a
+/// page uses only when asked) train the `mlp` to 90 % with every answer recomputed
+/// (`--verify-fraction 1`): answers said to be unordered (`cores` 0 in the status), each
+/// within rounding of the coordinator's, never flagged. The page names the adapter; set to
+/// "do not use it", the tab goes back to its CPU and its answers are replayed exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tabs_train_on_the_gpu_path_and_are_never_flagged() {
+    let _heavy = HEAVY.lock().await;
+    let server = start_server(&["--eval-interval", "10", "--verify-fraction", "1"]).await;
+    let mut status = server.status.clone();
+    let url = format!("http://{}/?gpu=fallback", server.addr);
+    let (first, second) = (
+        Browser::open(&url),
+        Browser::open_with_devtools(&format!("{url}&compression=none")),
+    );
+    second
+        .until(
+            "the page to compute on the GPU",
+            "document.getElementById('device').dataset.device === 'gpu'",
+        )
+        .await;
+    let device = second
+        .evaluate("document.getElementById('device').textContent")
+        .await;
+    let device = device.as_str().unwrap_or_default().to_owned();
+    assert!(
+        device.starts_with("GPU: ") && device.contains("fallback"),
+        "{device}"
+    );
+    wait_status(&mut status, "both tabs to answer from their GPUs", |s| {
+        browsers(s) == 2
+            && s.worker_list
+                .iter()
+                .all(|w| w.cores == 0 && w.gradients > 0)
+    })
+    .await;
+    let started = Instant::now();
+    let s = wait_status(&mut status, "90 % test accuracy from the GPU tabs", |s| {
+        s.test_accuracy.is_some_and(|a| a >= 0.90)
+    })
+    .await;
+    println!(
+        "two GPU tabs ({device}): {:.1} % test accuracy at round {}, {:.1} s; {} answers \
+         verified, {} mismatches",
+        s.test_accuracy.unwrap_or_default() * 100.0,
+        s.round,
+        started.elapsed().as_secs_f64(),
+        s.gradients_verified,
+        s.verification_mismatches
+    );
+    only_tabs_all_contributing(&s);
+    assert!(s.gradients_verified >= 20, "{s:?}");
+    assert_eq!(s.verification_mismatches, 0, "{s:?}");
+    assert!(s.bans.is_empty(), "{s:?}");
+
+    // Back to the CPU: the page says so, and the tab's answers are ordered again.
+    second
+        .evaluate(
+            "const g = document.getElementById('gpu'); g.value = 'off'; \
+             g.dispatchEvent(new Event('change')); true",
+        )
+        .await;
+    second
+        .until(
+            "the page to compute on the CPU",
+            "document.getElementById('device').dataset.device === 'cpu'",
+        )
+        .await;
+    wait_status(&mut status, "an answer from the tab's CPU", |s| {
+        s.worker_list.iter().any(|w| w.cores == 1)
+    })
+    .await;
+    let s = status.borrow().clone();
+    assert_eq!(s.verification_mismatches, 0, "{s:?}");
+    first.close().await;
+    second.close().await;
     stop(server).await;
 }
