@@ -44,10 +44,10 @@ cargo clippy --locked --target wasm32-unknown-unknown -p worker-wasm -- -D warni
 say "the shared core builds for wasm32 (no I/O, nothing async)"
 cargo check --locked --target wasm32-unknown-unknown -p protocol -p model -p worker-core
 
-say "wasm tests in headless Chromium (wasm = native unfused bit for bit, codec both ways)"
+say "wasm tests in headless Chromium (wasm = native unfused bit for bit, codec both ways; the GPU path against the CPU's on WebGPU's fallback adapter)"
 export CHROMEDRIVER=/usr/bin/chromedriver
 (cd worker-wasm && wasm-pack --log-level warn test --mode no-install --headless --chrome \
-    --chromedriver /usr/bin/chromedriver --test web -- --nocapture)
+    --chromedriver /usr/bin/chromedriver --test web --test gpu -- --nocapture)
 
 build_web_pkg
 

@@ -57,11 +57,13 @@ $("gpu").onchange = () => {
   localStorage.setItem(GPU_KEY, $("gpu").value);
   worker.postMessage({ cmd: "gpu", gpu: $("gpu").value });
 };
-// What the tab computes on: the GPU's name while it has one, else its cores.
+// What the tab computes on: its GPU while it has one and it is the faster (`gpuUsed`), else
+// its cores.
 let onGpu = null;
+let gpuUsed = true;
 function showDevice() {
   const device = $("device");
-  if (onGpu) {
+  if (onGpu && gpuUsed) {
     device.dataset.device = "gpu";
     device.textContent = `GPU: ${onGpu}`;
     return;
@@ -69,9 +71,10 @@ function showDevice() {
   device.dataset.device = "cpu";
   const lent = Number(device.dataset.cores);
   const used = Number(device.dataset.used ?? lent);
+  const slower = onGpu ? `; the GPU (${onGpu}) is slower for this model` : "";
   device.textContent = used < lent
-    ? `CPU, 1 core of the ${lent} lent: faster for this model (wasm SIMD)`
-    : `CPU, ${lent} ${lent === 1 ? "core" : "cores"} (wasm SIMD)`;
+    ? `CPU, 1 core of the ${lent} lent: faster for this model (wasm SIMD)${slower}`
+    : `CPU, ${lent} ${lent === 1 ? "core" : "cores"} (wasm SIMD)${slower}`;
 }
 let workerId = null;
 let running = false;
@@ -100,12 +103,14 @@ worker.onmessage = ({ data: e }) => {
   if (e.state === "device") {
     // "GPU: <adapter>", or "CPU: <why not the GPU>".
     onGpu = e.device.startsWith("GPU: ") ? e.device.slice(5) : null;
+    gpuUsed = true;
     $("device").dataset.why = onGpu ? "" : e.device.replace(/^CPU: /, "");
     showDevice();
     return;
   }
   if (e.coresUsed != null) {
     $("device").dataset.used = e.coresUsed;
+    if (e.gpuUsed != null) gpuUsed = e.gpuUsed;
     showDevice();
   }
   if (e.resumeToken) sessionStorage.setItem(TOKEN_KEY, e.resumeToken);

@@ -56,6 +56,8 @@ pub struct Job<'a> {
     pub x: ArrayView2<'a, f32>,
     pub labels: &'a [u8],
     pub seed: u64,
+    /// Whether it is an inner step of a local phase (else the answer to weights).
+    pub step: bool,
     parts: usize,
 }
 
@@ -75,6 +77,7 @@ impl<'a> Job<'a> {
             x,
             labels,
             seed,
+            step: false,
             parts,
         }
     }

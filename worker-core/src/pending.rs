@@ -155,5 +155,7 @@ fn job_of<'a>(
         Of::Step => phase?.phase.weights(net),
     };
     let batch = (pending.x.view(), pending.labels.as_slice());
-    Some(Job::new(net, weights, batch, pending.seed, pending.parts))
+    let mut job = Job::new(net, weights, batch, pending.seed, pending.parts);
+    job.step = matches!(pending.of, Of::Step);
+    Some(job)
 }

@@ -25,6 +25,8 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 use worker_core::{Job, WorkerCore};
 
+use crate::race::{Race, Way};
+
 /// One helper's side: computes parts of batches for the training Web Worker.
 #[wasm_bindgen]
 #[derive(Debug)]
@@ -107,7 +109,7 @@ pub struct Helpers {
 impl Helpers {
     pub fn set(&self, pool: Option<JsValue>, pinned: bool) {
         *self.pool.borrow_mut() = pool;
-        self.choice.borrow_mut().pinned = pinned;
+        self.choice.borrow_mut().pin(pinned);
     }
 
     /// Parts computed by the helpers, and parts they failed to compute.
@@ -191,99 +193,48 @@ extern "C" {
     fn performance_now() -> f64;
 }
 
-/// Whether the cores lent make this tab faster: the time a sample of a batch computed on
-/// one core and on all of them (smoothed), each measured in turn until both are known,
-/// and the slower one measured again now and then (the machine's other load changes).
-/// The first batch each way is not counted (a helper's first also loads its wasm module),
-/// and trials come often at first: a helper's module runs baseline code until the browser
-/// has optimised it, so its first phase measured 0.72 ms a sample against 0.30 later
-/// (`cnn`); the trials' spacing then doubles up to [`RETRY_EVERY`].
+/// Whether the cores lent make this tab faster: a [`Race`] between one core (way 0) and
+/// all of them (way 1), measured afresh when the cores lent change. The first batch each
+/// way is not counted (a helper's first also loads its wasm module), and a helper's module
+/// runs baseline code until the browser has optimised it (its first phase measured 0.72 ms
+/// a sample against 0.30 later, `cnn`), which the early trials catch.
 #[derive(Debug, Default)]
 pub struct Choice {
-    /// Always every core lent (tests, benchmarks): nothing measured.
-    pinned: bool,
+    race: Race,
     lent: u32,
-    /// Milliseconds a sample, on one core and on the cores lent.
-    one: Option<f64>,
-    all: Option<f64>,
-    /// Whether the first batch each way (its warm-up) is behind us.
-    warm: [bool; 2],
-    /// The slower way is tried until this batch; the next trial starts at `next_trial`,
-    /// `spacing` after this one's start.
-    trial_until: u64,
-    next_trial: u64,
-    spacing: u64,
-    /// Batches computed since the cores lent last changed.
-    batches: u64,
 }
-
-/// Batches between two trials of the slower way (at most; the first come after
-/// [`FIRST_SPACING`]), and a trial's length.
-const RETRY_EVERY: u64 = 400;
-const FIRST_SPACING: u64 = 25;
-const TRIAL: u64 = 8;
-/// Weight of the newest batch in the smoothed times.
-const SMOOTHING: f64 = 0.2;
 
 impl Choice {
     pub fn parts(&mut self, lent: u32) -> u32 {
         if lent != self.lent {
-            *self = Self {
-                lent,
-                pinned: self.pinned,
-                ..Self::default()
-            };
+            self.lent = lent;
+            self.race.restart();
         }
-        if lent <= 1 || self.pinned {
+        if lent <= 1 {
             return lent.max(1);
         }
-        match (self.one, self.all) {
-            (_, None) => lent,
-            (None, _) => 1,
-            (Some(one), Some(all)) => {
-                if self.batches >= self.next_trial {
-                    self.spacing = (self.spacing * 2).clamp(FIRST_SPACING, RETRY_EVERY);
-                    self.trial_until = self.batches + TRIAL;
-                    self.next_trial = self.batches + self.spacing;
-                }
-                let trial = self.batches < self.trial_until;
-                if (all < one) != trial {
-                    lent
-                } else {
-                    1
-                }
-            }
+        match self.race.pick() {
+            Way::Second => lent,
+            Way::First => 1,
         }
     }
 
     /// A batch of `samples` took `ms` in `parts` parts.
     pub fn measured(&mut self, parts: u32, ms: f64, samples: usize) {
-        if samples == 0 || !ms.is_finite() || ms < 0.0 {
-            return;
-        }
-        self.batches += 1;
-        let way = usize::from(parts > 1);
-        if !std::mem::replace(&mut self.warm[way], true) {
-            return;
-        }
-        let per_sample = ms / samples as f64;
-        let slot = if parts <= 1 {
-            &mut self.one
-        } else {
-            &mut self.all
-        };
-        *slot = Some(match *slot {
-            None => per_sample,
-            Some(old) => SMOOTHING * per_sample + (1.0 - SMOOTHING) * old,
-        });
+        let way = if parts > 1 { Way::Second } else { Way::First };
+        self.race.measured(way, ms, samples);
     }
 
     /// The cores used now (1 or the cores lent), for the page.
     pub fn using(&self) -> u32 {
-        match (self.one, self.all) {
-            (Some(one), Some(all)) if one <= all && !self.pinned => 1,
-            _ => self.lent.max(1),
+        match self.race.using() {
+            Way::First => 1,
+            Way::Second => self.lent.max(1),
         }
+    }
+
+    fn pin(&mut self, pinned: bool) {
+        self.race.pinned = pinned;
     }
 }
 
@@ -332,6 +283,7 @@ fn received(answer: Result<JsValue, JsValue>, len: usize) -> Result<(f32, Vec<f3
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::race::{RETRY_EVERY, TRIAL};
 
     /// Both ways measured first, then the faster, with the slower tried again now and
     /// then; pinned, always every core; a new number of cores starts over.
@@ -372,11 +324,11 @@ mod tests {
             choice.measured(parts, if parts == 1 { 4.0 } else { 1.0 }, 32);
         }
         assert_eq!((choice.parts(4), choice.using()), (4, 4));
-        choice.pinned = true;
+        choice.pin(true);
         choice.measured(4, 100.0, 32);
         assert_eq!((choice.parts(4), choice.using()), (4, 4));
-        choice.pinned = false;
+        choice.pin(false);
         assert_eq!(choice.parts(2), 2, "a new count is measured afresh");
-        assert_eq!(choice.one, None);
+        assert_eq!(choice.race.time(Way::First), None);
     }
 }

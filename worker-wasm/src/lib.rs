@@ -13,6 +13,7 @@
 
 mod cores;
 pub mod gpu;
+mod race;
 mod transport;
 mod worker;
 
@@ -85,10 +86,12 @@ impl BrowserWorker {
         self.inner.set_cores(cores, pool, pinned);
     }
 
-    /// Computes on the GPU from the next batch, if the browser has a real one (or, with
-    /// `allow_fallback`, a fallback adapter: software, on the CPU); resolves to what it
-    /// computes on now, as the page shows it (`"GPU: <adapter>"`, or `"CPU: <why not the
-    /// GPU>"`). Local phases stay on the CPU (see `gpu`).
+    /// Computes on the GPU from the next batch, if the browser has a real one and it is
+    /// faster than the CPU for this model (timed; `gpuUsed` in the events says), or, with
+    /// `allow_fallback`, on whatever adapter it has, a fallback one included (software, on
+    /// the CPU), always. Resolves to what it computes on, as the page shows it (`"GPU:
+    /// <adapter>"`, or `"CPU: <why not the GPU>"`). Local phases stay on the CPU (see
+    /// `gpu`).
     pub async fn use_gpu(&self, allow_fallback: bool) -> String {
         let inner = Rc::clone(&self.inner);
         match gpu::Gpu::open(allow_fallback).await {
@@ -98,19 +101,21 @@ impl BrowserWorker {
                     gpu.name,
                     if gpu.fallback { " (fallback)" } else { "" }
                 );
-                inner.set_gpu(Some(gpu));
+                // A volunteer who asked for a software GPU gets it; a real one is used while
+                // it is faster than the CPU for this model (measured, as cores are).
+                inner.set_gpu(Some(gpu), allow_fallback);
                 name
             }
             Err(why) => {
-                inner.set_gpu(None);
+                inner.set_gpu(None, false);
                 format!("CPU: {why}")
             }
         }
     }
 
-    /// Computes on the CPU from the next batch.
+    /// Computes on the CPU from the next batch, and gives the GPU back.
     pub fn stop_gpu(&self) {
-        self.inner.set_gpu(None);
+        self.inner.set_gpu(None, false);
     }
 
     /// Where to connect from now on, comma-separated: the page's own coordinator first, then

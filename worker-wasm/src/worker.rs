@@ -12,6 +12,7 @@ use worker_core::{Compute, ComputeClock, Stats, WorkerCore, WorkerError};
 
 use crate::cores::Helpers;
 use crate::gpu::Gpu;
+use crate::race::{Race, Way};
 use crate::transport::{Socket, SocketEvent};
 
 /// Reconnect backoff: doubles from the first value up to the cap.
@@ -50,8 +51,10 @@ pub struct Inner {
     /// Cores to compute on: this Web Worker and `cores − 1` helpers.
     cores: Cell<u32>,
     helpers: Helpers,
-    /// The GPU it computes plain gradients on, if the page asked for one and it opened.
+    /// The GPU it computes plain gradients on, if the page asked for one and it opened,
+    /// and whether it is faster than the CPU (way 2) for this model.
     gpu: RefCell<Option<Rc<Gpu>>>,
+    gpu_race: RefCell<Race>,
     compression: protocol::Compression,
 }
 
@@ -85,35 +88,72 @@ impl Inner {
             cores: Cell::new(1),
             helpers: Helpers::default(),
             gpu: RefCell::new(None),
+            gpu_race: RefCell::new(Race::default()),
         }
     }
 
-    pub fn set_gpu(&self, gpu: Option<Gpu>) {
-        *self.gpu.borrow_mut() = gpu.map(Rc::new);
+    /// Computes on `gpu` from the next batch (or on the CPU alone: `None`), used always if
+    /// `pinned` (the volunteer asked for it), else while it is faster than the CPU.
+    pub fn set_gpu(&self, gpu: Option<Gpu>, pinned: bool) {
+        let mut race = self.gpu_race.borrow_mut();
+        race.restart();
+        race.pinned = pinned;
+        if let Some(old) = std::mem::replace(&mut *self.gpu.borrow_mut(), gpu.map(Rc::new)) {
+            // Its memory back at once (a batch under way on it fails, and is computed on
+            // the CPU).
+            old.close();
+        }
     }
 
     /// Computes the job the core is waiting for, if any: on the GPU when it is unordered
     /// and there is one (a GPU that fails is given up, with a message, and the batch
-    /// computed on the CPU), else on the cores; returns what the core answers.
+    /// computed on the CPU), else on the cores; returns what the core answers. With a GPU,
+    /// plain gradients are timed each way, for [`Inner::compute`]'s choice.
     async fn run_job(&self, core: &mut WorkerCore) -> Result<Vec<Vec<u8>>, String> {
         let gpu = self.gpu.borrow().clone();
-        if let (Some(gpu), Some(job)) = (gpu, core.job().filter(|j| j.unordered())) {
+        let Some(job) = core.job() else {
+            return Ok(Vec::new());
+        };
+        let (timed, samples) = (gpu.is_some() && !job.step, job.labels.len());
+        let started = performance_now();
+        if let (Some(gpu), true) = (&gpu, job.unordered()) {
             let result = gpu
                 .gradient(job.net, &job.weights, job.x, job.labels, job.seed)
                 .await;
             drop(job);
             match result {
-                Ok((loss, grads)) => return core.complete(loss, grads).map_err(|e| e.to_string()),
+                Ok((loss, grads)) => {
+                    let ms = performance_now() - started;
+                    self.gpu_race
+                        .borrow_mut()
+                        .measured(Way::Second, ms, samples);
+                    return core.complete(loss, grads).map_err(|e| e.to_string());
+                }
                 Err(why) => {
-                    self.set_gpu(None);
-                    self.emit(
-                        "device",
-                        &[("device", format!("CPU: the GPU failed ({why})").into())],
-                    );
+                    // Unless it was given back meanwhile (the volunteer's choice, said).
+                    let current = self
+                        .gpu
+                        .borrow()
+                        .as_ref()
+                        .is_some_and(|g| Rc::ptr_eq(g, gpu));
+                    if current {
+                        self.set_gpu(None, false);
+                        self.emit(
+                            "device",
+                            &[("device", format!("CPU: the GPU failed ({why})").into())],
+                        );
+                    }
+                    return self.helpers.run(core).await;
                 }
             }
         }
-        self.helpers.run(core).await
+        drop(job);
+        let reply = self.helpers.run(core).await;
+        if timed {
+            let ms = performance_now() - started;
+            self.gpu_race.borrow_mut().measured(Way::First, ms, samples);
+        }
+        reply
     }
 
     pub fn set_cores(&self, cores: u32, pool: Option<JsValue>, pinned: bool) {
@@ -126,30 +166,37 @@ impl Inner {
         self.cores.set(cores);
     }
 
-    /// What the page shows about the cores: the cores in use, and parts the helpers
-    /// computed and missed.
-    fn cores_fields(&self) -> [(&'static str, JsValue); 3] {
+    /// What the page shows about the cores: the cores in use, parts the helpers computed
+    /// and missed, and with a GPU whether it is the faster (and so in use).
+    fn cores_fields(&self) -> [(&'static str, JsValue); 4] {
         let (helped, missed) = self.helpers.counts();
+        let gpu_used = match self.gpu.borrow().is_some() {
+            true => (self.gpu_race.borrow().using() == Way::Second).into(),
+            false => JsValue::NULL,
+        };
         [
             ("coresUsed", self.helpers.using().into()),
             ("helperParts", (helped as f64).into()),
             ("helperMisses", (missed as f64).into()),
+            ("gpuUsed", gpu_used),
         ]
     }
 
     /// How the core computes now: on the GPU, here alone, or in parts with the helpers.
     fn compute(&self) -> Compute {
-        if self.gpu.borrow().is_some() {
+        let on_gpu = self.gpu.borrow().is_some();
+        if on_gpu && self.gpu_race.borrow_mut().pick() == Way::Second {
             return Compute::Unordered;
         }
-        // With cores lent, every batch goes through the helpers' side, which times it on
-        // one core or on all and so learns which is faster.
+        // With cores lent (or a GPU to time against), every batch goes through the
+        // helpers' side, which times it on one core or on all and so learns which is
+        // faster.
         match self.cores.get() {
-            0 | 1 => {
+            0 | 1 if !on_gpu => {
                 self.helpers.parts(1);
                 Compute::Threads(1)
             }
-            k => Compute::Deferred(self.helpers.parts(k) as usize),
+            k => Compute::Deferred(self.helpers.parts(k.max(1)) as usize),
         }
     }
 

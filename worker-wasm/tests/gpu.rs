@@ -177,3 +177,29 @@ async fn both_presets_agree_with_the_cpu_path() {
         );
     }
 }
+
+/// Given back (the volunteer turned it off), a GPU answers every later batch with an error
+/// at once, which the tab meets by computing on the CPU: no hang, no panic.
+#[wasm_bindgen_test]
+async fn a_gpu_given_back_fails_at_once() {
+    let gpu = gpu().await;
+    let net = net("input 12; dense 9; relu; dense 3");
+    let params: Vec<f32> = net.init(3);
+    let x = Array2::from_elem((4, 12), 0.5f32);
+    let labels = [0u8, 1, 2, 0];
+    assert!(gpu
+        .gradient(&net, &params, x.view(), &labels, 1)
+        .await
+        .is_ok());
+    gpu.close();
+    let err = gpu
+        .gradient(&net, &params, x.view(), &labels, 1)
+        .await
+        .expect_err("given back");
+    assert!(err.contains("given back"), "{err}");
+    let err = gpu
+        .gradient(&net, &params[1..], x.view(), &labels, 1)
+        .await
+        .expect_err("the wrong weights");
+    assert!(err.contains("does not fit"), "{err}");
+}

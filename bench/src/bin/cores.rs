@@ -8,6 +8,11 @@
 //! computes rather than waits, and no verification or probation (it would share the
 //! machine's cores with the worker). The rate is the coordinator's count of samples
 //! answered (`samples_seen`) over `--seconds`, after the first answer and `--warmup`.
+//!
+//! `--gpu auto` (a real adapter) or `--gpu fallback` (a software one too) measures tabs on
+//! the GPU path (`?gpu=`; Chromium with `--enable-unsafe-webgpu`). A GPU computes plain
+//! gradients only (local phases stay on the CPU), so the coordinator then runs none: each
+//! answer waits for its round trip, on loopback a fraction of a millisecond.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -37,6 +42,17 @@ struct Cli {
     /// Tabs compute on every core lent (`?pin=1`) instead of timing which is faster.
     #[arg(long)]
     pin: bool,
+    /// Tabs compute on the GPU: `auto` (a real adapter), `fallback` (a software one too),
+    /// or `off`.
+    #[arg(long, default_value = "off", value_parser = ["off", "auto", "fallback"])]
+    gpu: String,
+}
+
+impl Cli {
+    /// Whether tabs compute on a GPU (plain gradients, no local phases).
+    fn on_gpu(&self) -> bool {
+        self.gpu != "off"
+    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -52,8 +68,9 @@ async fn main() -> anyhow::Result<()> {
                         "preset": preset,
                         "worker": kind,
                         "cores": k,
-                        "local_steps": cli.local_steps,
+                        "local_steps": if cli.on_gpu() { 1 } else { cli.local_steps },
                         "pinned": cli.pin && kind == "tab",
+                        "gpu": if kind == "tab" { cli.gpu.as_str() } else { "off" },
                         "samples_per_s": rate.round(),
                     })
                 );
@@ -65,14 +82,12 @@ async fn main() -> anyhow::Result<()> {
 
 async fn measure(cli: &Cli, preset: &str, kind: &str, k: usize) -> anyhow::Result<f64> {
     let steps = cli.local_steps.to_string();
-    let args = [
+    let mut args = vec![
         "coordinator",
         "--log-level",
         "warn",
         "--model",
         preset,
-        "--local-steps",
-        &steps,
         "--verify-fraction",
         "0",
         "--probation",
@@ -80,7 +95,11 @@ async fn measure(cli: &Cli, preset: &str, kind: &str, k: usize) -> anyhow::Resul
         "--eval-interval",
         "1000000",
     ];
-    let config = server::Config::from_args(args.map(String::from)).map_err(anyhow::Error::msg)?;
+    if !cli.on_gpu() {
+        args.extend(["--local-steps", &steps]);
+    }
+    let config = server::Config::from_args(args.into_iter().map(String::from))
+        .map_err(anyhow::Error::msg)?;
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
     let server = server::start(listener, config, std::future::pending::<()>()).await?;
     let mut status = server.status.clone();
@@ -89,6 +108,13 @@ async fn measure(cli: &Cli, preset: &str, kind: &str, k: usize) -> anyhow::Resul
     let mut tab = None;
     let mut native = None;
     let pin = if cli.pin { "&pin=1" } else { "" };
+    let gpu = format!("&gpu={}", cli.gpu);
+    // A real GPU needs Chromium's GPU process; WebGPU in headless Chromium needs the flag.
+    let chrome_gpu: &[&str] = match cli.gpu.as_str() {
+        "auto" => &["--enable-unsafe-webgpu"],
+        "fallback" => &["--disable-gpu", "--enable-unsafe-webgpu"],
+        _ => &["--disable-gpu"],
+    };
     match kind {
         "tab" => {
             let chrome = std::env::var("CHROME").unwrap_or_else(|_| "chromium".into());
@@ -97,15 +123,15 @@ async fn measure(cli: &Cli, preset: &str, kind: &str, k: usize) -> anyhow::Resul
                     .args([
                         "--headless",
                         "--no-sandbox",
-                        "--disable-gpu",
                         "--no-first-run",
                         "--disable-background-networking",
                         "--disable-dev-shm-usage",
                         "--disable-background-timer-throttling",
                         "--disable-renderer-backgrounding",
                     ])
+                    .args(chrome_gpu)
                     .arg(format!("--user-data-dir={}", profile.display()))
-                    .arg(format!("http://{}/?cores={k}{pin}", server.addr))
+                    .arg(format!("http://{}/?cores={k}{pin}{gpu}", server.addr))
                     .stdout(Stdio::null())
                     .stderr(Stdio::null())
                     .kill_on_drop(true)

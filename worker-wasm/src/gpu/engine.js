@@ -167,4 +167,10 @@ export class Engine {
     for (const buffer of Object.values(prepared.buffers)) buffer.destroy();
     prepared.uniforms.destroy();
   }
+
+  // The device back to the browser; a run under way or later rejects.
+  close() {
+    this.lost = "the GPU was given back";
+    this.device.destroy();
+  }
 }

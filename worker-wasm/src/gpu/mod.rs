@@ -51,6 +51,8 @@ extern "C" {
     ) -> Result<Promise, JsValue>;
     #[wasm_bindgen(method)]
     fn destroy(this: &Engine, prepared: &JsValue);
+    #[wasm_bindgen(method)]
+    fn close(this: &Engine);
 }
 
 /// An open GPU and the buffers of the last model and batch size it ran.
@@ -99,6 +101,15 @@ impl Gpu {
             fallback: get(&got, "fallback").as_bool().unwrap_or(false),
             prepared: RefCell::new(None),
         })
+    }
+
+    /// Gives its buffers and device back; a batch under way fails (and is computed on the
+    /// CPU).
+    pub fn close(&self) {
+        if let Some((_, _, prepared)) = self.prepared.borrow_mut().take() {
+            self.engine.destroy(&prepared);
+        }
+        self.engine.close();
     }
 
     /// The buffers for `net` and batches of `rows`, made once and kept.
