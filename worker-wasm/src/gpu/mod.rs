@@ -18,7 +18,7 @@ mod plan;
 use std::cell::RefCell;
 
 use js_sys::{Float32Array, Object, Promise, Reflect, Uint32Array};
-use model::{Network, Part};
+use model::{NetSpec, Network, Part};
 use ndarray::ArrayView2;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
@@ -62,7 +62,16 @@ pub struct Gpu {
     pub name: String,
     /// Whether it is a fallback adapter (software, on the CPU).
     pub fallback: bool,
-    prepared: RefCell<Option<(String, usize, JsValue)>>,
+    prepared: RefCell<Option<Prepared>>,
+}
+
+/// A plan's buffers on the GPU (`engine.js`'s handle), and what they were made for.
+struct Prepared {
+    spec: NetSpec,
+    rows: usize,
+    /// The dropout layers whose masks a batch uploads, in order.
+    dropouts: Vec<usize>,
+    handle: JsValue,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -106,18 +115,18 @@ impl Gpu {
     /// Gives its buffers and device back; a batch under way fails (and is computed on the
     /// CPU).
     pub fn close(&self) {
-        if let Some((_, _, prepared)) = self.prepared.borrow_mut().take() {
-            self.engine.destroy(&prepared);
+        if let Some(prepared) = self.prepared.borrow_mut().take() {
+            self.engine.destroy(&prepared.handle);
         }
         self.engine.close();
     }
 
-    /// The buffers for `net` and batches of `rows`, made once and kept.
-    fn prepared(&self, net: &Network, rows: usize) -> Result<JsValue, String> {
-        let spec = net.spec().to_string();
-        if let Some((s, r, prepared)) = self.prepared.borrow().as_ref() {
-            if *s == spec && *r == rows {
-                return Ok(prepared.clone());
+    /// The buffers for `net` and batches of `rows` (their handle, and the dropout layers
+    /// whose masks a batch uploads), made once and kept.
+    fn prepared(&self, net: &Network, rows: usize) -> Result<(JsValue, Vec<usize>), String> {
+        if let Some(p) = self.prepared.borrow().as_ref() {
+            if p.spec == *net.spec() && p.rows == rows {
+                return Ok((p.handle.clone(), p.dropouts.clone()));
             }
         }
         let plan = Plan::new(net, rows).map_err(|e| e.to_string())?;
@@ -148,11 +157,17 @@ impl Gpu {
         ] {
             set(key, value).map_err(why)?;
         }
-        let prepared = self.engine.prepare(&object).map_err(why)?;
-        if let Some((_, _, old)) = self.prepared.replace(Some((spec, rows, prepared.clone()))) {
-            self.engine.destroy(&old);
+        let handle = self.engine.prepare(&object).map_err(why)?;
+        let old = self.prepared.replace(Some(Prepared {
+            spec: net.spec().clone(),
+            rows,
+            dropouts: plan.dropouts.clone(),
+            handle: handle.clone(),
+        }));
+        if let Some(old) = old {
+            self.engine.destroy(&old.handle);
         }
-        Ok(prepared)
+        Ok((handle, plan.dropouts))
     }
 
     /// The mean loss of a batch and its gradient (full layout; zero for frozen layers), as
@@ -169,13 +184,13 @@ impl Gpu {
         if rows == 0 || labels.len() != rows || weights.len() != net.param_count() {
             return Err("a batch the model does not fit".into());
         }
-        let prepared = self.prepared(net, rows)?;
-        let stages = net.stages();
+        let (prepared, dropouts) = self.prepared(net, rows)?;
         let mut masks = Vec::new();
-        for (i, _) in stages.iter().enumerate() {
-            if let Some(mask) = net.dropout_mask(i, seed, Part::whole(rows)) {
-                masks.extend(mask);
-            }
+        for layer in dropouts {
+            masks.extend(
+                net.dropout_mask(layer, seed, Part::whole(rows))
+                    .unwrap_or_default(),
+            );
         }
         let x = x.as_standard_layout();
         let labels: Vec<u32> = labels.iter().map(|&l| u32::from(l)).collect();
