@@ -108,10 +108,48 @@ impl Plan {
     }
 }
 
-/// The parameters shared by a convolution's kernels and a pool's.
-fn grid(s: &Stage, rows: usize) -> [usize; 7] {
+/// The parameters of a convolution's three kernels (`conv_*` in `kernels.wgsl`), reading
+/// `x` and writing `y` (or their gradients).
+fn conv(
+    s: &Stage,
+    rows: usize,
+    (kernel, stride, padding): (usize, usize, usize),
+    x: usize,
+    y: usize,
+) -> Vec<usize> {
+    let (i, o, (weight, bias)) = (s.input, s.output, s.weight_and_bias());
+    vec![
+        rows,
+        i.c,
+        i.h,
+        i.w,
+        o.c,
+        o.h,
+        o.w,
+        kernel,
+        stride,
+        padding,
+        x,
+        y,
+        weight.start,
+        bias.start,
+    ]
+}
+
+/// A pool's kernels (`*_pool_*`), forward or backward, and their parameters.
+fn pool(s: &Stage, rows: usize, x: usize, y: usize, backward: bool) -> (&'static str, [usize; 12]) {
     let (i, o) = (s.input, s.output);
-    [rows, i.c, i.h, i.w, o.c, o.h, o.w]
+    let (kernel, size, stride) = match (s.layer, backward) {
+        (Layer::MaxPool { size, stride }, false) => ("max_pool_forward", size, stride),
+        (Layer::MaxPool { size, stride }, true) => ("max_pool_input", size, stride),
+        (Layer::AvgPool { size, stride }, false) => ("avg_pool_forward", size, stride),
+        (Layer::AvgPool { size, stride }, true) => ("avg_pool_input", size, stride),
+        _ => unreachable!("a pool"),
+    };
+    (
+        kernel,
+        [rows, i.c, i.h, i.w, o.h, o.w, size, stride, x, y, x, y],
+    )
 }
 
 fn forward(s: &Stage, rows: usize, x: usize, y: usize, mask: usize) -> Vec<Dispatch> {
@@ -130,25 +168,12 @@ fn forward(s: &Stage, rows: usize, x: usize, y: usize, mask: usize) -> Vec<Dispa
             padding,
             ..
         } => {
-            let g = grid(s, rows);
-            let p = [
-                &g[..],
-                &[kernel, stride, padding, x, y, weight.start, bias.start],
-            ]
-            .concat();
+            let p = conv(s, rows, (kernel, stride, padding), x, y);
             vec![Dispatch::new("conv_forward", values, &p)]
         }
-        Layer::MaxPool { size, stride } | Layer::AvgPool { size, stride } => {
-            let [n, c, h, w, _, oh, ow] = grid(s, rows);
-            let kernel = match s.layer {
-                Layer::MaxPool { .. } => "max_pool_forward",
-                _ => "avg_pool_forward",
-            };
-            vec![Dispatch::new(
-                kernel,
-                values,
-                &[n, c, h, w, oh, ow, size, stride, x, y, x, y],
-            )]
+        Layer::MaxPool { .. } | Layer::AvgPool { .. } => {
+            let (kernel, p) = pool(s, rows, x, y, false);
+            vec![Dispatch::new(kernel, values, &p)]
         }
         Layer::Flatten => Vec::new(),
         Layer::Relu => one("relu_forward"),
@@ -193,12 +218,7 @@ fn backward(
             padding,
             filters,
         } => {
-            let g = grid(s, rows);
-            let p = [
-                &g[..],
-                &[kernel, stride, padding, x, y, weight.start, bias.start],
-            ]
-            .concat();
+            let p = conv(s, rows, (kernel, stride, padding), x, y);
             if s.trained {
                 let values = filters * s.input.c * kernel * kernel + filters;
                 out.push(Dispatch::new("conv_weights", values, &p));
@@ -208,17 +228,9 @@ fn backward(
             }
         }
         _ if !need_dx => {}
-        Layer::MaxPool { size, stride } | Layer::AvgPool { size, stride } => {
-            let [n, c, h, w, _, oh, ow] = grid(s, rows);
-            let kernel = match s.layer {
-                Layer::MaxPool { .. } => "max_pool_input",
-                _ => "avg_pool_input",
-            };
-            out.push(Dispatch::new(
-                kernel,
-                inputs,
-                &[n, c, h, w, oh, ow, size, stride, x, y, x, y],
-            ));
+        Layer::MaxPool { .. } | Layer::AvgPool { .. } => {
+            let (kernel, p) = pool(s, rows, x, y, true);
+            out.push(Dispatch::new(kernel, inputs, &p));
         }
         Layer::Flatten => {}
         Layer::Relu => out.push(one("relu_input")),
