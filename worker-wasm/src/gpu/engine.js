@@ -6,6 +6,19 @@
 // path itself).
 const SOFTWARE = /swiftshader|llvmpipe|lavapipe|softpipe|warp|microsoft basic render/i;
 
+// How long a driver may take to hand out a device, and to compute a batch, before the tab
+// gives the GPU up and computes on its CPU (a hung driver must not stop a volunteer's tab).
+const OPEN_MS = 10_000;
+const RUN_MS = 60_000;
+
+function within(ms, what, promise) {
+  let timer;
+  const late = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} did not answer in ${ms / 1000} s`)), ms);
+  });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+}
+
 function describe(adapter) {
   const info = adapter.info || {};
   const name = [info.vendor, info.architecture, info.device, info.description]
@@ -17,7 +30,16 @@ function describe(adapter) {
 }
 
 // The device to compute on, or why there is none: {device, name, fallback} | {none}.
-export async function openGpu(allowFallback) {
+export function openGpu(allowFallback) {
+  const opening = open(allowFallback);
+  return within(OPEN_MS, "the GPU", opening).catch((err) => {
+    // A device that arrives after all is given back.
+    opening.then((got) => got.device?.destroy(), () => {});
+    throw err;
+  });
+}
+
+async function open(allowFallback) {
   if (typeof navigator === "undefined" || !navigator.gpu) {
     return { none: "this browser has no WebGPU" };
   }
@@ -152,7 +174,11 @@ export class Engine {
     const [validation, memory] = [await d.popErrorScope(), await d.popErrorScope()];
     const error = validation || memory;
     if (error) throw new Error(error.message);
-    await Promise.all([b.gRead.mapAsync(GPUMapMode.READ), b.lossRead.mapAsync(GPUMapMode.READ)]);
+    await within(
+      RUN_MS,
+      "the GPU",
+      Promise.all([b.gRead.mapAsync(GPUMapMode.READ), b.lossRead.mapAsync(GPUMapMode.READ)]),
+    );
     try {
       const grads = new Float32Array(b.gRead.getMappedRange(0, plan.params * 4).slice(0));
       const loss = new Float32Array(b.lossRead.getMappedRange(0, plan.rows * 4).slice(0));
