@@ -69,6 +69,8 @@ function showDevice() {
     return;
   }
   device.dataset.device = "cpu";
+  // Why not the GPU, where there is a reason to give (no WebGPU, a fallback only, a failure).
+  if (device.dataset.why) device.title = `not on the GPU: ${device.dataset.why}`;
   const lent = Number(device.dataset.cores);
   const used = Number(device.dataset.used ?? lent);
   const slower = onGpu ? `; the GPU (${onGpu}) is slower for this model` : "";
