@@ -69,8 +69,6 @@ function showDevice() {
     return;
   }
   device.dataset.device = "cpu";
-  // Why not the GPU, where there is a reason to give (no WebGPU, a fallback only, a failure).
-  if (device.dataset.why) device.title = `not on the GPU: ${device.dataset.why}`;
   const lent = Number(device.dataset.cores);
   const used = Number(device.dataset.used ?? lent);
   const slower = onGpu ? `; the GPU (${onGpu}) is slower for this model` : "";
@@ -119,7 +117,11 @@ worker.onmessage = ({ data: e }) => {
   if (e.helperParts != null) {
     $("device").dataset.helped = e.helperParts;
     $("device").dataset.missed = e.helperMisses;
-    $("device").title = `parts of batches computed by this tab's other cores: ${e.helperParts}` +
+    // And why not the GPU, where there is a reason to give (no WebGPU, a fallback only, a
+    // failure).
+    const why = $("device").dataset.why;
+    $("device").title = (why ? `not on the GPU: ${why}; ` : "") +
+      `parts of batches computed by this tab's other cores: ${e.helperParts}` +
       (e.helperMisses ? `; ${e.helperMisses} recomputed here after a helper failed` : "");
   }
   const state = $("state");
