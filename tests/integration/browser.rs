@@ -711,6 +711,16 @@ async fn two_tabs_train_on_the_gpu_path_and_are_never_flagged() {
                 .all(|w| w.cores == 0 && w.gradients > 0)
     })
     .await;
+    // The operator's dashboard says so in its workers' table.
+    let dashboard = Browser::open_with_devtools(&format!("http://{}/dashboard", server.addr));
+    dashboard
+        .until(
+            "the dashboard to show both tabs on a GPU",
+            "(() => { const rows = [...document.querySelectorAll('#workers tbody tr')]; \
+             return rows.length === 2 && rows.every((r) => r.cells[6].textContent === 'GPU'); })()",
+        )
+        .await;
+    dashboard.close().await;
     let started = Instant::now();
     let s = wait_status(&mut status, "90 % test accuracy from the GPU tabs", |s| {
         s.test_accuracy.is_some_and(|a| a >= 0.90)
