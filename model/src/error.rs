@@ -20,6 +20,10 @@ pub enum ModelError {
         label: u8,
         classes: usize,
     },
+    #[error("value {index} of the windows is not a token id below the vocabulary of {vocab}")]
+    TokenOutOfRange { index: usize, vocab: usize },
+    #[error("not supported: {0}")]
+    Unsupported(&'static str),
     #[error("batch is empty")]
     EmptyBatch,
     #[error(transparent)]

@@ -7,6 +7,7 @@
 //! - [`params`]: [`ParamLayout`], the named tensors behind a flat `f32` vector (the wire form).
 //! - [`spec`]: [`NetSpec`], a model as an input shape and a list of layers, with its text form.
 //! - [`network`]: [`Network`], forward and backward of any spec; one file per layer type in `layers/`.
+//! - [`gpt`]: [`gpt::Gpt`], GPT-2's architecture, which a spec holds as its one layer.
 //! - [`loss`]: softmax cross-entropy.
 //! - [`gemm`]: every matrix product, in the library's float order or wasm's ([`Order`]).
 //! - [`grad`]: [`GradientSum`], the streaming sample-weighted mean the coordinator aggregates with.
@@ -21,6 +22,7 @@ pub mod digits;
 pub mod error;
 pub mod eval;
 pub mod gemm;
+pub mod gpt;
 pub mod grad;
 mod layers;
 pub mod local;

@@ -15,7 +15,8 @@ use crate::loss::{cross_entropy_sum_and_correct, softmax_cross_entropy_of};
 use crate::params::ParamLayout;
 use crate::rng::SplitMix64;
 use crate::scalar::Scalar;
-use crate::spec::{Layer, NetSpec, Shape};
+use crate::gpt::Gpt;
+use crate::spec::{Layer, NetSpec, Shape, SpecError};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Network {
@@ -29,6 +30,8 @@ pub struct Network {
     trainable: Vec<Range<usize>>,
     frozen: Vec<Range<usize>>,
     trainable_count: usize,
+    /// A GPT's body, which computes the whole model (its spec's one layer).
+    gpt: Option<Gpt>,
 }
 
 /// Most parameters a model may have (256 MiB of f32): a spec beyond it is refused before
@@ -45,6 +48,18 @@ impl Network {
     /// Checks the spec against `classes` outputs and lays out its parameters.
     pub fn new(spec: NetSpec, classes: usize) -> Result<Self, ModelError> {
         let outputs = spec.shapes(classes)?;
+        if let Some(gpt) = spec.as_gpt() {
+            return Self::gpt(spec, gpt);
+        }
+        if let Some(index) = spec.layers.iter().position(|l| matches!(l.layer, Layer::Gpt(_))) {
+            return Err(SpecError::Layer {
+                index,
+                layer: "gpt".into(),
+                input: spec.input.to_string(),
+                reason: "a gpt is a whole model: it must be the only layer".into(),
+            }
+            .into());
+        }
         let mut shapes = vec![spec.input];
         shapes.extend(outputs);
         // Each layer's weight shape, and the total counted without overflow before anything
@@ -106,7 +121,51 @@ impl Network {
             trainable,
             frozen,
             trainable_count,
+            gpt: None,
         })
+    }
+
+    fn gpt(spec: NetSpec, gpt: crate::gpt::GptSpec) -> Result<Self, ModelError> {
+        let too_large = |params| SpecError::TooLarge {
+            params,
+            max: MAX_PARAMS,
+        };
+        let params = gpt.param_count().ok_or(too_large(usize::MAX))?;
+        if params > MAX_PARAMS {
+            return Err(too_large(params).into());
+        }
+        if spec.layers[0].frozen {
+            return Err(SpecError::Parse {
+                text: spec.to_string(),
+                reason: "a frozen gpt has nothing to train".into(),
+            }
+            .into());
+        }
+        let body = Gpt::new(gpt).map_err(|reason| SpecError::Parse {
+            text: spec.to_string(),
+            reason,
+        })?;
+        let shapes = vec![spec.input, Shape::flat(gpt.vocab)];
+        Ok(Self {
+            layout: body.layout().clone(),
+            weights: vec![None],
+            trainable: vec![0..params],
+            frozen: Vec::new(),
+            trainable_count: params,
+            spec,
+            shapes,
+            gpt: Some(body),
+        })
+    }
+
+    /// The GPT this network is, if it is one.
+    pub fn as_gpt(&self) -> Option<&Gpt> {
+        self.gpt.as_ref()
+    }
+
+    /// Predictions per sample: a GPT's context (one at each position), else 1.
+    pub fn positions(&self) -> usize {
+        self.gpt.as_ref().map_or(1, |g| g.spec().context)
     }
 
     /// A ReLU MLP on flat input with these widths, input first (`[784, 128, 10]`).
@@ -197,9 +256,12 @@ impl Network {
         full
     }
 
-    /// He-uniform weights (`U(±sqrt(6 / fan_in))`, suited to ReLU) and zero biases. The same
-    /// seed gives the same weights on every platform.
+    /// He-uniform weights (`U(±sqrt(6 / fan_in))`, suited to ReLU) and zero biases (a GPT:
+    /// GPT-2's own, [`Gpt::init`]). The same seed gives the same weights on every platform.
     pub fn init<T: Scalar>(&self, seed: u64) -> Vec<T> {
+        if let Some(gpt) = &self.gpt {
+            return gpt.init(seed);
+        }
         let mut rng = SplitMix64::new(seed);
         let mut params = vec![T::zero(); self.param_count()];
         for &w in self.weights.iter().flatten() {
@@ -281,13 +343,17 @@ impl Network {
         outs
     }
 
-    /// Logits for a batch `x` of shape `[n, inputs]` (evaluation: dropout off).
+    /// Logits for a batch `x` of shape `[n, inputs]` (evaluation: dropout off); a GPT's are
+    /// `[n · context, vocab]`, one row per position.
     pub fn forward<T: Scalar>(
         &self,
         params: &[T],
         x: ArrayView2<'_, T>,
     ) -> Result<Array2<T>, ModelError> {
         self.check(params, &x)?;
+        if let Some(gpt) = &self.gpt {
+            return Ok(gpt.forward(params, x, true)?.logits);
+        }
         let x = standard(x);
         Ok(self
             .forward_all(params, x.view(), None, Part::whole(x.nrows()))
@@ -400,13 +466,21 @@ impl Network {
         Ok(loss)
     }
 
-    /// Summed cross-entropy and number of correct predictions over a batch.
+    /// Summed cross-entropy and number of correct predictions over a batch (a GPT: each
+    /// window's mean over its positions, summed, and the correct positions).
     pub fn loss_sum_and_correct<T: Scalar>(
         &self,
         params: &[T],
         x: ArrayView2<'_, T>,
         labels: &[u8],
     ) -> Result<(T, usize), ModelError> {
+        if let Some(gpt) = &self.gpt {
+            self.check(params, &x)?;
+            let acts = gpt.forward(params, x, true)?;
+            let (sum, correct) = gpt.loss_sum_and_correct(&acts);
+            let positions = T::from_usize(gpt.spec().context).ok_or(ModelError::EmptyBatch)?;
+            return Ok((sum / positions, correct));
+        }
         let logits = self.forward(params, x)?;
         cross_entropy_sum_and_correct(logits.view(), labels)
     }

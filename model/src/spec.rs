@@ -74,11 +74,14 @@ pub enum Layer {
     Dropout {
         p: f32,
     },
+    /// A whole GPT-2 ([`crate::gpt`]): windows of `context + 1` token ids in, the
+    /// vocabulary's logits at each of `context` positions out. It is a model's only layer.
+    Gpt(crate::gpt::GptSpec),
 }
 
 impl Layer {
     pub fn has_params(&self) -> bool {
-        matches!(self, Self::Dense { .. } | Self::Conv2d { .. })
+        matches!(self, Self::Dense { .. } | Self::Conv2d { .. } | Self::Gpt(_))
     }
 
     /// The shape this layer produces from `input`, or why it cannot take it.
@@ -126,6 +129,17 @@ impl Layer {
                 Err(format!("dropout p must be in [0, 1), got {p}"))
             }
             Self::Dropout { .. } => Ok(input),
+            Self::Gpt(gpt) => {
+                gpt.check()?;
+                if input != Shape::flat(gpt.context + 1) {
+                    return Err(format!(
+                        "a gpt of context {} reads windows of {} token ids, got {input}",
+                        gpt.context,
+                        gpt.context + 1
+                    ));
+                }
+                Ok(Shape::flat(gpt.vocab))
+            }
         }
     }
 }
@@ -147,6 +161,7 @@ impl fmt::Display for Layer {
             Self::Tanh => f.write_str("tanh"),
             Self::Gelu => f.write_str("gelu"),
             Self::Dropout { p } => write!(f, "dropout {p}"),
+            Self::Gpt(gpt) => gpt.fmt(f),
         }
     }
 }
@@ -222,6 +237,22 @@ impl NetSpec {
                 Layer::Dense { units: classes },
             ],
         )
+    }
+
+    /// A GPT-2 ([`crate::gpt`]) reading windows of `context + 1` token ids.
+    pub fn gpt(gpt: crate::gpt::GptSpec) -> Self {
+        Self::of(Shape::flat(gpt.context + 1), vec![Layer::Gpt(gpt)])
+    }
+
+    /// The GPT this spec is, if it is one.
+    pub fn as_gpt(&self) -> Option<crate::gpt::GptSpec> {
+        match self.layers[..] {
+            [LayerSpec {
+                layer: Layer::Gpt(gpt),
+                ..
+            }] => Some(gpt),
+            _ => None,
+        }
     }
 
     pub fn of(input: Shape, layers: Vec<Layer>) -> Self {

@@ -56,6 +56,33 @@ fn number(s: &str, what: &str) -> Result<usize, String> {
     }
 }
 
+/// `gpt vocab V context T layers L heads H width C`, every key once, in any order.
+fn gpt(args: &[&str]) -> Result<crate::gpt::GptSpec, String> {
+    let mut values = [None; 5];
+    const KEYS: [&str; 5] = ["vocab", "context", "layers", "heads", "width"];
+    let mut words = args.iter();
+    while let Some(&key) = words.next() {
+        let k = KEYS
+            .iter()
+            .position(|&k| k == key)
+            .ok_or_else(|| format!("unknown gpt option `{key}` (expected {})", KEYS.join(", ")))?;
+        let value = words.next().ok_or_else(|| format!("gpt option `{key}` needs a value"))?;
+        if values[k].replace(number(value, key)?).is_some() {
+            return Err(format!("gpt option `{key}` given twice"));
+        }
+    }
+    let need = |k: usize| values[k].ok_or_else(|| format!("gpt needs `{} N`", KEYS[k]));
+    let spec = crate::gpt::GptSpec {
+        vocab: need(0)?,
+        context: need(1)?,
+        layers: need(2)?,
+        heads: need(3)?,
+        width: need(4)?,
+    };
+    spec.check()?;
+    Ok(spec)
+}
+
 fn layer(part: &str) -> Result<LayerSpec, String> {
     let mut words: Vec<&str> = part.split_whitespace().collect();
     let frozen = words.last() == Some(&"frozen");
@@ -129,6 +156,7 @@ fn layer(part: &str) -> Result<LayerSpec, String> {
                 .ok_or("dropout needs a probability in [0, 1)")?;
             Layer::Dropout { p }
         }
+        "gpt" => Layer::Gpt(gpt(args)?),
         other => return Err(format!("unknown layer type `{other}`")),
     };
     Ok(LayerSpec { layer, frozen })

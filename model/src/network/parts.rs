@@ -140,6 +140,10 @@ impl Network {
                 got: x.nrows(),
             });
         }
+        if let Some(gpt) = &self.gpt {
+            let acts = gpt.forward(params, x, true)?;
+            return gpt.backward(params, acts, part.batch, grads);
+        }
         let x = standard(x);
         let outs = self.forward_all(params, x.view(), Some(seed), part);
         let draw = (seed, part);

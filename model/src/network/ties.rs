@@ -83,6 +83,11 @@ impl Network {
         seed: u64,
     ) -> Result<(Vec<T>, Envelope<T>), ModelError> {
         self.check(params, &x)?;
+        if self.gpt.is_some() {
+            return Err(ModelError::Unsupported(
+                "a gpt's gradient has no rounding envelope: its answers are replayed in order",
+            ));
+        }
         let x = standard(x);
         let whole = Part::whole(x.nrows());
         let mut outs = self.forward_all(params, x.view(), Some(seed), whole);
