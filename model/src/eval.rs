@@ -9,9 +9,10 @@ const EVAL_CHUNK: usize = 500;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Evaluation {
-    /// Fraction of samples whose argmax prediction is the label.
+    /// Fraction of samples whose argmax prediction is the label (a GPT: of positions whose
+    /// most likely token is the next one).
     pub accuracy: f64,
-    /// Mean cross-entropy.
+    /// Mean cross-entropy (a GPT: per token, in nats).
     pub loss: f64,
 }
 
@@ -28,7 +29,7 @@ pub fn evaluate(net: &Network, params: &[f32], data: &Dataset) -> Result<Evaluat
     }
     let n = data.len() as f64;
     Ok(Evaluation {
-        accuracy: correct as f64 / n,
+        accuracy: correct as f64 / (n * net.positions() as f64),
         loss: loss / n,
     })
 }

@@ -10,12 +10,12 @@ use std::ops::Range;
 use ndarray::{Array2, ArrayView2, CowArray, Ix2};
 
 use crate::error::ModelError;
+use crate::gpt::Gpt;
 use crate::layers::{self, Ctx};
 use crate::loss::{cross_entropy_sum_and_correct, softmax_cross_entropy_of};
 use crate::params::ParamLayout;
 use crate::rng::SplitMix64;
 use crate::scalar::Scalar;
-use crate::gpt::Gpt;
 use crate::spec::{Layer, NetSpec, Shape, SpecError};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -51,7 +51,11 @@ impl Network {
         if let Some(gpt) = spec.as_gpt() {
             return Self::gpt(spec, gpt);
         }
-        if let Some(index) = spec.layers.iter().position(|l| matches!(l.layer, Layer::Gpt(_))) {
+        if let Some(index) = spec
+            .layers
+            .iter()
+            .position(|l| matches!(l.layer, Layer::Gpt(_)))
+        {
             return Err(SpecError::Layer {
                 index,
                 layer: "gpt".into(),

@@ -81,7 +81,10 @@ pub enum Layer {
 
 impl Layer {
     pub fn has_params(&self) -> bool {
-        matches!(self, Self::Dense { .. } | Self::Conv2d { .. } | Self::Gpt(_))
+        matches!(
+            self,
+            Self::Dense { .. } | Self::Conv2d { .. } | Self::Gpt(_)
+        )
     }
 
     /// The shape this layer produces from `input`, or why it cannot take it.

@@ -66,7 +66,9 @@ fn gpt(args: &[&str]) -> Result<crate::gpt::GptSpec, String> {
             .iter()
             .position(|&k| k == key)
             .ok_or_else(|| format!("unknown gpt option `{key}` (expected {})", KEYS.join(", ")))?;
-        let value = words.next().ok_or_else(|| format!("gpt option `{key}` needs a value"))?;
+        let value = words
+            .next()
+            .ok_or_else(|| format!("gpt option `{key}` needs a value"))?;
         if values[k].replace(number(value, key)?).is_some() {
             return Err(format!("gpt option `{key}` given twice"));
         }

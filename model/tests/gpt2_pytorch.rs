@@ -13,13 +13,19 @@ const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/gpt2-tiny
 fn floats(st: &SafeTensors<'_>, name: &str) -> Vec<f32> {
     let t = st.tensor(name).unwrap_or_else(|e| panic!("{name}: {e}"));
     assert_eq!(t.dtype(), safetensors::Dtype::F32, "{name}");
-    t.data().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()
+    t.data()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect()
 }
 
 /// The largest `|a − b| / (tol_abs + tol_rel · |b|)`: at most 1 passes.
 fn worst(a: &[f32], b: &[f32], abs: f32, rel: f32) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs() / (abs + rel * y.abs())).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs() / (abs + rel * y.abs()))
+        .fold(0.0, f32::max)
 }
 
 #[test]
@@ -55,12 +61,19 @@ fn logits_loss_and_every_gradient_match_pytorch() {
     let (loss, grads) = net.loss_and_grad(&params, x.view(), &[0; 3], 0).unwrap();
     let want_loss = floats(&expected, "loss")[0];
     eprintln!("loss {loss} against PyTorch's {want_loss}");
-    assert!((loss - want_loss).abs() < 1e-5, "loss {loss} against PyTorch's {want_loss}");
+    assert!(
+        (loss - want_loss).abs() < 1e-5,
+        "loss {loss} against PyTorch's {want_loss}"
+    );
 
     for t in net.layout().tensors() {
         let want = floats(&expected, &format!("grad.{}", t.name));
         let w = worst(&grads[t.range()], &want, 1e-6, 1e-3);
         eprintln!("{}: {w:.3} of the tolerance", t.name);
-        assert!(w <= 1.0, "{}: {w} of the tolerance (1e-6 + 1e-3 · |g|)", t.name);
+        assert!(
+            w <= 1.0,
+            "{}: {w} of the tolerance (1e-6 + 1e-3 · |g|)",
+            t.name
+        );
     }
 }

@@ -104,8 +104,14 @@ pub async fn start(
         Some(files) => Some(crate::edge::tls::load(&files.cert, &files.key)?),
         None => None,
     };
-    let data = crate::dataset::load(config.data.as_deref(), config.seed, config.test_fraction)
-        .map_err(ServerError::Dataset)?;
+    let data = crate::dataset::load_for(
+        &config.model,
+        config.data.as_deref(),
+        config.tokenizer,
+        config.seed,
+        config.test_fraction,
+    )
+    .map_err(ServerError::Dataset)?;
     let shutdown = CancellationToken::new();
     let web = WebSource::new(config.web_dir.clone());
     web.announce();
@@ -319,15 +325,30 @@ pub async fn run(
     start(listener, config, signal).await?.wait().await
 }
 
-/// `--init`: the file's tensors, checked against the model's names, shapes and dtype.
+/// `--init`: the file's tensors (or a Hugging Face directory's, for a GPT), checked against
+/// the model's names, shapes and dtype.
 fn read_init(path: &Path, net: &model::Network) -> Result<Vec<f32>, ServerError> {
     let fail = |reason: String| ServerError::Init {
         path: path.to_path_buf(),
         reason,
     };
-    let bytes = std::fs::read(path).map_err(|e| fail(e.to_string()))?;
-    let (params, _) = crate::storage::tensors_file::decode_params(&bytes, net.layout())
-        .map_err(|e| fail(e.to_string()))?;
+    let params = if path.is_dir() {
+        // A Hugging Face GPT-2 directory (`coordinator export` writes one).
+        let (spec, params) = crate::storage::hf::read_dir(path).map_err(|e| fail(e.to_string()))?;
+        if Some(spec) != net.as_gpt().map(|g| *g.spec()) {
+            return Err(fail(format!(
+                "its model is `{}`, this run's `{}` (a GPT's vocabulary comes from --tokenizer and the text)",
+                model::NetSpec::gpt(spec),
+                net.spec()
+            )));
+        }
+        params
+    } else {
+        let bytes = std::fs::read(path).map_err(|e| fail(e.to_string()))?;
+        crate::storage::tensors_file::decode_params(&bytes, net.layout())
+            .map_err(|e| fail(e.to_string()))?
+            .0
+    };
     if let Some(i) = params.iter().position(|p| !p.is_finite()) {
         return Err(fail(format!("value {i} is not finite")));
     }

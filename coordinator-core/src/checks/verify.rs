@@ -226,19 +226,27 @@ pub fn verify(
     };
     // An unordered answer (a GPU's, `protocol::UNORDERED`) matches no order bit for bit:
     // it is checked within rounding and the near-ties' envelope at once.
-    let orders: &[Order] = match claim.parts {
-        0 => &[],
+    // A GPT has no envelope: every claim of one is replayed in both orders.
+    let orders: &[Order] = match (claim.parts, net.as_gpt()) {
+        (0, None) => &[],
         _ => &[claim.order, other(claim.order)],
     };
     let mut expected = Vec::new();
+    let mut last = None;
     for &order in orders {
         let computed = gradient(order)?;
-        if compare(claim.grads, &computed, claim.compression).is_ok() {
-            return Ok(Ok(()));
+        match compare(claim.grads, &computed, claim.compression) {
+            Ok(()) => return Ok(Ok(())),
+            Err(mismatch) => last = Some(mismatch),
         }
         if order == Order::Library {
             expected = computed;
         }
+    }
+    // A GPT's answers are computed in order on every worker (no GPU path, no envelope):
+    // outside rounding in both orders is a mismatch, whatever order it claims.
+    if let (Some(mismatch), Some(_)) = (last, net.as_gpt()) {
+        return Ok(Err(mismatch));
     }
     // Outside rounding in both orders (or unordered): only a near-tie may explain it (of
     // the library's order, in which the envelope is computed, with the gradient an

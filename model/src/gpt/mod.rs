@@ -75,7 +75,9 @@ impl GptSpec {
             width,
         } = *self;
         if vocab < 2 || context == 0 || layers == 0 || heads == 0 || width == 0 {
-            return Err("vocab must be at least 2, and context, layers, heads and width at least 1".into());
+            return Err(
+                "vocab must be at least 2, and context, layers, heads and width at least 1".into(),
+            );
         }
         if width % heads != 0 {
             return Err(format!("{heads} heads do not divide the width {width}"));
@@ -152,7 +154,8 @@ impl Gpt {
         let wpe = at(&mut layout, "wpe.weight".into(), vec![t, c]);
         let mut blocks = Vec::with_capacity(spec.layers);
         for i in 0..spec.layers {
-            let mut p = |name: &str, shape: Vec<usize>| at(&mut layout, format!("h.{i}.{name}"), shape);
+            let mut p =
+                |name: &str, shape: Vec<usize>| at(&mut layout, format!("h.{i}.{name}"), shape);
             blocks.push(BlockAt {
                 ln1_g: p("ln_1.weight", vec![c]),
                 ln1_b: p("ln_1.bias", vec![c]),

@@ -12,7 +12,11 @@ fn constant<T: Scalar>(v: f64) -> T {
 }
 
 /// `x · w + b`, `w` of shape `[in, out]` (GPT-2's `Conv1D`).
-pub(crate) fn linear<T: Scalar>(x: ArrayView2<'_, T>, w: ArrayView2<'_, T>, b: ArrayView1<'_, T>) -> Array2<T> {
+pub(crate) fn linear<T: Scalar>(
+    x: ArrayView2<'_, T>,
+    w: ArrayView2<'_, T>,
+    b: ArrayView1<'_, T>,
+) -> Array2<T> {
     let mut z = Array2::zeros((x.nrows(), w.ncols()));
     z += &b;
     gemm(T::one(), &x, &w, T::one(), &mut z.view_mut());
@@ -60,7 +64,10 @@ pub(crate) fn layer_norm<T: Scalar>(
     let mut stats = Vec::with_capacity(x.nrows());
     for (row, mut out) in x.rows().into_iter().zip(y.rows_mut()) {
         let mean = row.iter().fold(T::zero(), |s, &v| s + v) * inv_c;
-        let var = row.iter().fold(T::zero(), |s, &v| s + (v - mean) * (v - mean)) * inv_c;
+        let var = row
+            .iter()
+            .fold(T::zero(), |s, &v| s + (v - mean) * (v - mean))
+            * inv_c;
         let rstd = T::one() / (var + eps).sqrt();
         for (((o, &v), &g), &b) in out.iter_mut().zip(row).zip(g).zip(b) {
             *o = (v - mean) * rstd * g + b;
@@ -87,7 +94,13 @@ pub(crate) fn layer_norm_backward<T: Scalar>(
     let mut dx = Array2::zeros(x.dim());
     let mut xhat = vec![T::zero(); c];
     let mut dxhat = vec![T::zero(); c];
-    for (((row, dy), mut out), &(mean, rstd)) in x.rows().into_iter().zip(dy.rows()).zip(dx.rows_mut()).zip(stats) {
+    for (((row, dy), mut out), &(mean, rstd)) in x
+        .rows()
+        .into_iter()
+        .zip(dy.rows())
+        .zip(dx.rows_mut())
+        .zip(stats)
+    {
         let (mut sum_d, mut sum_dx) = (T::zero(), T::zero());
         for j in 0..c {
             xhat[j] = (row[j] - mean) * rstd;
@@ -107,7 +120,10 @@ pub(crate) fn layer_norm_backward<T: Scalar>(
 
 /// GPT-2's GELU (`gelu_new`): `x/2 · (1 + tanh(sqrt(2/π) · (x + 0.044715 x³)))`.
 pub(crate) fn gelu<T: Scalar>(x: T) -> T {
-    let (k, a) = (constant::<T>(0.797_884_560_802_865_4), constant::<T>(0.044_715));
+    let (k, a) = (
+        constant::<T>(0.797_884_560_802_865_4),
+        constant::<T>(0.044_715),
+    );
     let half = constant::<T>(0.5);
     let t = (k * (x + a * x * x * x)).tanh_portable();
     half * x * (T::one() + t)
@@ -115,7 +131,10 @@ pub(crate) fn gelu<T: Scalar>(x: T) -> T {
 
 /// Its derivative: `(1 + t)/2 + x/2 · (1 − t²) · sqrt(2/π) · (1 + 3 · 0.044715 x²)`.
 pub(crate) fn gelu_slope<T: Scalar>(x: T) -> T {
-    let (k, a) = (constant::<T>(0.797_884_560_802_865_4), constant::<T>(0.044_715));
+    let (k, a) = (
+        constant::<T>(0.797_884_560_802_865_4),
+        constant::<T>(0.044_715),
+    );
     let (half, three) = (constant::<T>(0.5), constant::<T>(3.0));
     let t = (k * (x + a * x * x * x)).tanh_portable();
     half * (T::one() + t) + half * x * (T::one() - t * t) * k * (T::one() + three * a * x * x)
@@ -125,7 +144,11 @@ pub(crate) fn gelu_slope<T: Scalar>(x: T) -> T {
 /// query, key and value (`[n, 3·width]`, heads side by side in each). Returns the heads'
 /// outputs side by side (`[n, width]`) and every head's attention weights
 /// (`[samples · heads · context, context]`, zero above the diagonal).
-pub(crate) fn attention<T: Scalar>(qkv: ArrayView2<'_, T>, context: usize, heads: usize) -> (Array2<T>, Array2<T>) {
+pub(crate) fn attention<T: Scalar>(
+    qkv: ArrayView2<'_, T>,
+    context: usize,
+    heads: usize,
+) -> (Array2<T>, Array2<T>) {
     let (n, width) = (qkv.nrows(), qkv.ncols() / 3);
     let hs = width / heads;
     let samples = n / context;
@@ -137,12 +160,18 @@ pub(crate) fn attention<T: Scalar>(qkv: ArrayView2<'_, T>, context: usize, heads
         for h in 0..heads {
             let q = qkv.slice(s![rows.clone(), h * hs..(h + 1) * hs]);
             let k = qkv.slice(s![rows.clone(), width + h * hs..width + (h + 1) * hs]);
-            let v = qkv.slice(s![rows.clone(), 2 * width + h * hs..2 * width + (h + 1) * hs]);
+            let v = qkv.slice(s![
+                rows.clone(),
+                2 * width + h * hs..2 * width + (h + 1) * hs
+            ]);
             let at = (b * heads + h) * context;
             let mut a = att.slice_mut(s![at..at + context, ..]);
             gemm(scale, &q, &k.t(), T::zero(), &mut a);
             for (i, mut row) in a.rows_mut().into_iter().enumerate() {
-                let max = row.iter().take(i + 1).fold(T::neg_infinity(), |m, &v| m.max(v));
+                let max = row
+                    .iter()
+                    .take(i + 1)
+                    .fold(T::neg_infinity(), |m, &v| m.max(v));
                 let mut sum = T::zero();
                 for v in row.iter_mut().take(i + 1) {
                     *v = (*v - max).exp_portable();
@@ -185,16 +214,38 @@ pub(crate) fn attention_backward<T: Scalar>(
             let at = (b * heads + h) * context;
             let a = att.slice(s![at..at + context, ..]);
             gemm(T::one(), &dy, &v.t(), T::zero(), &mut datt.view_mut());
-            gemm(T::one(), &a.t(), &dy, T::zero(), &mut dqkv.slice_mut(s![rows.clone(), cols(2)]));
+            gemm(
+                T::one(),
+                &a.t(),
+                &dy,
+                T::zero(),
+                &mut dqkv.slice_mut(s![rows.clone(), cols(2)]),
+            );
             // Softmax's backward, row by row: ds = a · (da − Σ a · da), scaled as the scores were.
             for (i, (mut d, a)) in datt.rows_mut().into_iter().zip(a.rows()).enumerate() {
                 let dot = (0..=i).fold(T::zero(), |s, j| s + a[j] * d[j]);
                 for j in 0..context {
-                    d[j] = if j <= i { a[j] * (d[j] - dot) * scale } else { T::zero() };
+                    d[j] = if j <= i {
+                        a[j] * (d[j] - dot) * scale
+                    } else {
+                        T::zero()
+                    };
                 }
             }
-            gemm(T::one(), &datt.view(), &k, T::zero(), &mut dqkv.slice_mut(s![rows.clone(), cols(0)]));
-            gemm(T::one(), &datt.t(), &q, T::zero(), &mut dqkv.slice_mut(s![rows.clone(), cols(1)]));
+            gemm(
+                T::one(),
+                &datt.view(),
+                &k,
+                T::zero(),
+                &mut dqkv.slice_mut(s![rows.clone(), cols(0)]),
+            );
+            gemm(
+                T::one(),
+                &datt.t(),
+                &q,
+                T::zero(),
+                &mut dqkv.slice_mut(s![rows.clone(), cols(1)]),
+            );
         }
     }
     dqkv
@@ -203,12 +254,18 @@ pub(crate) fn attention_backward<T: Scalar>(
 /// Cross-entropy of each row of `logits` against its target, summed; with `scale`, each
 /// row's gradient `(softmax − onehot) · scale` in place of the logits. Targets are checked
 /// by the caller.
-pub(crate) fn cross_entropy<T: Scalar>(logits: &mut Array2<T>, targets: &[usize], scale: Option<T>) -> T {
+pub(crate) fn cross_entropy<T: Scalar>(
+    logits: &mut Array2<T>,
+    targets: &[usize],
+    scale: Option<T>,
+) -> T {
     let mut total = T::zero();
     for (mut row, &t) in logits.rows_mut().into_iter().zip(targets) {
         let max = row.fold(T::neg_infinity(), |m, &v| m.max(v));
         let shifted = row[t] - max;
-        let sum = row.iter().fold(T::zero(), |s, &v| s + (v - max).exp_portable());
+        let sum = row
+            .iter()
+            .fold(T::zero(), |s, &v| s + (v - max).exp_portable());
         total += sum.ln_portable() - shifted;
         if let Some(scale) = scale {
             row.mapv_inplace(|v| (v - max).exp_portable() / sum * scale);

@@ -2,7 +2,9 @@
 
 use ndarray::{s, Array2, ArrayView1, ArrayView2, Axis};
 
-use super::ops::{self, attention, attention_backward, layer_norm, layer_norm_backward, linear, linear_backward};
+use super::ops::{
+    self, attention, attention_backward, layer_norm, layer_norm_backward, linear, linear_backward,
+};
 use super::{BlockAt, Gpt};
 use crate::error::ModelError;
 use crate::scalar::Scalar;
@@ -41,7 +43,13 @@ pub struct Activations<T> {
 }
 
 impl Gpt {
-    fn tensor<'a, T>(&self, params: &'a [T], offset: usize, rows: usize, cols: usize) -> ArrayView2<'a, T> {
+    fn tensor<'a, T>(
+        &self,
+        params: &'a [T],
+        offset: usize,
+        rows: usize,
+        cols: usize,
+    ) -> ArrayView2<'a, T> {
         ArrayView2::from_shape((rows, cols), &params[offset..offset + rows * cols]).expect("layout")
     }
 
@@ -51,7 +59,11 @@ impl Gpt {
 
     /// The input windows' token ids and targets: each row is `context + 1` ids (or just
     /// `context`, to read without targets), every one a whole number below the vocabulary.
-    pub fn tokens<T: Scalar>(&self, x: ArrayView2<'_, T>, with_targets: bool) -> Result<(Vec<usize>, Vec<usize>), ModelError> {
+    pub fn tokens<T: Scalar>(
+        &self,
+        x: ArrayView2<'_, T>,
+        with_targets: bool,
+    ) -> Result<(Vec<usize>, Vec<usize>), ModelError> {
         let t = self.spec.context;
         let width = t + usize::from(with_targets);
         if x.ncols() != width {
@@ -68,7 +80,9 @@ impl Gpt {
         let mut targets = Vec::with_capacity(if with_targets { x.nrows() * t } else { 0 });
         for (i, row) in x.rows().into_iter().enumerate() {
             for (j, &v) in row.iter().enumerate() {
-                let id = v.to_usize().filter(|&id| T::from_usize(id) == Some(v) && id < self.spec.vocab);
+                let id = v
+                    .to_usize()
+                    .filter(|&id| T::from_usize(id) == Some(v) && id < self.spec.vocab);
                 let id = id.ok_or(ModelError::TokenOutOfRange {
                     index: i * width + j,
                     vocab: self.spec.vocab,
@@ -86,7 +100,12 @@ impl Gpt {
 
     /// The forward pass over windows of token ids (`[samples, context + 1]`, or `context`
     /// without targets).
-    pub fn forward<T: Scalar>(&self, params: &[T], x: ArrayView2<'_, T>, with_targets: bool) -> Result<Activations<T>, ModelError> {
+    pub fn forward<T: Scalar>(
+        &self,
+        params: &[T],
+        x: ArrayView2<'_, T>,
+        with_targets: bool,
+    ) -> Result<Activations<T>, ModelError> {
         if params.len() != self.layout.total() {
             return Err(ModelError::ShapeMismatch {
                 what: "parameters",
@@ -107,10 +126,19 @@ impl Gpt {
         let mut blocks = Vec::with_capacity(self.blocks.len());
         for at in &self.blocks {
             let acts = self.block_forward(params, at, h);
-            h = acts.mid.clone() + &linear(acts.gelu.view(), self.tensor(params, at.mlp_w, 4 * c, c), ArrayView1::from(self.vector(params, at.mlp_b, c)));
+            h = acts.mid.clone()
+                + &linear(
+                    acts.gelu.view(),
+                    self.tensor(params, at.mlp_w, 4 * c, c),
+                    ArrayView1::from(self.vector(params, at.mlp_b, c)),
+                );
             blocks.push(acts);
         }
-        let (lnf, lnf_stats) = layer_norm(h.view(), self.vector(params, self.lnf_g, c), self.vector(params, self.lnf_b, c));
+        let (lnf, lnf_stats) = layer_norm(
+            h.view(),
+            self.vector(params, self.lnf_g, c),
+            self.vector(params, self.lnf_b, c),
+        );
         let mut logits = Array2::zeros((tokens.len(), v));
         crate::gemm::gemm(T::one(), &lnf, &wte.t(), T::zero(), &mut logits.view_mut());
         Ok(Activations {
@@ -129,11 +157,23 @@ impl Gpt {
         let c = self.spec.width;
         let v = |o: usize, n: usize| self.vector(params, o, n);
         let (ln1, ln1_stats) = layer_norm(x.view(), v(at.ln1_g, c), v(at.ln1_b, c));
-        let qkv = linear(ln1.view(), self.tensor(params, at.attn_w, c, 3 * c), ArrayView1::from(v(at.attn_b, 3 * c)));
+        let qkv = linear(
+            ln1.view(),
+            self.tensor(params, at.attn_w, c, 3 * c),
+            ArrayView1::from(v(at.attn_b, 3 * c)),
+        );
         let (y, att) = attention(qkv.view(), self.spec.context, self.spec.heads);
-        let mid = linear(y.view(), self.tensor(params, at.proj_w, c, c), ArrayView1::from(v(at.proj_b, c))) + &x;
+        let mid = linear(
+            y.view(),
+            self.tensor(params, at.proj_w, c, c),
+            ArrayView1::from(v(at.proj_b, c)),
+        ) + &x;
         let (ln2, ln2_stats) = layer_norm(mid.view(), v(at.ln2_g, c), v(at.ln2_b, c));
-        let fc = linear(ln2.view(), self.tensor(params, at.fc_w, c, 4 * c), ArrayView1::from(v(at.fc_b, 4 * c)));
+        let fc = linear(
+            ln2.view(),
+            self.tensor(params, at.fc_w, c, 4 * c),
+            ArrayView1::from(v(at.fc_b, 4 * c)),
+        );
         let gelu = fc.mapv(ops::gelu);
         BlockActs {
             x,
@@ -159,18 +199,33 @@ impl Gpt {
             .into_iter()
             .zip(&acts.targets)
             .filter(|(row, &t)| {
-                let best = row.iter().enumerate().fold((0, T::neg_infinity()), |b, (i, &v)| if v > b.1 { (i, v) } else { b });
+                let best = row
+                    .iter()
+                    .enumerate()
+                    .fold(
+                        (0, T::neg_infinity()),
+                        |b, (i, &v)| if v > b.1 { (i, v) } else { b },
+                    );
                 best.0 == t
             })
             .count();
         let mut logits = acts.logits.clone();
-        (ops::cross_entropy(&mut logits, &acts.targets, None), correct)
+        (
+            ops::cross_entropy(&mut logits, &acts.targets, None),
+            correct,
+        )
     }
 
     /// The backward pass: the rows' share of the mean loss of a batch of `batch` windows
     /// (each window's loss the mean over its positions), and its gradient in the layout
     /// (every value of `grads` written).
-    pub fn backward<T: Scalar>(&self, params: &[T], acts: Activations<T>, batch: usize, grads: &mut Vec<T>) -> Result<T, ModelError> {
+    pub fn backward<T: Scalar>(
+        &self,
+        params: &[T],
+        acts: Activations<T>,
+        batch: usize,
+        grads: &mut Vec<T>,
+    ) -> Result<T, ModelError> {
         let (v, t, c) = (self.spec.vocab, self.spec.context, self.spec.width);
         let samples = acts.tokens.len() / t;
         if batch < samples {
@@ -184,7 +239,15 @@ impl Gpt {
         let scale = T::one() / positions;
         grads.clear();
         grads.resize(self.layout.total(), T::zero());
-        let Activations { tokens, targets, blocks, last, lnf, lnf_stats, mut logits } = acts;
+        let Activations {
+            tokens,
+            targets,
+            blocks,
+            last,
+            lnf,
+            lnf_stats,
+            mut logits,
+        } = acts;
         let loss = ops::cross_entropy(&mut logits, &targets, Some(scale)) * scale;
         let dlogits = logits;
         let wte = self.tensor(params, self.wte, v, c);
@@ -197,7 +260,14 @@ impl Gpt {
         let mut dlnf = Array2::zeros((dlogits.nrows(), c));
         crate::gemm::gemm(T::one(), &dlogits, &wte, T::zero(), &mut dlnf.view_mut());
         let (dg, db) = split_pair(grads, self.lnf_g, self.lnf_b, c, c);
-        let mut dh = layer_norm_backward(last.view(), &lnf_stats, self.vector(params, self.lnf_g, c), dlnf.view(), dg, db);
+        let mut dh = layer_norm_backward(
+            last.view(),
+            &lnf_stats,
+            self.vector(params, self.lnf_g, c),
+            dlnf.view(),
+            dg,
+            db,
+        );
         for (at, a) in self.blocks.iter().zip(&blocks).rev() {
             dh = self.block_backward(params, at, a, dh, grads);
         }
@@ -217,30 +287,88 @@ impl Gpt {
         Ok(loss)
     }
 
-    fn block_backward<T: Scalar>(&self, params: &[T], at: &BlockAt, a: &BlockActs<T>, dh: Array2<T>, grads: &mut [T]) -> Array2<T> {
+    fn block_backward<T: Scalar>(
+        &self,
+        params: &[T],
+        at: &BlockAt,
+        a: &BlockActs<T>,
+        dh: Array2<T>,
+        grads: &mut [T],
+    ) -> Array2<T> {
         let c = self.spec.width;
         // MLP: out = mid + gelu(fc(ln2(mid))) · W + b.
         let (dw, db) = split_pair(grads, at.mlp_w, at.mlp_b, 4 * c * c, c);
-        let dgelu = linear_backward(a.gelu.view(), self.tensor(params, at.mlp_w, 4 * c, c), dh.view(), dw, db);
+        let dgelu = linear_backward(
+            a.gelu.view(),
+            self.tensor(params, at.mlp_w, 4 * c, c),
+            dh.view(),
+            dw,
+            db,
+        );
         let mut dfc = dgelu;
-        ndarray::Zip::from(&mut dfc).and(&a.fc).for_each(|d, &x| *d *= ops::gelu_slope(x));
+        ndarray::Zip::from(&mut dfc)
+            .and(&a.fc)
+            .for_each(|d, &x| *d *= ops::gelu_slope(x));
         let (dw, db) = split_pair(grads, at.fc_w, at.fc_b, c * 4 * c, 4 * c);
-        let dln2 = linear_backward(a.ln2.view(), self.tensor(params, at.fc_w, c, 4 * c), dfc.view(), dw, db);
+        let dln2 = linear_backward(
+            a.ln2.view(),
+            self.tensor(params, at.fc_w, c, 4 * c),
+            dfc.view(),
+            dw,
+            db,
+        );
         let (dg, db) = split_pair(grads, at.ln2_g, at.ln2_b, c, c);
-        let dmid = dh + &layer_norm_backward(a.mid.view(), &a.ln2_stats, self.vector(params, at.ln2_g, c), dln2.view(), dg, db);
+        let dmid = dh
+            + &layer_norm_backward(
+                a.mid.view(),
+                &a.ln2_stats,
+                self.vector(params, at.ln2_g, c),
+                dln2.view(),
+                dg,
+                db,
+            );
         // Attention: mid = x + proj(attention(qkv(ln1(x)))).
         let (dw, db) = split_pair(grads, at.proj_w, at.proj_b, c * c, c);
-        let dy = linear_backward(a.y.view(), self.tensor(params, at.proj_w, c, c), dmid.view(), dw, db);
-        let dqkv = attention_backward(a.qkv.view(), a.att.view(), dy.view(), self.spec.context, self.spec.heads);
+        let dy = linear_backward(
+            a.y.view(),
+            self.tensor(params, at.proj_w, c, c),
+            dmid.view(),
+            dw,
+            db,
+        );
+        let dqkv = attention_backward(
+            a.qkv.view(),
+            a.att.view(),
+            dy.view(),
+            self.spec.context,
+            self.spec.heads,
+        );
         let (dw, db) = split_pair(grads, at.attn_w, at.attn_b, c * 3 * c, 3 * c);
-        let dln1 = linear_backward(a.ln1.view(), self.tensor(params, at.attn_w, c, 3 * c), dqkv.view(), dw, db);
+        let dln1 = linear_backward(
+            a.ln1.view(),
+            self.tensor(params, at.attn_w, c, 3 * c),
+            dqkv.view(),
+            dw,
+            db,
+        );
         let (dg, db) = split_pair(grads, at.ln1_g, at.ln1_b, c, c);
-        dmid + &layer_norm_backward(a.x.view(), &a.ln1_stats, self.vector(params, at.ln1_g, c), dln1.view(), dg, db)
+        dmid + &layer_norm_backward(
+            a.x.view(),
+            &a.ln1_stats,
+            self.vector(params, at.ln1_g, c),
+            dln1.view(),
+            dg,
+            db,
+        )
     }
 
     /// The logits at the last position of each window of `context` ids or fewer (what
     /// sampling needs): `[samples, vocab]`.
-    pub fn next_logits<T: Scalar>(&self, params: &[T], ids: &[usize]) -> Result<Vec<T>, ModelError> {
+    pub fn next_logits<T: Scalar>(
+        &self,
+        params: &[T],
+        ids: &[usize],
+    ) -> Result<Vec<T>, ModelError> {
         let t = self.spec.context;
         let window = &ids[ids.len().saturating_sub(t)..];
         if window.is_empty() {
@@ -249,7 +377,10 @@ impl Gpt {
         // Left-aligned and padded with token 0: causal attention never reads the padding.
         let mut x = Array2::zeros((1, t));
         for (o, &id) in x.iter_mut().zip(window) {
-            *o = T::from_usize(id).ok_or(ModelError::TokenOutOfRange { index: 0, vocab: self.spec.vocab })?;
+            *o = T::from_usize(id).ok_or(ModelError::TokenOutOfRange {
+                index: 0,
+                vocab: self.spec.vocab,
+            })?;
         }
         let acts = self.forward(params, x.view(), false)?;
         Ok(acts.logits.slice(s![window.len() - 1, ..]).to_vec())
@@ -257,7 +388,13 @@ impl Gpt {
 }
 
 /// Two adjacent tensors' gradients, at `a` and `b`, mutably.
-fn split_pair<T>(grads: &mut [T], a: usize, b: usize, a_len: usize, b_len: usize) -> (&mut [T], &mut [T]) {
+fn split_pair<T>(
+    grads: &mut [T],
+    a: usize,
+    b: usize,
+    a_len: usize,
+    b_len: usize,
+) -> (&mut [T], &mut [T]) {
     debug_assert_eq!(a + a_len, b);
     let (head, tail) = grads[a..b + b_len].split_at_mut(a_len);
     (head, tail)

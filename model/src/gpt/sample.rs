@@ -31,8 +31,17 @@ impl Default for Sampling {
 impl Gpt {
     /// `prompt` continued by `how.tokens` tokens (the prompt not included). An empty prompt
     /// starts from token 0.
-    pub fn generate(&self, params: &[f32], prompt: &[usize], how: Sampling) -> Result<Vec<usize>, ModelError> {
-        let mut ids = if prompt.is_empty() { vec![0] } else { prompt.to_vec() };
+    pub fn generate(
+        &self,
+        params: &[f32],
+        prompt: &[usize],
+        how: Sampling,
+    ) -> Result<Vec<usize>, ModelError> {
+        let mut ids = if prompt.is_empty() {
+            vec![0]
+        } else {
+            prompt.to_vec()
+        };
         let start = ids.len();
         let mut rng = SplitMix64::new(how.seed);
         for _ in 0..how.tokens {
@@ -76,15 +85,25 @@ mod tests {
     fn temperature_zero_takes_the_most_likely_and_top_k_bounds_the_draws() {
         let logits = [0.1, 3.0, 2.9, -1.0];
         let mut rng = SplitMix64::new(1);
-        let greedy = Sampling { temperature: 0.0, ..Sampling::default() };
+        let greedy = Sampling {
+            temperature: 0.0,
+            ..Sampling::default()
+        };
         assert_eq!(pick(&logits, greedy, &mut rng), 1);
-        let two = Sampling { top_k: 2, temperature: 1.0, ..Sampling::default() };
+        let two = Sampling {
+            top_k: 2,
+            temperature: 1.0,
+            ..Sampling::default()
+        };
         let mut seen = [0; 4];
         for _ in 0..2000 {
             seen[pick(&logits, two, &mut rng)] += 1;
         }
         assert_eq!((seen[0], seen[3]), (0, 0), "outside the top 2: {seen:?}");
         // e^0.1 : 1, so about 52.5 % and 47.5 %.
-        assert!((900..1200).contains(&seen[1]) && (800..1100).contains(&seen[2]), "{seen:?}");
+        assert!(
+            (900..1200).contains(&seen[1]) && (800..1100).contains(&seen[2]),
+            "{seen:?}"
+        );
     }
 }

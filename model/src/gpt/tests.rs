@@ -22,14 +22,29 @@ fn windows(gpt: &Gpt, samples: usize, seed: u64) -> Array2<f64> {
 /// Randomises every parameter (biases and gains too), so no gradient is trivially zero.
 fn random_params(gpt: &Gpt, seed: u64) -> Vec<f64> {
     let mut rng = SplitMix64::new(seed);
-    (0..gpt.layout().total()).map(|_| (rng.next_f64() * 2.0 - 1.0) * 0.5).collect()
+    (0..gpt.layout().total())
+        .map(|_| (rng.next_f64() * 2.0 - 1.0) * 0.5)
+        .collect()
 }
 
 #[test]
 fn the_layout_has_gpt2s_names_and_counts() {
     let gpt = tiny();
-    let names: Vec<_> = gpt.layout().tensors().iter().map(|t| t.name.as_str()).collect();
-    assert_eq!(names[..4], ["wte.weight", "wpe.weight", "h.0.ln_1.weight", "h.0.ln_1.bias"]);
+    let names: Vec<_> = gpt
+        .layout()
+        .tensors()
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect();
+    assert_eq!(
+        names[..4],
+        [
+            "wte.weight",
+            "wpe.weight",
+            "h.0.ln_1.weight",
+            "h.0.ln_1.bias"
+        ]
+    );
     assert_eq!(names[names.len() - 2..], ["ln_f.weight", "ln_f.bias"]);
     assert_eq!(gpt.layout().total(), gpt.spec().param_count().unwrap());
     // nanoGPT's configurations, with the 65 characters of Tiny Shakespeare, count as it does
@@ -89,7 +104,11 @@ fn windows_must_hold_token_ids() {
         let mut x = Array2::<f32>::zeros((2, 6));
         x[[1, 2]] = bad;
         let err = gpt.forward(&params, x.view(), true).unwrap_err();
-        assert_eq!(err, crate::ModelError::TokenOutOfRange { index: 8, vocab: 7 }, "{bad}");
+        assert_eq!(
+            err,
+            crate::ModelError::TokenOutOfRange { index: 8, vocab: 7 },
+            "{bad}"
+        );
     }
     let short = Array2::<f32>::zeros((2, 5));
     assert!(gpt.forward(&params, short.view(), true).is_err());
@@ -100,7 +119,14 @@ fn initialisation_follows_gpt2() {
     let gpt = Gpt::new(GptSpec::cpu(65)).unwrap();
     let p = gpt.init::<f32>(7);
     assert_eq!(p, gpt.init::<f32>(7));
-    let t = |name: &str| gpt.layout().tensors().iter().find(|t| t.name == name).unwrap().range();
+    let t = |name: &str| {
+        gpt.layout()
+            .tensors()
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap()
+            .range()
+    };
     let std = |r: std::ops::Range<usize>| {
         let v = &p[r];
         (v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>() / v.len() as f64).sqrt()

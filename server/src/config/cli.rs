@@ -29,10 +29,33 @@ pub struct Cli {
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
 
-    /// The model: `mlp`, `cnn`, or a TOML / JSON file of layers. Input shape and classes
-    /// come from the data.
+    /// The model: `mlp`, `cnn`, `gpt` (a language model: nanoGPT's CPU configuration,
+    /// 4 layers, 4 heads, width 128, context 64), `gpt-10m` (its `shakespeare_char` one:
+    /// 6, 6, 384, 256), or a TOML / JSON file of layers. Input shape and classes (a GPT's
+    /// vocabulary) come from the data.
     #[arg(long, default_value = "mlp", value_name = "PRESET|FILE")]
     pub model: String,
+
+    /// A GPT's transformer blocks [default: the preset's].
+    #[arg(long, value_name = "N")]
+    pub gpt_layers: Option<usize>,
+
+    /// A GPT's attention heads per block; they divide the width [default: the preset's].
+    #[arg(long, value_name = "N")]
+    pub gpt_heads: Option<usize>,
+
+    /// A GPT's width (the residual stream's) [default: the preset's].
+    #[arg(long, value_name = "N")]
+    pub gpt_width: Option<usize>,
+
+    /// A GPT's context: the tokens each sample reads [default: the preset's].
+    #[arg(long, value_name = "N")]
+    pub context: Option<usize>,
+
+    /// How a GPT's text becomes tokens: `char` (one per distinct character of the corpus)
+    /// or `byte` (256).
+    #[arg(long, value_enum, default_value = "char")]
+    pub tokenizer: crate::dataset::TokenizerKind,
 
     /// Hidden layer widths of `--model mlp`, comma-separated [default: 128].
     #[arg(long, value_delimiter = ',')]
@@ -40,7 +63,8 @@ pub struct Cli {
 
     /// Training data: a .csv file (header, an integer `label` column, numeric features), a
     /// directory with an IDX pair (MNIST layout, optionally .gz), or a directory of class
-    /// folders of PNG/JPEG images. Default: the 10,000 MNIST digits built in.
+    /// folders of PNG/JPEG images; for a GPT, a .txt file or a folder of them. Default:
+    /// the 10,000 MNIST digits built in (a GPT: eight Shakespeare tragedies).
     #[arg(long, value_name = "PATH")]
     pub data: Option<PathBuf>,
 

@@ -15,6 +15,8 @@ pub enum ConfigError {
     TooManyLayers { got: usize, max: usize },
     #[error("--hidden only applies to --model mlp")]
     HiddenWithoutMlp,
+    #[error("the gpt: {0}")]
+    Gpt(String),
     #[error("--model {path}: {reason}")]
     ModelFile { path: PathBuf, reason: String },
     #[error("--test-fraction must be in (0, 1), got {0}")]

@@ -49,8 +49,11 @@ pub struct Config {
     pub port: u16,
     /// `--model`: a preset or layers from a file, shaped to the data at start.
     pub model: ModelChoice,
-    /// `--data`: a CSV file, an IDX directory or an image folder; `None`: embedded MNIST.
+    /// `--data`: a CSV file, an IDX directory or an image folder (text for a GPT); `None`:
+    /// embedded MNIST (Shakespeare for a GPT).
     pub data: Option<PathBuf>,
+    /// `--tokenizer`: how a GPT's text becomes tokens.
+    pub tokenizer: crate::dataset::TokenizerKind,
     /// `--init`: initial weights (safetensors).
     pub init: Option<PathBuf>,
     /// `--test-fraction`: the share of samples kept on the coordinator for evaluation.
@@ -157,7 +160,8 @@ impl TryFrom<Cli> for Config {
 
     fn try_from(cli: Cli) -> Result<Self, ConfigError> {
         let hidden = cli.hidden.clone().unwrap_or_else(|| vec![128]);
-        let model = ModelChoice::from_flags(&cli.model, &hidden, cli.hidden.is_some())?;
+        let model = ModelChoice::from_flags(&cli.model, &hidden, cli.hidden.is_some())?
+            .with_gpt_flags(cli.gpt_layers, cli.gpt_heads, cli.gpt_width, cli.context)?;
         if !(cli.test_fraction > 0.0 && cli.test_fraction < 1.0) {
             return Err(ConfigError::TestFraction(cli.test_fraction));
         }
@@ -248,6 +252,7 @@ impl TryFrom<Cli> for Config {
             host: cli.host,
             port: cli.port,
             model,
+            tokenizer: cli.tokenizer,
             data: cli.data.clone(),
             init: cli.init.clone(),
             test_fraction: cli.test_fraction,

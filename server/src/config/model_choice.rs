@@ -25,6 +25,9 @@ use super::ConfigError;
 /// frame limit.
 pub const MAX_WIDTH: usize = 4096;
 pub const MAX_HIDDEN_LAYERS: usize = 8;
+/// Longest GPT context and most GPT blocks accepted.
+pub const MAX_CONTEXT: usize = 4096;
+pub const MAX_GPT_LAYERS: usize = 48;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum ModelChoice {
@@ -32,6 +35,14 @@ pub enum ModelChoice {
     Mlp { hidden: Vec<usize> },
     /// `NetSpec::cnn`: two 5×5 convolutions with max-pools, dense 128, dense to the classes.
     Cnn,
+    /// A GPT-2 on text: its vocabulary comes from the data's tokeniser.
+    Gpt {
+        preset: &'static str,
+        context: usize,
+        layers: usize,
+        heads: usize,
+        width: usize,
+    },
     /// Layers read from a file, with whether each is frozen. A dense layer without `units`
     /// is read as `units: 0` (a file cannot give 0): one unit per class.
     File {
@@ -67,7 +78,84 @@ impl ModelChoice {
             }),
             _ if hidden_given => Err(ConfigError::HiddenWithoutMlp),
             "cnn" => Ok(Self::Cnn),
+            "gpt" | "gpt-10m" => {
+                let base = model::gpt::GptSpec::cpu(2);
+                let big = model::gpt::GptSpec::shakespeare_char(2);
+                let s = if model == "gpt" { base } else { big };
+                Ok(Self::Gpt {
+                    preset: if model == "gpt" { "gpt" } else { "gpt-10m" },
+                    context: s.context,
+                    layers: s.layers,
+                    heads: s.heads,
+                    width: s.width,
+                })
+            }
             path => read_file(Path::new(path)),
+        }
+    }
+
+    /// A GPT's shape from the flags that change a preset's (`--gpt-layers` and the rest);
+    /// they are refused for any other model.
+    pub fn with_gpt_flags(
+        self,
+        layers: Option<usize>,
+        heads: Option<usize>,
+        width: Option<usize>,
+        context: Option<usize>,
+    ) -> Result<Self, ConfigError> {
+        let given = layers.is_some() || heads.is_some() || width.is_some() || context.is_some();
+        match self {
+            Self::Gpt {
+                preset,
+                context: c,
+                layers: l,
+                heads: h,
+                width: w,
+            } => {
+                let chosen = Self::Gpt {
+                    preset,
+                    context: context.unwrap_or(c),
+                    layers: layers.unwrap_or(l),
+                    heads: heads.unwrap_or(h),
+                    width: width.unwrap_or(w),
+                };
+                let spec = chosen.gpt_spec(2).expect("a gpt");
+                spec.check().map_err(ConfigError::Gpt)?;
+                if spec.width > MAX_WIDTH
+                    || spec.context > MAX_CONTEXT
+                    || spec.layers > MAX_GPT_LAYERS
+                {
+                    return Err(ConfigError::Gpt(format!(
+                        "width at most {MAX_WIDTH}, context at most {MAX_CONTEXT}, layers at most {MAX_GPT_LAYERS}"
+                    )));
+                }
+                Ok(chosen)
+            }
+            other if given => Err(ConfigError::Gpt(format!(
+                "--gpt-layers, --gpt-heads, --gpt-width and --context shape a GPT, not --model {}",
+                other.name()
+            ))),
+            other => Ok(other),
+        }
+    }
+
+    /// The GPT of `vocab` tokens this choice makes, if it is one.
+    pub fn gpt_spec(&self, vocab: usize) -> Option<model::gpt::GptSpec> {
+        match *self {
+            Self::Gpt {
+                context,
+                layers,
+                heads,
+                width,
+                ..
+            } => Some(model::gpt::GptSpec {
+                vocab,
+                context,
+                layers,
+                heads,
+                width,
+            }),
+            _ => None,
         }
     }
 
@@ -77,6 +165,7 @@ impl ModelChoice {
         match self {
             Self::Mlp { hidden } => NetSpec::mlp(input, hidden, classes),
             Self::Cnn => NetSpec::cnn(input, classes),
+            Self::Gpt { .. } => NetSpec::gpt(self.gpt_spec(classes).expect("a gpt")),
             Self::File { layers, .. } => NetSpec {
                 input,
                 layers: layers
@@ -98,6 +187,7 @@ impl ModelChoice {
         match self {
             Self::Mlp { .. } => "mlp".into(),
             Self::Cnn => "cnn".into(),
+            Self::Gpt { preset, .. } => (*preset).into(),
             Self::File { path, .. } => path.display().to_string(),
         }
     }

@@ -5,6 +5,7 @@
 mod csv_file;
 mod idx_dir;
 mod images;
+pub mod text;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -14,6 +15,8 @@ use model::{Dataset, ModelError, Network, Normalization, Values};
 
 use crate::config::ModelChoice;
 use thiserror::Error;
+
+pub use text::{TextData, Tokenizer, TokenizerKind};
 
 /// Most classes a dataset may have (labels travel as one byte).
 pub const MAX_CLASSES: usize = 256;
@@ -43,8 +46,10 @@ pub struct Split {
     pub test: Dataset,
     /// Where the data came from (`embedded MNIST`, a path).
     pub source: String,
-    /// Class names, by label.
+    /// Class names, by label (a language model's: its tokens, by id).
     pub classes: Vec<String>,
+    /// A language model's text: its tokeniser and size.
+    pub text: Option<TextData>,
 }
 
 impl Split {
@@ -98,6 +103,25 @@ impl Loaded {
     fn numbered(data: Dataset) -> Self {
         let classes = (0..data.classes()).map(|c| c.to_string()).collect();
         Self { data, classes }
+    }
+}
+
+/// What `model` trains on: text for a GPT ([`text::load`]), else [`load`].
+pub fn load_for(
+    model: &ModelChoice,
+    path: Option<&Path>,
+    tokenizer: TokenizerKind,
+    seed: u64,
+    test_fraction: f64,
+) -> Result<Split, DataError> {
+    match model.gpt_spec(2) {
+        Some(gpt) => text::load(path, gpt.context, tokenizer, seed),
+        None => match path {
+            Some(p) if text::is_text(p) || (p.is_dir() && text::is_text_folder(p)) => Err(
+                DataError::at(p, "text trains a language model: add --model gpt"),
+            ),
+            _ => load(path, seed, test_fraction),
+        },
     }
 }
 
@@ -159,6 +183,7 @@ pub fn load(path: Option<&Path>, seed: u64, test_fraction: f64) -> Result<Split,
         test,
         source,
         classes: loaded.classes,
+        text: None,
     })
 }
 

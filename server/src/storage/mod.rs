@@ -3,4 +3,5 @@
 //! `--init`, export).
 
 pub mod checkpoint;
+pub mod hf;
 pub mod tensors_file;

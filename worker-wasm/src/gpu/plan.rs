@@ -48,18 +48,29 @@ pub struct Plan {
     pub dispatches: Vec<Dispatch>,
 }
 
-/// Why the GPU cannot run a model: an offset past what its 32-bit indices reach.
+/// Why the GPU cannot run a model.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TooLarge(pub usize);
+pub enum TooLarge {
+    /// An offset past what its 32-bit indices reach.
+    Values(usize),
+    /// A GPT: its kernels are not written yet (the tab computes it on its cores).
+    Gpt,
+}
 
 impl std::fmt::Display for TooLarge {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} values are more than the GPU path indexes", self.0)
+        match self {
+            Self::Values(n) => write!(f, "{n} values are more than the GPU path indexes"),
+            Self::Gpt => f.write_str("the GPU path has no kernels for a GPT yet"),
+        }
     }
 }
 
 impl Plan {
     pub fn new(net: &Network, rows: usize) -> Result<Self, TooLarge> {
+        if net.as_gpt().is_some() {
+            return Err(TooLarge::Gpt);
+        }
         let stages = net.stages();
         // Where each layer's input lives (the last entry: the logits); a flatten's output
         // is its input.
@@ -95,7 +106,7 @@ impl Plan {
         }
         let largest = end.max(net.param_count()).max(masks);
         if largest > u32::MAX as usize / 2 {
-            return Err(TooLarge(largest));
+            return Err(TooLarge::Values(largest));
         }
         Ok(Self {
             rows,
@@ -180,6 +191,7 @@ fn forward(s: &Stage, rows: usize, x: usize, y: usize, mask: usize) -> Vec<Dispa
         Layer::Tanh => one("tanh_forward"),
         Layer::Gelu => one("gelu_forward"),
         Layer::Dropout { .. } => one("dropout_forward"),
+        Layer::Gpt(_) => unreachable!("Plan::new refuses a gpt"),
     }
 }
 
@@ -237,6 +249,7 @@ fn backward(
         Layer::Tanh => out.push(one("tanh_input")),
         Layer::Gelu => out.push(one("gelu_input")),
         Layer::Dropout { .. } => out.push(one("dropout_input")),
+        Layer::Gpt(_) => unreachable!("Plan::new refuses a gpt"),
     }
     out
 }

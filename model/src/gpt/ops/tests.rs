@@ -11,7 +11,11 @@ fn random(rng: &mut SplitMix64, rows: usize, cols: usize) -> Array2<f64> {
 }
 
 /// `Σ f(x) · r` and its gradient by central differences, for each value of `x`.
-fn numeric(x: &Array2<f64>, r: &Array2<f64>, f: impl Fn(&Array2<f64>) -> Array2<f64>) -> Array2<f64> {
+fn numeric(
+    x: &Array2<f64>,
+    r: &Array2<f64>,
+    f: impl Fn(&Array2<f64>) -> Array2<f64>,
+) -> Array2<f64> {
     let h = 1e-6;
     let mut grad = Array2::zeros(x.dim());
     for idx in ndarray::indices(x.dim()) {
@@ -26,7 +30,10 @@ fn numeric(x: &Array2<f64>, r: &Array2<f64>, f: impl Fn(&Array2<f64>) -> Array2<
 fn close(a: &[f64], b: &[f64], what: &str) {
     assert_eq!(a.len(), b.len());
     for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        assert!((x - y).abs() <= 1e-6 * (1.0 + y.abs()), "{what}[{i}]: {x} against {y}");
+        assert!(
+            (x - y).abs() <= 1e-6 * (1.0 + y.abs()),
+            "{what}[{i}]: {x} against {y}"
+        );
     }
 }
 
@@ -53,7 +60,10 @@ fn layer_norm_matches_its_definition_and_its_backward_the_differences() {
     // dg and db: the same differences in g and b.
     let as_row = |v: &[f64]| Array2::from_shape_vec((1, 6), v.to_vec()).unwrap();
     let want_g = numeric(&as_row(&g), &Array2::ones((1, 1)), |g| {
-        Array2::from_elem((1, 1), (layer_norm(x.view(), g.as_slice().unwrap(), &b).0 * &r).sum())
+        Array2::from_elem(
+            (1, 1),
+            (layer_norm(x.view(), g.as_slice().unwrap(), &b).0 * &r).sum(),
+        )
     });
     close(&dg, want_g.as_slice().unwrap(), "dg");
     close(&db, &r.sum_axis(ndarray::Axis(0)).to_vec(), "db");
@@ -62,7 +72,11 @@ fn layer_norm_matches_its_definition_and_its_backward_the_differences() {
 #[test]
 fn gelu_is_gpt2s_tanh_form_and_its_slope_the_difference() {
     // torch.nn.functional.gelu(x, approximate="tanh") at 1, -0.5 and 2.5.
-    for (x, want) in [(1.0f64, 0.841_191_990_608_276_8), (-0.5, -0.154_285_990_174_856_06), (2.5, 2.484_915_733_910_001)] {
+    for (x, want) in [
+        (1.0f64, 0.841_191_990_608_276_8),
+        (-0.5, -0.154_285_990_174_856_06),
+        (2.5, 2.484_915_733_910_001),
+    ] {
         assert!((gelu(x) - want).abs() < 1e-12, "gelu({x}) = {}", gelu(x));
         let numeric = (gelu(x + 1e-6) - gelu(x - 1e-6)) / 2e-6;
         assert!((gelu_slope(x) - numeric).abs() < 1e-8);
@@ -79,13 +93,22 @@ fn naive_attention(qkv: &Array2<f64>, context: usize, heads: usize) -> Array2<f6
             for i in 0..context {
                 let qi = b * context + i;
                 let scores: Vec<f64> = (0..=i)
-                    .map(|j| (0..hs).map(|d| qkv[[qi, h * hs + d]] * qkv[[b * context + j, width + h * hs + d]]).sum::<f64>() / (hs as f64).sqrt())
+                    .map(|j| {
+                        (0..hs)
+                            .map(|d| {
+                                qkv[[qi, h * hs + d]] * qkv[[b * context + j, width + h * hs + d]]
+                            })
+                            .sum::<f64>()
+                            / (hs as f64).sqrt()
+                    })
                     .collect();
                 let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
                 let sum: f64 = e.iter().sum();
                 for d in 0..hs {
-                    y[[qi, h * hs + d]] = (0..=i).map(|j| e[j] / sum * qkv[[b * context + j, 2 * width + h * hs + d]]).sum();
+                    y[[qi, h * hs + d]] = (0..=i)
+                        .map(|j| e[j] / sum * qkv[[b * context + j, 2 * width + h * hs + d]])
+                        .sum();
                 }
             }
         }
@@ -122,8 +145,20 @@ fn linear_backward_is_the_differences() {
     let r = random(&mut rng, 3, 5);
     let (mut dw, mut db) = (vec![0.0; 20], vec![9.0; 5]);
     let dx = linear_backward(x.view(), w.view(), r.view(), &mut dw, &mut db);
-    close(dx.as_slice().unwrap(), numeric(&x, &r, |x| linear(x.view(), w.view(), b.view())).as_slice().unwrap(), "dx");
-    close(&dw, numeric(&w, &r, |w| linear(x.view(), w.view(), b.view())).as_slice().unwrap(), "dw");
+    close(
+        dx.as_slice().unwrap(),
+        numeric(&x, &r, |x| linear(x.view(), w.view(), b.view()))
+            .as_slice()
+            .unwrap(),
+        "dx",
+    );
+    close(
+        &dw,
+        numeric(&w, &r, |w| linear(x.view(), w.view(), b.view()))
+            .as_slice()
+            .unwrap(),
+        "dw",
+    );
     close(&db, &r.sum_axis(ndarray::Axis(0)).to_vec(), "db");
 }
 
@@ -143,6 +178,12 @@ fn cross_entropy_and_its_gradient() {
     let mut grad = logits.clone();
     let total = cross_entropy(&mut grad, &targets, Some(0.5));
     assert!((total - want).abs() < 1e-12);
-    let numeric = numeric(&logits, &Array2::ones((1, 1)), |l| Array2::from_elem((1, 1), loss(l) * 0.5));
-    close(grad.as_slice().unwrap(), numeric.as_slice().unwrap(), "dlogits");
+    let numeric = numeric(&logits, &Array2::ones((1, 1)), |l| {
+        Array2::from_elem((1, 1), loss(l) * 0.5)
+    });
+    close(
+        grad.as_slice().unwrap(),
+        numeric.as_slice().unwrap(),
+        "dlogits",
+    );
 }

@@ -1,4 +1,5 @@
-//! `coordinator export`: the newest valid checkpoint's parameters as a safetensors file.
+//! `coordinator export`: the newest valid checkpoint's parameters as a safetensors file, or,
+//! for a GPT, as a Hugging Face directory (`storage::hf`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -17,11 +18,32 @@ pub struct Exported {
 }
 
 /// Copies the newest intact checkpoint's `params.safetensors` in `dir` to `out`, written
-/// to a temporary file beside it and renamed, so `out` is never half written.
+/// to a temporary file beside it and renamed, so `out` is never half written. A GPT's is
+/// written as the Hugging Face directory `out` (`config.json`, `model.safetensors`).
 pub fn export(dir: &Path, out: &Path) -> Result<Exported, CheckpointError> {
     let store = Store::new(dir.to_path_buf(), usize::MAX, ParamLayout::default());
     let (from, intact, _) = store.newest_intact()?;
     let params = &intact.files[PARAMS];
+    let fail = |reason: String| CheckpointError::Export {
+        path: from.clone(),
+        reason,
+    };
+    let spec: Option<model::NetSpec> = intact
+        .state()
+        .ok()
+        .and_then(|s| s.fingerprint.model.parse().ok());
+    if let Some(gpt) = spec.and_then(|s| s.as_gpt()) {
+        let net = model::Network::new(model::NetSpec::gpt(gpt), gpt.vocab)
+            .map_err(|e| fail(e.to_string()))?;
+        let (values, _) = crate::storage::tensors_file::decode_params(params, net.layout())
+            .map_err(|e| fail(e.to_string()))?;
+        crate::storage::hf::write_dir(out, &net, &values).map_err(|e| fail(e.to_string()))?;
+        return Ok(Exported {
+            version: intact.version,
+            from,
+            bytes: params.len(),
+        });
+    }
     let temp = out.with_extension(format!("tmp-{}", std::process::id()));
     let write = || -> std::io::Result<()> {
         let mut file = std::fs::File::create(&temp)?;

@@ -35,6 +35,8 @@ pub enum CheckpointError {
         dir: PathBuf,
         faults: Vec<(PathBuf, Fault)>,
     },
+    #[error("exporting {}: {reason}", path.display())]
+    Export { path: PathBuf, reason: String },
     #[error("{} does not belong to this run; what differs:\n  {}", path.display(), differences.join("\n  "))]
     Incompatible {
         path: PathBuf,
