@@ -15,6 +15,11 @@ mod nats;
 #[path = "integration/cluster.rs"]
 mod cluster;
 
+/// A GPT on text: trained by native workers, every answer replayed, exported for Hugging
+/// Face and read back.
+#[path = "integration/language.rs"]
+mod language;
+
 /// Four native workers train the default model to ≥ 93 % test accuracy.
 #[path = "integration/training.rs"]
 mod training;

@@ -341,19 +341,32 @@ async fn one_hostile_client_in_five_costs_at_most_2_points_with_default_flags() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verification_catches_subtle_cheats_and_bans_them() {
     let _heavy = HEAVY.lock().await;
+    catch_cheats(&[]).await;
+}
+
+/// The same cheats on a small GPT trained on the embedded Shakespeare: a GPT's answers are
+/// replayed in order (it has no rounding envelope), so each is caught and banned, and the
+/// honest two are never struck.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verification_catches_cheats_on_a_gpt() {
+    let _heavy = HEAVY.lock().await;
+    catch_cheats(&crate::language::SMALL_GPT).await;
+}
+
+/// Each subtle cheat joins two honest workers on a coordinator with `flags` added: caught
+/// within 40 rounds, banned at the third strike, no honest worker struck.
+async fn catch_cheats(flags: &[&str]) {
     for cheat in [Attack::Scaled, Attack::ScaledOnGpu, Attack::WrongBatch] {
-        let mut swarm = swarm(
-            &[
-                "--min-workers",
-                "2",
-                "--verify-fraction",
-                "0.2",
-                "--max-rounds",
-                "400",
-            ],
-            2,
-        )
-        .await;
+        let mut all = vec![
+            "--min-workers",
+            "2",
+            "--verify-fraction",
+            "0.2",
+            "--max-rounds",
+            "400",
+        ];
+        all.extend(flags);
+        let mut swarm = swarm(&all, 2).await;
         let stop = CancellationToken::new();
         let attacker = spawn_attacker(swarm.addr(), cheat, stop.clone());
         let joined = swarm
