@@ -1,0 +1,76 @@
+//! A GPT's forward and backward on one core: tokens/s of `Network::loss_and_grad` on
+//! batches of windows from the embedded Shakespeare (character tokens), in the library's
+//! float order (a native worker's) and the unfused one (a tab's wasm, and the verifier's
+//! replay of a tab). One JSON line per (preset, order). PyTorch's figure on the same
+//! machine: `scripts/bench/gpt_torch.py`.
+//!
+//! `cargo run --release -p bench --bin gpt -- --preset gpt --batch 12 --seconds 10`
+
+use std::time::Instant;
+
+use clap::Parser;
+use model::{with_order, Network, Order};
+
+#[derive(Debug, Parser)]
+struct Cli {
+    /// `gpt` (nanoGPT's CPU shape) and/or `gpt-10m` (its `shakespeare_char` shape).
+    #[arg(long, value_delimiter = ',', default_value = "gpt")]
+    preset: Vec<String>,
+    #[arg(long, default_value_t = 12)]
+    batch: usize,
+    /// Seconds measured per line, after one warm-up batch.
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// Orders measured: `library` and/or `unfused`.
+    #[arg(long, value_delimiter = ',', default_value = "library,unfused")]
+    order: Vec<String>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    for preset in &cli.preset {
+        let choice = server::config::ModelChoice::from_flags(preset, &[], false)?;
+        let gpt = choice.gpt_spec(2).ok_or_else(|| anyhow::anyhow!("{preset} is not a GPT"))?;
+        let split = server::dataset::text::load(None, gpt.context, server::dataset::TokenizerKind::Char, 1)?;
+        let vocab = split.classes.len();
+        let net = Network::new(model::NetSpec::gpt(model::gpt::GptSpec { vocab, ..gpt }), vocab)?;
+        let params = net.init::<f32>(1);
+        for order in &cli.order {
+            let order = match order.as_str() {
+                "library" => Order::Library,
+                "unfused" => Order::Unfused,
+                other => anyhow::bail!("unknown order {other}"),
+            };
+            let (mut batches, mut spent) = (0usize, 0.0f64);
+            let mut b = 0usize;
+            loop {
+                let (x, labels) = split.train.batch((0..cli.batch).map(|i| (b * cli.batch + i) % split.train.len()));
+                b += 1;
+                let start = Instant::now();
+                with_order(order, || net.loss_and_grad(&params, x.view(), &labels, 0))?;
+                if b > 1 {
+                    spent += start.elapsed().as_secs_f64();
+                    batches += 1;
+                }
+                if spent >= cli.seconds {
+                    break;
+                }
+            }
+            let tokens = (batches * cli.batch * gpt.context) as f64;
+            println!(
+                "{}",
+                serde_json::json!({
+                    "preset": preset,
+                    "params": net.param_count(),
+                    "order": format!("{order:?}").to_lowercase(),
+                    "batch": cli.batch,
+                    "context": gpt.context,
+                    "batches": batches,
+                    "tokens_per_s": (tokens / spent).round(),
+                    "ms_per_batch": spent / batches as f64 * 1e3,
+                })
+            );
+        }
+    }
+    Ok(())
+}
