@@ -56,6 +56,8 @@ pub struct Coordinator {
     pub(crate) train: Dataset,
     pub(crate) outcome: Option<Outcome>,
     pub(crate) last_eval: Option<Evaluation>,
+    /// A language model's vocabulary and prompt: each evaluation also writes a sample.
+    pub(crate) writer: Option<crate::language::Writer>,
     /// Evaluations due, running elsewhere, and their order.
     pub(crate) evaluations: Evaluations,
     pub(crate) worker_list: Arc<Vec<WorkerStatus>>,
@@ -106,7 +108,9 @@ impl Coordinator {
     ) -> Result<Self, model::ModelError> {
         let model_text = net.spec().to_string();
         let settings_edge = settings.edge;
-        let trainer = Trainer::new(net, settings.seed, settings.optimizer, data.test)?;
+        let writer = (data.vocabulary).and_then(|v| crate::language::Writer::new(v, &data.test));
+        let trainer = Trainer::new(net, settings.seed, settings.optimizer, data.test)?
+            .stepping(settings.lr_schedule, settings.clip_norm);
         let params = trainer.params().len();
         let local = settings.local.map(LocalPlan::new);
         let reference = trainer.reference_norm(
@@ -132,6 +136,7 @@ impl Coordinator {
             optimizer: format!("{:?}", settings.optimizer).into(),
             batch_size: settings.batch_size,
             dataset: data.description.into(),
+            token_unit: writer.as_ref().map(|w| w.vocabulary.unit()),
         });
         let registry = Registry::new(
             settings.join_token.clone(),
@@ -169,6 +174,7 @@ impl Coordinator {
             train: data.train,
             outcome: None,
             last_eval: None,
+            writer,
             evaluations: Evaluations::default(),
             worker_list: Arc::default(),
             checkpointed: None,

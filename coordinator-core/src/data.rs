@@ -13,6 +13,8 @@ pub struct Data {
     pub classes: Vec<String>,
     /// One line for the status and the page: source, sizes, shape and classes.
     pub description: String,
+    /// A language model's tokens' text (the model writes a sample after each evaluation).
+    pub vocabulary: Option<crate::Vocabulary>,
 }
 
 /// The 10,000 MNIST digits the server embeds, split 8,000 / 2,000 as it splits them with
@@ -27,5 +29,6 @@ pub(crate) fn digits(seed: u64) -> Data {
         test,
         classes: (0..10).map(|c| c.to_string()).collect(),
         description: "embedded MNIST".into(),
+        vocabulary: None,
     }
 }

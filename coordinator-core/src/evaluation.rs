@@ -19,6 +19,8 @@ pub struct EvalJob {
     net: Network,
     params: Vec<f32>,
     test: Arc<Dataset>,
+    /// A language model's prompt: the job also writes a sample from it.
+    prompt: Option<Vec<usize>>,
 }
 
 /// What an [`EvalJob`] came to.
@@ -26,6 +28,8 @@ pub struct EvalJob {
 pub struct Evaluated {
     pub version: u64,
     pub result: Result<Evaluation, String>,
+    /// The tokens the model wrote after the prompt, if it was asked to.
+    pub sample: Option<Vec<usize>>,
 }
 
 impl EvalJob {
@@ -35,7 +39,15 @@ impl EvalJob {
             net,
             params,
             test,
+            prompt: None,
         }
+    }
+
+    /// The job also writes a sample after `prompt` (a GPT only; others ignore it).
+    #[must_use]
+    pub fn with_prompt(mut self, prompt: Option<Vec<usize>>) -> Self {
+        self.prompt = prompt;
+        self
     }
 
     /// Scores the weights (seconds for a large model: run it off the coordinator's task). A
@@ -46,13 +58,22 @@ impl EvalJob {
             net,
             params,
             test,
+            prompt,
         } = self;
         let scored = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             evaluate(&net, &params, &test).map_err(|e| e.to_string())
         }));
+        let sample = net.as_gpt().zip(prompt).and_then(|(gpt, prompt)| {
+            let how = crate::language::sampling(params.len(), gpt.spec().context, version);
+            let drawn = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                gpt.generate(&params, &prompt, how)
+            }));
+            drawn.ok().and_then(Result::ok)
+        });
         Evaluated {
             version,
             result: scored.unwrap_or_else(|_| Err("the evaluation panicked".into())),
+            sample,
         }
     }
 }
@@ -124,7 +145,8 @@ mod tests {
             j.run(),
             Evaluated {
                 version: 3,
-                result: Ok(expected)
+                result: Ok(expected),
+                sample: None,
             }
         );
     }

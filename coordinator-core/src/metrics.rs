@@ -23,6 +23,8 @@ pub struct RunInfo {
     pub optimizer: Arc<str>,
     pub batch_size: u32,
     pub dataset: Arc<str>,
+    /// A language model's token: `character` or `byte`.
+    pub token_unit: Option<&'static str>,
 }
 
 /// Refusals counted since the last update, for its report and log line.
@@ -85,6 +87,8 @@ pub struct Metrics {
     train_loss: Option<f64>,
     last_round: Option<RoundReport>,
     evaluation: Option<(u64, Evaluation)>,
+    /// What a language model wrote last.
+    sample: Option<crate::Sample>,
 }
 
 impl Metrics {
@@ -96,7 +100,13 @@ impl Metrics {
             train_loss: None,
             last_round: None,
             evaluation: None,
+            sample: None,
         }
+    }
+
+    /// A language model wrote `sample`.
+    pub fn sampled(&mut self, sample: crate::Sample) {
+        self.sample = Some(sample);
     }
 
     /// The optimizer as the status describes it (after a learning-rate change).
@@ -219,6 +229,12 @@ impl Metrics {
             round_answered: live.standing.answered,
             test_accuracy: evaluation.map(|e| e.accuracy),
             test_loss: evaluation.map(|e| e.loss),
+            language: self
+                .info
+                .token_unit
+                .zip(evaluation)
+                .map(|(unit, e)| crate::language::LossReadings::of(e.loss, unit)),
+            sample: self.sample.clone(),
             evaluated_round: self.evaluation.map(|(v, _)| v),
             train_loss: self.train_loss,
             samples_seen: self.counters.samples_seen,
@@ -298,6 +314,7 @@ mod tests {
             param_count: 10,
             optimizer: "sgd".into(),
             batch_size: 8,
+            token_unit: None,
             dataset: "test".into(),
         })
     }

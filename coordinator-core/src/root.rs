@@ -68,6 +68,14 @@ impl Root {
         })
     }
 
+    /// Steps follow `schedule` and clip at `clip`, as a single coordinator's
+    /// ([`Trainer::stepping`]).
+    #[must_use]
+    pub fn stepping(mut self, schedule: Option<model::LrSchedule>, clip: Option<f32>) -> Self {
+        self.trainer = self.trainer.stepping(schedule, clip);
+        self
+    }
+
     /// Continues from a saved version (the Object Store's newest).
     pub fn restore(
         &mut self,

@@ -2,7 +2,7 @@
 //! needs, already validated (the server turns its flags into these; tests and the
 //! simulator write them directly).
 
-use model::OptimizerKind;
+use model::{LrSchedule, OptimizerKind};
 
 use crate::aggregate::AggregatorKind;
 use crate::local::Local;
@@ -46,12 +46,18 @@ pub struct Settings {
     /// The model's name as the status shows it (`mlp`, `cnn`, a file's).
     pub model_name: String,
     pub optimizer: OptimizerKind,
+    /// `--warmup`, `--lr-decay-steps`, `--min-lr`: the coordinator's step follows it.
+    pub lr_schedule: Option<LrSchedule>,
+    /// `--clip`: the update's global L2 norm is clipped to this before the optimizer step.
+    pub clip_norm: Option<f32>,
     pub batch_size: u32,
     pub eval_interval: u64,
     /// Initial weights and the recomputation sampler's fallback.
     pub seed: u64,
     pub max_rounds: Option<u64>,
     pub target_accuracy: Option<f64>,
+    /// Stop when an evaluation's loss is at most this.
+    pub target_loss: Option<f64>,
     pub min_workers: usize,
     pub mode: Mode,
     pub aggregator: AggregatorKind,
@@ -94,11 +100,14 @@ impl Default for Settings {
                 beta2: 0.999,
                 eps: 1e-8,
             },
+            lr_schedule: None,
+            clip_norm: None,
             batch_size: 32,
             eval_interval: 10,
             seed: 42,
             max_rounds: None,
             target_accuracy: None,
+            target_loss: None,
             min_workers: 1,
             mode: Mode::Sync {
                 timeout: RoundTimeout::Auto,

@@ -96,6 +96,11 @@ pub struct Status {
     /// Test-split accuracy and loss at the latest evaluation (null before the first).
     pub test_accuracy: Option<f64>,
     pub test_loss: Option<f64>,
+    /// A language model's validation loss as perplexity and bits per token (null for
+    /// other models, and before the first evaluation).
+    pub language: Option<crate::language::LossReadings>,
+    /// What a language model wrote after its latest evaluation.
+    pub sample: Option<crate::Sample>,
     pub evaluated_round: Option<u64>,
     /// Sample-weighted mean training loss reported for the latest round.
     pub train_loss: Option<f64>,

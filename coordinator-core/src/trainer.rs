@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use model::{
-    batch_seed, evaluate, Dataset, Evaluation, ModelError, Network, Optimizer, OptimizerKind,
-    OptimizerState,
+    batch_seed, clip_global_norm, evaluate, Dataset, Evaluation, LrSchedule, ModelError, Network,
+    Optimizer, OptimizerKind, OptimizerState,
 };
 use protocol::{encode_weights, Compression, Round};
 use tracing::warn;
@@ -19,6 +19,11 @@ pub struct Trainer {
     net: Network,
     params: Vec<f32>,
     optimizer: Box<dyn Optimizer + Send>,
+    /// The base learning rate (the schedule's peak), and the schedule if any.
+    base_lr: f32,
+    schedule: Option<LrSchedule>,
+    /// The update's global L2 norm is clipped to this before the optimizer sees it.
+    clip: Option<f32>,
     /// Updates applied = version of `params`.
     version: u64,
     test: Arc<Dataset>,
@@ -44,7 +49,8 @@ impl Trainer {
         test: Dataset,
     ) -> Result<Self, ModelError> {
         let params: Vec<f32> = net.init(seed);
-        let optimizer = optimizer.build(params.len());
+        let base_lr = optimizer.lr();
+        let optimizer = optimizer.build_masked(params.len(), net.decayed());
         let frame = encode(0, &params, Compression::None);
         let published = Some(WeightsSnapshot {
             round: 0,
@@ -54,6 +60,9 @@ impl Trainer {
             net,
             params,
             optimizer,
+            base_lr,
+            schedule: None,
+            clip: None,
             version: 0,
             test: Arc::new(test),
             frames: [Some(frame), None, None],
@@ -63,6 +72,23 @@ impl Trainer {
             published,
         };
         Ok(trainer)
+    }
+
+    /// Steps follow `schedule` (from the base learning rate) and clip the update's global
+    /// norm at `clip`: both as nanoGPT, on the step the coordinator takes.
+    #[must_use]
+    pub fn stepping(mut self, schedule: Option<LrSchedule>, clip: Option<f32>) -> Self {
+        (self.schedule, self.clip) = (schedule, clip);
+        self.optimizer.set_lr(self.lr());
+        self
+    }
+
+    /// The learning rate the next step takes.
+    pub fn lr(&self) -> f32 {
+        match self.schedule {
+            Some(s) => s.lr_at(self.base_lr, self.version),
+            None => self.base_lr,
+        }
     }
 
     /// The weights to publish, when they changed since the last call.
@@ -96,6 +122,17 @@ impl Trainer {
             full = self.net.expand(gradient);
             &full[..]
         };
+        let clipped;
+        let gradient = match self.clip {
+            Some(max) => {
+                let mut g = gradient.to_vec();
+                clip_global_norm(&mut g, max);
+                clipped = g;
+                &clipped[..]
+            }
+            None => gradient,
+        };
+        self.optimizer.set_lr(self.lr());
         if !self.optimizer.would_stay_finite(&self.params, gradient) {
             return false;
         }
@@ -112,9 +149,10 @@ impl Trainer {
         true
     }
 
-    /// Changes the learning rate from the next step on.
+    /// Changes the (base) learning rate from the next step on; a schedule goes on from it.
     pub fn set_lr(&mut self, lr: f32) {
-        self.optimizer.set_lr(lr);
+        self.base_lr = lr;
+        self.optimizer.set_lr(self.lr());
     }
 
     /// Replaces the parameters (the admin API's `PUT /api/params`) as a new version, keeping

@@ -1,6 +1,6 @@
 //! What applying an update means for the run: the optimizer step (refused if it would break
 //! the model), the round's metrics and log line, evaluation when due (and its result when it
-//! comes back), and the stop conditions (`--max-rounds`, `--target-accuracy`).
+//! comes back), and the stop conditions (`--max-rounds`, `--target-accuracy`, `--target-loss`).
 
 use tracing::{info, warn};
 
@@ -50,7 +50,9 @@ impl Coordinator {
             self.trainer.evaluate()
         } else {
             if version.is_multiple_of(self.settings.eval_interval) {
-                if let Some(job) = self.evaluations.due(self.trainer.evaluation_job()) {
+                let job = self.trainer.evaluation_job();
+                let job = job.with_prompt(self.writer.as_ref().map(|w| w.prompt.clone()));
+                if let Some(job) = self.evaluations.due(job) {
                     self.outputs.push_back(Output::Evaluate(job));
                 }
             }
@@ -71,7 +73,7 @@ impl Coordinator {
             dup = since.duplicate,
             deadline_hit = update.deadline_hit,
             train_loss = format_args!("{:.4}", update.mean_loss),
-            lr = self.settings.optimizer.lr(),
+            lr = self.trainer.lr(),
             round_ms = format_args!("{:.1}", update.duration.as_secs_f64() * 1e3),
             "round"
         );
@@ -96,19 +98,28 @@ impl Coordinator {
         if !running {
             return;
         }
+        if let Some((writer, ids)) = self.writer.as_ref().zip(evaluated.sample.as_deref()) {
+            let sample = writer.sample(evaluated.version, ids);
+            info!(round = evaluated.version, text = %sample.text.escape_debug(), "sampled");
+            self.metrics.sampled(sample);
+        }
         match evaluated.result {
             Ok(e) => {
                 self.scored(evaluated.version, e);
-                let reached = self
-                    .settings
-                    .target_accuracy
-                    .is_some_and(|t| e.accuracy >= t);
-                if reached && self.outcome.is_none() {
+                if self.reached_target(&e) && self.outcome.is_none() {
                     self.finish(self.trainer.version(), Some(e));
                 }
             }
             Err(err) => warn!(round = evaluated.version, %err, "evaluation failed"),
         }
+    }
+
+    /// Whether `e` meets `--target-accuracy` or `--target-loss`.
+    fn reached_target(&self, e: &Evaluation) -> bool {
+        self.settings
+            .target_accuracy
+            .is_some_and(|t| e.accuracy >= t)
+            || self.settings.target_loss.is_some_and(|t| e.loss <= t)
     }
 
     /// Version `version` scored `e` on the test split.
@@ -125,12 +136,9 @@ impl Coordinator {
     }
 
     /// Training is over at `version` (`--max-rounds`, or an evaluation reached
-    /// `--target-accuracy`).
+    /// `--target-accuracy` or `--target-loss`).
     fn finish(&mut self, version: u64, evaluation: Option<Evaluation>) {
-        let reached_target = match (evaluation, self.settings.target_accuracy) {
-            (Some(e), Some(target)) => e.accuracy >= target,
-            _ => false,
-        };
+        let reached_target = evaluation.is_some_and(|e| self.reached_target(&e));
         info!(
             round = version,
             evaluated_round = ?self.metrics.saved().1.map(|(v, _)| v),

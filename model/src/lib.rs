@@ -33,6 +33,7 @@ pub mod params;
 pub mod rng;
 pub mod robust;
 mod scalar;
+pub mod schedule;
 pub mod spec;
 mod spec_parse;
 
@@ -46,9 +47,10 @@ pub use network::{
     add_parts, batch_seed, Envelope, Network, Part, Stage, MAX_PARTS, MIN_PART_ROWS,
 };
 pub use optim::{
-    Adam, Momentum, Nesterov, Optimizer, OptimizerKind, OptimizerState, Sgd, StateError,
+    Adam, AdamW, Momentum, Nesterov, Optimizer, OptimizerKind, OptimizerState, Sgd, StateError,
 };
 pub use params::{ParamLayout, TensorSpec};
 pub use rng::SplitMix64;
 pub use scalar::Scalar;
+pub use schedule::{clip_global_norm, LrSchedule};
 pub use spec::{Layer, LayerSpec, NetSpec, Shape, SpecError};

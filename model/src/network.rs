@@ -31,7 +31,7 @@ pub struct Network {
     frozen: Vec<Range<usize>>,
     trainable_count: usize,
     /// A GPT's body, which computes the whole model (its spec's one layer).
-    gpt: Option<Gpt>,
+    gpt: Option<Box<Gpt>>,
 }
 
 /// Most parameters a model may have (256 MiB of f32): a spec beyond it is refused before
@@ -153,18 +153,18 @@ impl Network {
         Ok(Self {
             layout: body.layout().clone(),
             weights: vec![None],
-            trainable: vec![0..params],
+            trainable: std::iter::once(0..params).collect(),
             frozen: Vec::new(),
             trainable_count: params,
             spec,
             shapes,
-            gpt: Some(body),
+            gpt: Some(Box::new(body)),
         })
     }
 
     /// The GPT this network is, if it is one.
     pub fn as_gpt(&self) -> Option<&Gpt> {
-        self.gpt.as_ref()
+        self.gpt.as_deref()
     }
 
     /// Predictions per sample: a GPT's context (one at each position), else 1.
@@ -212,6 +212,26 @@ impl Network {
     /// Flat ranges of the frozen parameters (the complement of [`Network::trainable`]).
     pub fn frozen(&self) -> &[Range<usize>] {
         &self.frozen
+    }
+
+    /// Flat ranges of the parameters AdamW decays: the trained matrices and kernels (as
+    /// GPT-2 and nanoGPT: tensors of two dimensions or more), never biases, LayerNorm's
+    /// gains, or a frozen layer's weights (which must stay as they are).
+    pub fn decayed(&self) -> Vec<Range<usize>> {
+        self.layout
+            .tensors()
+            .iter()
+            .filter(|t| match &self.gpt {
+                Some(_) => Gpt::decays(&t.name),
+                None => t.shape.len() >= 2,
+            })
+            .map(|t| t.range())
+            .filter(|r| {
+                self.trainable
+                    .iter()
+                    .any(|t| t.start <= r.start && r.end <= t.end)
+            })
+            .collect()
     }
 
     /// How many parameters are trained: the length of a gradient on the wire.

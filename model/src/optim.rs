@@ -1,7 +1,10 @@
 //! Optimizers, run by the coordinator on the averaged gradient.
 //!
-//! Each works in place on the flat parameter vector. None of them does weight decay or
-//! gradient clipping; the coordinator validates gradients (finite, right shape) first.
+//! Each works in place on the flat parameter vector. AdamW alone decays weights, and only
+//! those its mask names; clipping and the learning rate's schedule are the trainer's
+//! (`schedule.rs`). The coordinator validates gradients (finite, right shape) first.
+
+use std::ops::Range;
 
 /// Which optimizer, with its hyper-parameters.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -24,6 +27,17 @@ pub enum OptimizerKind {
         beta2: f32,
         eps: f32,
     },
+    /// Adam with decoupled weight decay (Loshchilov & Hutter; PyTorch's `AdamW`): each step
+    /// first shrinks the decayed weights by `lr · weight_decay`, then takes Adam's step.
+    /// Which weights decay is the model's to say ([`crate::Network::decayed`]): as nanoGPT
+    /// and GPT-2, matrices decay, and biases and LayerNorm's gains do not.
+    AdamW {
+        lr: f32,
+        beta1: f32,
+        beta2: f32,
+        eps: f32,
+        weight_decay: f32,
+    },
 }
 
 impl OptimizerKind {
@@ -33,7 +47,8 @@ impl OptimizerKind {
             Self::Sgd { lr }
             | Self::Momentum { lr, .. }
             | Self::Nesterov { lr, .. }
-            | Self::Adam { lr, .. } => lr,
+            | Self::Adam { lr, .. }
+            | Self::AdamW { lr, .. } => lr,
         }
     }
 
@@ -52,11 +67,30 @@ impl OptimizerKind {
                 beta2,
                 eps,
             },
+            Self::AdamW {
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+                ..
+            } => Self::AdamW {
+                lr,
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+            },
         }
     }
 
-    /// Builds the optimizer for `len` parameters.
+    /// Builds the optimizer for `len` parameters, every one of them decayed by AdamW.
     pub fn build(self, len: usize) -> Box<dyn Optimizer + Send> {
+        self.build_masked(len, std::iter::once(0..len).collect())
+    }
+
+    /// Builds the optimizer for `len` parameters; AdamW decays those in `decayed` only
+    /// (the others ignore it).
+    pub fn build_masked(self, len: usize, decayed: Vec<Range<usize>>) -> Box<dyn Optimizer + Send> {
         match self {
             Self::Sgd { lr } => Box::new(Sgd { lr }),
             Self::Momentum { lr, momentum } => Box::new(Momentum::new(lr, momentum, len)),
@@ -67,6 +101,17 @@ impl OptimizerKind {
                 beta2,
                 eps,
             } => Box::new(Adam::new(lr, beta1, beta2, eps, len)),
+            Self::AdamW {
+                lr,
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+            } => Box::new(AdamW {
+                adam: Adam::new(lr, beta1, beta2, eps, len),
+                weight_decay,
+                decayed,
+            }),
         }
     }
 }
@@ -349,6 +394,45 @@ impl Optimizer for Adam {
         let [m, v]: [Vec<f32>; 2] = tensors.try_into().expect("two names, two tensors");
         (self.m, self.v, self.t) = (m, v, t);
         Ok(())
+    }
+}
+
+/// AdamW: Adam, with the weights in `decayed` first multiplied by `1 - lr · weight_decay`
+/// each step. Its state is Adam's (`m`, `v` and the step).
+#[derive(Debug, Clone)]
+pub struct AdamW {
+    pub adam: Adam,
+    pub weight_decay: f32,
+    decayed: Vec<Range<usize>>,
+}
+
+impl Optimizer for AdamW {
+    fn step(&mut self, params: &mut [f32], grads: &[f32]) {
+        let keep = 1.0 - self.adam.lr * self.weight_decay;
+        for range in &self.decayed {
+            for p in &mut params[range.clone()] {
+                *p *= keep;
+            }
+        }
+        self.adam.step(params, grads);
+    }
+
+    /// Decay only shrinks a weight (`lr · weight_decay` is below 1), so Adam's own check
+    /// on the weights before it is the stricter one.
+    fn would_stay_finite(&self, params: &[f32], grads: &[f32]) -> bool {
+        self.adam.would_stay_finite(params, grads)
+    }
+
+    fn state(&self) -> OptimizerState {
+        self.adam.state()
+    }
+
+    fn restore(&mut self, state: OptimizerState) -> Result<(), StateError> {
+        self.adam.restore(state)
+    }
+
+    fn set_lr(&mut self, lr: f32) {
+        self.adam.lr = lr;
     }
 }
 

@@ -56,6 +56,30 @@ async fn run() -> anyhow::Result<()> {
         );
         return Ok(());
     }
+    if let Some(Command::Sample(args)) = &cli.command {
+        let how = model::gpt::Sampling {
+            tokens: args.tokens,
+            temperature: args.temperature,
+            top_k: args.top_k,
+            seed: args.seed,
+        };
+        // `\n` on a command line is two characters; the prompt means a newline.
+        let prompt = args.prompt.replace("\\n", "\n");
+        let sampled = server::checkpoint::sample(
+            &args.checkpoint_dir,
+            args.data.as_deref(),
+            args.tokenizer,
+            &prompt,
+            how,
+        )?;
+        eprintln!(
+            "version {} from {}:",
+            sampled.version,
+            sampled.from.display()
+        );
+        println!("{}{}", sampled.prompt, sampled.text);
+        return Ok(());
+    }
     let config = match Config::try_from(cli) {
         Ok(config) => config,
         Err(err) => {

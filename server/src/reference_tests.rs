@@ -93,6 +93,10 @@ fn every_metric_is_in_the_reference_and_every_listed_metric_exists() {
     let full = Status {
         test_accuracy: Some(0.9),
         test_loss: Some(0.3),
+        language: Some(coordinator_core::language::LossReadings::of(
+            0.3,
+            "character",
+        )),
         train_loss: Some(0.4),
         local_steps: Some(16.0),
         utilisation: Some(0.9),

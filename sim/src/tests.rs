@@ -23,6 +23,7 @@ pub(crate) fn mnist() -> Data {
         test,
         classes: (0..10).map(|c| c.to_string()).collect(),
         description: "embedded MNIST".into(),
+        vocabulary: None,
     }
 }
 

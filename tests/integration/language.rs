@@ -1,6 +1,7 @@
 //! A language model end to end: a small GPT on the embedded Shakespeare, trained by native
 //! workers over real sockets with every answer replayed, checkpointed, exported by the real
-//! binary as a Hugging Face directory, and read back by `--init`.
+//! binary as a Hugging Face directory, and read back by `--init`; what it writes on the
+//! status and from a checkpoint (`coordinator sample`).
 
 use server::storage::hf;
 
@@ -39,6 +40,11 @@ async fn a_gpt_trains_on_text_verified_and_goes_to_hugging_face_and_back() {
         "16",
         "--max-rounds",
         "150",
+        // A short run: a short warm-up, and no decay (the floor is the rate).
+        "--warmup",
+        "10",
+        "--min-lr",
+        "0.001",
         "--verify-fraction",
         "1",
         "--checkpoint-dir",
@@ -60,6 +66,24 @@ async fn a_gpt_trains_on_text_verified_and_goes_to_hugging_face_and_back() {
         summary.test_accuracy
     );
     assert!(loss < 3.3, "validation loss {loss}");
+    // The status reads a language model's loss, and shows what it wrote.
+    let language = s.language.expect("a language model's readings");
+    let evaluated = s.test_loss.expect("evaluated");
+    assert_eq!(language.unit, "character");
+    assert!((language.bits_per_token - evaluated / std::f64::consts::LN_2).abs() < 1e-9);
+    assert!((language.perplexity - evaluated.exp()).abs() < 1e-9);
+    let sample = s.sample.expect("a sample after an evaluation");
+    println!(
+        "round {}: {:?} -> {:?}",
+        sample.round, sample.prompt, sample.text
+    );
+    assert!(
+        sample.round >= 10 && sample.round % 10 == 0,
+        "{}",
+        sample.round
+    );
+    assert_eq!(sample.prompt.chars().count(), 8, "half the 16-token window");
+    assert!(sample.text.chars().count() >= 24, "{:?}", sample.text);
     let trained = snapshot_params(&weights.borrow());
 
     // The real binary exports the checkpoint as a Hugging Face directory.
@@ -77,6 +101,37 @@ async fn a_gpt_trains_on_text_verified_and_goes_to_hugging_face_and_back() {
         String::from_utf8_lossy(&export.stderr)
     );
     let (spec, params) = hf::read_dir(&out).expect("a GPT-2 directory");
+
+    // `coordinator sample` continues a prompt from the checkpoint; the same seed writes the
+    // same text, and a tokeniser that is not the run's is refused.
+    let sample = |extra: &[&str]| {
+        std::process::Command::new(BIN)
+            .args(["sample", "--checkpoint-dir"])
+            .arg(&ckpt)
+            .args(["--prompt", "ROMEO:", "--tokens", "40"])
+            .args(extra)
+            .output()
+            .expect("runs")
+    };
+    let written = sample(&[]);
+    let text = String::from_utf8_lossy(&written.stdout).into_owned();
+    assert!(
+        written.status.success(),
+        "{}",
+        String::from_utf8_lossy(&written.stderr)
+    );
+    println!("coordinator sample: {text:?}");
+    assert!(
+        text.starts_with("ROMEO:") && text.trim_end().chars().count() > 20,
+        "{text:?}"
+    );
+    assert_eq!(String::from_utf8_lossy(&sample(&[]).stdout), text, "seeded");
+    let bytes = sample(&["--tokenizer", "byte"]);
+    let stderr = String::from_utf8_lossy(&bytes.stderr);
+    assert!(
+        !bytes.status.success() && stderr.contains("256 tokens, the model 73"),
+        "{stderr}"
+    );
     assert_eq!(
         (
             spec.vocab,

@@ -30,10 +30,20 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     for preset in &cli.preset {
         let choice = server::config::ModelChoice::from_flags(preset, &[], false)?;
-        let gpt = choice.gpt_spec(2).ok_or_else(|| anyhow::anyhow!("{preset} is not a GPT"))?;
-        let split = server::dataset::text::load(None, gpt.context, server::dataset::TokenizerKind::Char, 1)?;
+        let gpt = choice
+            .gpt_spec(2)
+            .ok_or_else(|| anyhow::anyhow!("{preset} is not a GPT"))?;
+        let split = server::dataset::text::load(
+            None,
+            gpt.context,
+            server::dataset::TokenizerKind::Char,
+            1,
+        )?;
         let vocab = split.classes.len();
-        let net = Network::new(model::NetSpec::gpt(model::gpt::GptSpec { vocab, ..gpt }), vocab)?;
+        let net = Network::new(
+            model::NetSpec::gpt(model::gpt::GptSpec { vocab, ..gpt }),
+            vocab,
+        )?;
         let params = net.init::<f32>(1);
         for order in &cli.order {
             let order = match order.as_str() {
@@ -44,7 +54,9 @@ fn main() -> anyhow::Result<()> {
             let (mut batches, mut spent) = (0usize, 0.0f64);
             let mut b = 0usize;
             loop {
-                let (x, labels) = split.train.batch((0..cli.batch).map(|i| (b * cli.batch + i) % split.train.len()));
+                let (x, labels) = split
+                    .train
+                    .batch((0..cli.batch).map(|i| (b * cli.batch + i) % split.train.len()));
                 b += 1;
                 let start = Instant::now();
                 with_order(order, || net.loss_and_grad(&params, x.view(), &labels, 0))?;

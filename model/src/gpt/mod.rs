@@ -23,6 +23,7 @@ mod pass;
 pub mod sample;
 
 pub use pass::Activations;
+pub use sample::Sampling;
 
 /// GPT-2's LayerNorm epsilon (`layer_norm_epsilon`).
 pub const LN_EPS: f64 = 1e-5;

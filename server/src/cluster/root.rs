@@ -52,8 +52,9 @@ pub async fn run(
     )
     .map_err(|e| setup(&e))?;
     let net = data.network(&config.model).map_err(|e| setup(&e))?;
-    let mut root =
-        Root::new(net, config.seed, config.optimizer, data.data().test).map_err(|e| setup(&e))?;
+    let mut root = Root::new(net, config.seed, config.optimizer, data.data().test)
+        .map_err(|e| setup(&e))?
+        .stepping(config.lr_schedule, config.clip_norm);
     let nats = Nats::connect(&cluster).await?;
     let Some(mut revision) = take_lease(&nats, &cluster.name, &shutdown).await? else {
         return Ok(RootSummary {
@@ -223,7 +224,9 @@ pub async fn run(
                     "root: evaluated"
                 );
                 accuracy = Some(e.accuracy);
-                if config.target_accuracy.is_some_and(|t| e.accuracy >= t) {
+                if config.target_accuracy.is_some_and(|t| e.accuracy >= t)
+                    || config.target_loss.is_some_and(|t| e.loss <= t)
+                {
                     break;
                 }
             }

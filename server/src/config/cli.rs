@@ -79,8 +79,8 @@ pub struct Cli {
     pub test_fraction: f64,
 
     /// Optimizer the coordinator applies to the combined gradient (with --local-steps, to
-    /// the combined pseudo-gradient: the outer optimizer) [default: adam; with
-    /// --local-steps, nesterov in sync mode and sgd at lr 1 (averaging) otherwise].
+    /// the combined pseudo-gradient: the outer optimizer) [default: adam; adamw for a gpt;
+    /// with --local-steps, nesterov in sync mode and sgd at lr 1 (averaging) otherwise].
     #[arg(long, value_enum)]
     pub optimizer: Option<OptimizerChoice>,
 
@@ -92,6 +92,30 @@ pub struct Cli {
     /// Momentum coefficient; only with --optimizer momentum or nesterov [default: 0.9].
     #[arg(long)]
     pub momentum: Option<f32>,
+
+    /// AdamW's decoupled weight decay, on matrices only (not biases, norms or embeddings);
+    /// only with --optimizer adamw [default: 0.1].
+    #[arg(long)]
+    pub weight_decay: Option<f32>,
+
+    /// Linear learning-rate warm-up over this many steps, then cosine decay (nanoGPT's
+    /// schedule); not with --local-steps [default: 100 for a gpt, none otherwise].
+    #[arg(long)]
+    pub warmup: Option<u64>,
+
+    /// The cosine decay reaches --min-lr at this step [default: --max-rounds; without it,
+    /// no decay after the warm-up].
+    #[arg(long)]
+    pub lr_decay_steps: Option<u64>,
+
+    /// The learning rate's floor after the decay [default: --lr / 10].
+    #[arg(long)]
+    pub min_lr: Option<f32>,
+
+    /// Clip the combined gradient's global L2 norm to this before the step; not with
+    /// --local-steps [default: 1 for a gpt, none otherwise].
+    #[arg(long)]
+    pub clip: Option<f32>,
 
     /// Each worker takes this many inner steps on consecutive batches before it answers,
     /// with the pseudo-gradient (the weights it got minus the weights it ended with), or
@@ -138,6 +162,11 @@ pub struct Cli {
     /// Stop (exit 0) as soon as an evaluation reaches this test accuracy (0-1).
     #[arg(long)]
     pub target_accuracy: Option<f64>,
+
+    /// Stop (exit 0) as soon as an evaluation's validation loss is at most this (a
+    /// language model's mean cross-entropy per token, in nats).
+    #[arg(long)]
+    pub target_loss: Option<f64>,
 
     /// Training mode: sync (rounds with a barrier, deadline and quorum), async (apply
     /// gradients as they arrive, staleness-bounded) or hogwild (apply at once, no checks).
@@ -381,6 +410,35 @@ pub enum RoleChoice {
 pub enum Command {
     /// Write the newest valid checkpoint's parameters to a safetensors file.
     Export(ExportArgs),
+    /// Continue a prompt with the newest valid checkpoint of a GPT.
+    Sample(SampleArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct SampleArgs {
+    /// The directory the coordinator checkpointed into.
+    #[arg(long)]
+    pub checkpoint_dir: PathBuf,
+    /// The text to continue [default: a newline].
+    #[arg(long, default_value = "\n")]
+    pub prompt: String,
+    /// Tokens to add.
+    #[arg(long, default_value_t = 500)]
+    pub tokens: usize,
+    /// Below 1 sharper, above 1 flatter; 0 always takes the most likely token.
+    #[arg(long, default_value_t = 0.8)]
+    pub temperature: f32,
+    /// Draw among the k most likely tokens only (0: all).
+    #[arg(long, default_value_t = 200)]
+    pub top_k: usize,
+    #[arg(long, default_value_t = 1337)]
+    pub seed: u64,
+    /// The run's corpus, to rebuild its tokeniser [default: the embedded Shakespeare].
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// The run's tokeniser.
+    #[arg(long, value_enum, default_value_t)]
+    pub tokenizer: crate::dataset::TokenizerKind,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -405,6 +463,7 @@ pub enum OptimizerChoice {
     Momentum,
     Nesterov,
     Adam,
+    Adamw,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -25,6 +25,20 @@ pub enum ConfigError {
     LearningRate(f32),
     #[error("--momentum only applies to --optimizer momentum or nesterov (got --optimizer {0})")]
     MomentumWithoutMomentumOptimizer(&'static str),
+    #[error("--weight-decay only applies to --optimizer adamw (got --optimizer {0})")]
+    DecayWithoutAdamW(&'static str),
+    #[error("--weight-decay must be in [0, 1) and below 1 / --lr, got {0}")]
+    WeightDecay(f32),
+    #[error("--warmup, --lr-decay-steps, --min-lr and --clip apply to the coordinator's step on each gradient, not with --local-steps (a phase's inner steps follow --inner-optimizer)")]
+    ScheduleWithLocalSteps,
+    #[error("--min-lr must be a finite number in [0, --lr], got {0}")]
+    MinLr(f32),
+    #[error("--lr-decay-steps ({decay}) must be above --warmup ({warmup})")]
+    DecayBeforeWarmup { decay: u64, warmup: u64 },
+    #[error("--target-loss must be a finite number above 0, got {0}")]
+    TargetLoss(f64),
+    #[error("--clip must be a finite number above 0, got {0}")]
+    Clip(f32),
     #[error("--momentum must be in [0, 1), got {0}")]
     Momentum(f32),
     #[error("--local-steps must be a whole number from 1 to 100000, or auto (and --max-local-steps from 1 to 100000); got {0}")]

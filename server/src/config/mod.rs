@@ -59,6 +59,10 @@ pub struct Config {
     /// `--test-fraction`: the share of samples kept on the coordinator for evaluation.
     pub test_fraction: f64,
     pub optimizer: OptimizerKind,
+    /// `--warmup`, `--lr-decay-steps`, `--min-lr` (a GPT's by default).
+    pub lr_schedule: Option<model::LrSchedule>,
+    /// `--clip` (1 for a GPT by default).
+    pub clip_norm: Option<f32>,
     /// `--local-steps` and the inner optimizer; `None`: one step per answer.
     pub local: Option<coordinator_core::Local>,
     pub batch_size: u32,
@@ -66,6 +70,8 @@ pub struct Config {
     pub seed: u64,
     pub max_rounds: Option<u64>,
     pub target_accuracy: Option<f64>,
+    /// `--target-loss`: stop when the validation loss is at most this.
+    pub target_loss: Option<f64>,
     pub min_workers: usize,
     pub mode: Mode,
     pub liveness: Liveness,
@@ -129,11 +135,14 @@ impl Config {
             edge: self.role == crate::cluster::Role::Edge,
             model_name: self.model.name().to_string(),
             optimizer: self.optimizer,
+            lr_schedule: self.lr_schedule,
+            clip_norm: self.clip_norm,
             batch_size: self.batch_size,
             eval_interval: self.eval_interval,
             seed: self.seed,
             max_rounds: self.max_rounds,
             target_accuracy: self.target_accuracy,
+            target_loss: self.target_loss,
             min_workers: self.min_workers,
             mode: self.mode,
             aggregator: self.aggregator,
@@ -165,7 +174,7 @@ impl TryFrom<Cli> for Config {
         if !(cli.test_fraction > 0.0 && cli.test_fraction < 1.0) {
             return Err(ConfigError::TestFraction(cli.test_fraction));
         }
-        let (optimizer, local) = optimizers(&cli)?;
+        let (stepping, local) = optimizers(&cli, model.is_gpt())?;
         if cli.batch_size == 0 || cli.batch_size as usize > MAX_BATCH {
             return Err(ConfigError::BatchSize {
                 got: cli.batch_size,
@@ -177,6 +186,9 @@ impl TryFrom<Cli> for Config {
         }
         if cli.max_rounds == Some(0) {
             return Err(ConfigError::MaxRounds);
+        }
+        if let Some(t) = cli.target_loss.filter(|t| !(t.is_finite() && *t > 0.0)) {
+            return Err(ConfigError::TargetLoss(t));
         }
         if let Some(t) = cli.target_accuracy {
             if !(t > 0.0 && t <= 1.0) {
@@ -256,13 +268,16 @@ impl TryFrom<Cli> for Config {
             data: cli.data.clone(),
             init: cli.init.clone(),
             test_fraction: cli.test_fraction,
-            optimizer,
+            optimizer: stepping.optimizer,
+            lr_schedule: stepping.schedule,
+            clip_norm: stepping.clip,
             local,
             batch_size: cli.batch_size,
             eval_interval: cli.eval_interval,
             seed: cli.seed,
             max_rounds: cli.max_rounds,
             target_accuracy: cli.target_accuracy,
+            target_loss: cli.target_loss,
             min_workers: cli.min_workers,
             mode,
             liveness,

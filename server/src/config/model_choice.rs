@@ -140,6 +140,11 @@ impl ModelChoice {
     }
 
     /// The GPT of `vocab` tokens this choice makes, if it is one.
+    /// Whether this is a language model (`--model gpt`, `gpt-10m`).
+    pub fn is_gpt(&self) -> bool {
+        matches!(self, Self::Gpt { .. })
+    }
+
     pub fn gpt_spec(&self, vocab: usize) -> Option<model::gpt::GptSpec> {
         match *self {
             Self::Gpt {

@@ -1,23 +1,36 @@
 //! `--optimizer`, `--lr`, `--momentum` and the local-steps flags (`--local-steps`,
 //! `--max-local-steps`, `--inner-optimizer`, `--inner-lr`), checked together: with local
 //! steps, `--optimizer` is the outer optimizer and defaults to DiLoCo's Nesterov (sync) or
-//! to plain averaging (async and hogwild).
+//! to plain averaging (async and hogwild). A GPT steps as nanoGPT does: AdamW, warm-up and
+//! cosine decay, clipping (`--weight-decay`, `--warmup`, `--lr-decay-steps`, `--min-lr`,
+//! `--clip`), all on the coordinator's step.
 
 use coordinator_core::{Local, LocalSteps};
-use model::OptimizerKind;
+use model::{LrSchedule, OptimizerKind};
 use protocol::{InnerOptimizer, MAX_LOCAL_STEPS};
 
 use super::cli::{Cli, InnerChoice, ModeChoice, OptimizerChoice};
 use super::ConfigError;
 
-/// The outer optimizer, and the local phases if any.
-pub(super) fn optimizers(cli: &Cli) -> Result<(OptimizerKind, Option<Local>), ConfigError> {
+/// How the coordinator steps: the optimizer, the learning rate's schedule, the clip.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stepping {
+    pub optimizer: OptimizerKind,
+    pub schedule: Option<LrSchedule>,
+    pub clip: Option<f32>,
+}
+
+/// The outer optimizer with its schedule and clip, and the local phases if any. `gpt`:
+/// the model is a language model, whose defaults are nanoGPT's.
+pub(super) fn optimizers(cli: &Cli, gpt: bool) -> Result<(Stepping, Option<Local>), ConfigError> {
     let local = local(cli)?;
+    let per_step = local.is_none();
     // Local steps: DiLoCo's outer Nesterov in sync mode. Its momentum on a partial async
     // buffer diverged in the simulator (35 % after 300 updates, where plain averaging
     // reached 94 %), so async and hogwild average (FedBuff): outer SGD at 1.
     let averaging = local.is_some() && cli.mode != ModeChoice::Sync;
     let choice = cli.optimizer.unwrap_or(match (local.is_some(), averaging) {
+        (false, _) if gpt => OptimizerChoice::Adamw,
         (false, _) => OptimizerChoice::Adam,
         (true, false) => OptimizerChoice::Nesterov,
         (true, true) => OptimizerChoice::Sgd,
@@ -28,6 +41,7 @@ pub(super) fn optimizers(cli: &Cli) -> Result<(OptimizerKind, Option<Local>), Co
         OptimizerChoice::Momentum => (0.05, "momentum"),
         OptimizerChoice::Nesterov => (0.7, "nesterov"),
         OptimizerChoice::Adam => (0.001, "adam"),
+        OptimizerChoice::Adamw => (0.001, "adamw"),
     };
     let lr = cli.lr.unwrap_or(default_lr);
     if !(lr.is_finite() && lr > 0.0 && lr <= 10.0) {
@@ -44,6 +58,14 @@ pub(super) fn optimizers(cli: &Cli) -> Result<(OptimizerKind, Option<Local>), Co
     } else if !(0.0..1.0).contains(&momentum) {
         return Err(ConfigError::Momentum(momentum));
     }
+    let weight_decay = cli.weight_decay.unwrap_or(0.1);
+    if choice != OptimizerChoice::Adamw {
+        if cli.weight_decay.is_some() {
+            return Err(ConfigError::DecayWithoutAdamW(name));
+        }
+    } else if !((0.0..1.0).contains(&weight_decay) && lr * weight_decay < 1.0) {
+        return Err(ConfigError::WeightDecay(weight_decay));
+    }
     let optimizer = match choice {
         OptimizerChoice::Sgd => OptimizerKind::Sgd { lr },
         OptimizerChoice::Momentum => OptimizerKind::Momentum { lr, momentum },
@@ -54,8 +76,58 @@ pub(super) fn optimizers(cli: &Cli) -> Result<(OptimizerKind, Option<Local>), Co
             beta2: 0.999,
             eps: 1e-8,
         },
+        // nanoGPT's betas for its small models (β₂ 0.99: few tokens per step).
+        OptimizerChoice::Adamw => OptimizerKind::AdamW {
+            lr,
+            beta1: 0.9,
+            beta2: 0.99,
+            eps: 1e-8,
+            weight_decay,
+        },
     };
-    Ok((optimizer, local))
+    let stepping = Stepping {
+        optimizer,
+        schedule: schedule(cli, lr, gpt && per_step)?,
+        clip: clip(cli, gpt && per_step)?,
+    };
+    if !per_step && (stepping.schedule.is_some() || stepping.clip.is_some()) {
+        return Err(ConfigError::ScheduleWithLocalSteps);
+    }
+    Ok((stepping, local))
+}
+
+/// `--warmup`, `--lr-decay-steps`, `--min-lr`; on by default for a GPT (`default_on`).
+fn schedule(cli: &Cli, lr: f32, default_on: bool) -> Result<Option<LrSchedule>, ConfigError> {
+    let given = cli.warmup.is_some() || cli.lr_decay_steps.is_some() || cli.min_lr.is_some();
+    if !(given || default_on) {
+        return Ok(None);
+    }
+    let warmup = cli.warmup.unwrap_or(if default_on { 100 } else { 0 });
+    let decay_steps = cli.lr_decay_steps.or(cli.max_rounds).unwrap_or(u64::MAX);
+    if decay_steps <= warmup {
+        return Err(ConfigError::DecayBeforeWarmup {
+            decay: decay_steps,
+            warmup,
+        });
+    }
+    let min_lr = cli.min_lr.unwrap_or(lr / 10.0);
+    if !(min_lr.is_finite() && (0.0..=lr).contains(&min_lr)) {
+        return Err(ConfigError::MinLr(min_lr));
+    }
+    Ok(Some(LrSchedule {
+        warmup,
+        decay_steps,
+        min_lr,
+    }))
+}
+
+/// `--clip`; 1 by default for a GPT (`default_on`).
+fn clip(cli: &Cli, default_on: bool) -> Result<Option<f32>, ConfigError> {
+    match cli.clip {
+        Some(c) if !(c.is_finite() && c > 0.0) => Err(ConfigError::Clip(c)),
+        Some(c) => Ok(Some(c)),
+        None => Ok(default_on.then_some(1.0)),
+    }
 }
 
 /// `--local-steps` and what goes with it.

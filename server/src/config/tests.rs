@@ -470,3 +470,81 @@ fn local_steps_take_their_own_flags() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+/// A GPT steps as nanoGPT does unless told otherwise: AdamW (β 0.9/0.99, decay 0.1), a
+/// warm-up of 100 steps and cosine decay to a tenth by `--max-rounds`, the norm clipped at 1;
+/// other models keep Adam with neither.
+#[test]
+fn a_gpt_steps_as_nanogpt_does() {
+    let c = parse(&["--model", "gpt", "--max-rounds", "2000"]).expect("valid");
+    assert_eq!(
+        c.optimizer,
+        OptimizerKind::AdamW {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.99,
+            eps: 1e-8,
+            weight_decay: 0.1
+        }
+    );
+    let schedule = model::LrSchedule {
+        warmup: 100,
+        decay_steps: 2000,
+        min_lr: 1e-3 / 10.0,
+    };
+    assert_eq!((c.lr_schedule, c.clip_norm), (Some(schedule), Some(1.0)));
+    let c = parse(&[
+        "--model", "gpt", "--warmup", "0", "--clip", "0.5", "--min-lr", "0",
+    ])
+    .expect("valid");
+    let s = c.lr_schedule.expect("a schedule");
+    assert_eq!((s.warmup, s.decay_steps, s.min_lr), (0, u64::MAX, 0.0));
+    assert_eq!(c.clip_norm, Some(0.5));
+    let c = parse(&[]).expect("valid");
+    assert_eq!((c.lr_schedule, c.clip_norm), (None, None));
+    let c = parse(&[
+        "--optimizer",
+        "adamw",
+        "--weight-decay",
+        "0.01",
+        "--warmup",
+        "5",
+    ])
+    .expect("an mlp may use them too");
+    assert!(
+        matches!(c.optimizer, OptimizerKind::AdamW { weight_decay, .. } if weight_decay == 0.01)
+    );
+    assert_eq!(c.lr_schedule.map(|s| s.warmup), Some(5));
+    // A GPT with local steps keeps its phases' own optimizer: no defaults, flags refused.
+    let c = parse(&["--model", "gpt", "--local-steps", "8"]).expect("valid");
+    assert_eq!((c.lr_schedule, c.clip_norm), (None, None));
+
+    for (args, says) in [
+        (
+            &["--weight-decay", "0.1"][..],
+            "--weight-decay only applies to --optimizer adamw",
+        ),
+        (
+            &["--optimizer", "adamw", "--weight-decay", "1.5"],
+            "--weight-decay must be in [0, 1)",
+        ),
+        (
+            &["--model", "gpt", "--local-steps", "8", "--clip", "1"],
+            "not with --local-steps",
+        ),
+        (
+            &["--local-steps", "8", "--warmup", "10"],
+            "not with --local-steps",
+        ),
+        (
+            &["--warmup", "100", "--max-rounds", "50"],
+            "--lr-decay-steps (50) must be above --warmup (100)",
+        ),
+        (&["--model", "gpt", "--min-lr", "1"], "--min-lr must be"),
+        (&["--clip", "0"], "--clip must be"),
+        (&["--target-loss", "0"], "--target-loss must be"),
+    ] {
+        let err = parse(args).expect_err("refused");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}

@@ -37,7 +37,7 @@ fn rounds_go_on_while_an_evaluation_runs_and_its_result_lands_on_its_round() {
     assert_eq!(swarm.evaluations[0].version, 20);
 }
 
-/// `--target-accuracy` stops the run when an evaluation that reaches it comes back;
+/// `--target-accuracy` (or `--target-loss`) stops the run when an evaluation that reaches it comes back;
 /// `--max-rounds` scores the last round in line and stops at once.
 #[test]
 fn the_stop_conditions_hear_from_evaluations() {
@@ -56,6 +56,25 @@ fn the_stop_conditions_hear_from_evaluations() {
     let outcome = swarm.c.outcome().cloned().expect("finished");
     assert!(outcome.reached_target);
     assert_eq!(outcome.rounds, 7, "stopped where training was");
+
+    // `--target-loss` as well: a loss at most the target stops the run, a higher one not.
+    for (target, stops) in [("100", true), ("0.0001", false)] {
+        let flags = [
+            "--min-workers",
+            "2",
+            "--eval-interval",
+            "5",
+            "--target-loss",
+            target,
+        ];
+        let mut swarm = Swarm::new(&flags, 2);
+        swarm.until("round 7", |s| s.round >= 7);
+        let scored = swarm.run_evaluation();
+        assert!(scored.result.is_ok());
+        let outcome = swarm.c.outcome().cloned();
+        assert_eq!(outcome.is_some(), stops, "--target-loss {target}");
+        assert!(outcome.is_none_or(|o| o.reached_target));
+    }
 
     let flags = [
         "--min-workers",

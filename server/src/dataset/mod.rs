@@ -66,6 +66,7 @@ impl Split {
             test: self.test.clone(),
             classes: self.classes.clone(),
             description: self.describe(),
+            vocabulary: self.text.as_ref().map(|t| t.tokenizer.vocabulary()),
         }
     }
 

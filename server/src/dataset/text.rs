@@ -101,6 +101,19 @@ impl Tokenizer {
             .collect()
     }
 
+    /// Each token's text, for the core's samples.
+    pub fn vocabulary(&self) -> coordinator_core::Vocabulary {
+        match self {
+            Self::Chars(chars) => coordinator_core::Vocabulary::new(
+                chars.iter().map(|c| c.to_string().into_bytes()).collect(),
+                "character",
+            ),
+            Self::Bytes => {
+                coordinator_core::Vocabulary::new((0..=255u8).map(|b| vec![b]).collect(), "byte")
+            }
+        }
+    }
+
     /// `char`, `byte`: for the status and the logs.
     pub fn kind(&self) -> &'static str {
         match self {

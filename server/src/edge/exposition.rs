@@ -236,7 +236,7 @@ impl Collector for FromStatus {
                 c.failed,
             )?;
         }
-        let gauges: [(&str, &str, Option<f64>); 12] = [
+        let gauges: [(&str, &str, Option<f64>); 14] = [
             (
                 "round",
                 "Updates applied (the current round or version)",
@@ -264,6 +264,16 @@ impl Collector for FromStatus {
                 s.test_accuracy,
             ),
             ("test_loss", "Test loss at the last evaluation", s.test_loss),
+            (
+                "test_perplexity",
+                "A language model's validation perplexity at the last evaluation",
+                s.language.map(|l| l.perplexity),
+            ),
+            (
+                "test_bits_per_token",
+                "A language model's validation bits per token (per character with a character tokeniser)",
+                s.language.map(|l| l.bits_per_token),
+            ),
             (
                 "train_loss",
                 "Mean training loss of the last update",

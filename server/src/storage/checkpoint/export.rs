@@ -9,6 +9,19 @@ use model::ParamLayout;
 use super::format::PARAMS;
 use super::{CheckpointError, Store};
 
+/// The checkpoint's network if it is a GPT (its spec is in the fingerprint).
+pub(super) fn gpt_of(intact: &super::format::Intact) -> Result<Option<model::Network>, String> {
+    let spec: Option<model::NetSpec> = intact
+        .state()
+        .ok()
+        .and_then(|s| s.fingerprint.model.parse().ok());
+    spec.and_then(|s| s.as_gpt())
+        .map(|gpt| {
+            model::Network::new(model::NetSpec::gpt(gpt), gpt.vocab).map_err(|e| e.to_string())
+        })
+        .transpose()
+}
+
 /// What was exported.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Exported {
@@ -28,13 +41,7 @@ pub fn export(dir: &Path, out: &Path) -> Result<Exported, CheckpointError> {
         path: from.clone(),
         reason,
     };
-    let spec: Option<model::NetSpec> = intact
-        .state()
-        .ok()
-        .and_then(|s| s.fingerprint.model.parse().ok());
-    if let Some(gpt) = spec.and_then(|s| s.as_gpt()) {
-        let net = model::Network::new(model::NetSpec::gpt(gpt), gpt.vocab)
-            .map_err(|e| fail(e.to_string()))?;
+    if let Some(net) = gpt_of(&intact).map_err(fail)? {
         let (values, _) = crate::storage::tensors_file::decode_params(params, net.layout())
             .map_err(|e| fail(e.to_string()))?;
         crate::storage::hf::write_dir(out, &net, &values).map_err(|e| fail(e.to_string()))?;

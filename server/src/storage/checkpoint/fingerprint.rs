@@ -41,6 +41,10 @@ impl Fingerprint {
             model::OptimizerKind::Adam {
                 beta1, beta2, eps, ..
             } => format!("adam beta1 {beta1} beta2 {beta2} eps {eps}"),
+            // The decay may change across a restart, as the learning rate may.
+            model::OptimizerKind::AdamW {
+                beta1, beta2, eps, ..
+            } => format!("adamw beta1 {beta1} beta2 {beta2} eps {eps}"),
         };
         Self {
             model: net.spec().to_string(),

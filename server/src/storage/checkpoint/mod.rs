@@ -15,6 +15,7 @@
 pub mod export;
 pub mod fingerprint;
 pub mod format;
+pub mod sample;
 pub mod store;
 pub mod writer;
 
@@ -29,6 +30,7 @@ use serde::{Deserialize, Serialize};
 pub use self::export::{export, Exported};
 pub use self::fingerprint::Fingerprint;
 pub use self::format::Fault;
+pub use self::sample::{sample, Sampled};
 pub use self::saved::{SavedBans, SavedCounters};
 pub use self::store::{CheckpointError, Loaded, Store};
 pub use self::writer::{Report, Writer};

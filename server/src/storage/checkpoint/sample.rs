@@ -1,0 +1,73 @@
+//! `coordinator sample`: text from the newest valid checkpoint of a GPT. The checkpoint
+//! holds the weights; the tokeniser is rebuilt from the run's corpus (`--data`,
+//! `--tokenizer`), as nanoGPT's `sample.py` reads its `meta.pkl`, and must have the
+//! model's vocabulary size.
+
+use std::path::{Path, PathBuf};
+
+use model::gpt::Sampling;
+use model::ParamLayout;
+
+use super::export::gpt_of;
+use super::format::PARAMS;
+use super::{CheckpointError, Store};
+use crate::dataset::{Tokenizer, TokenizerKind};
+
+/// What was written, and from which checkpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sampled {
+    pub version: u64,
+    pub from: PathBuf,
+    /// The prompt, then what the model added.
+    pub prompt: String,
+    pub text: String,
+}
+
+/// The newest intact checkpoint in `dir` continues `prompt` as `how` says, tokenised as
+/// `kind` tokenises the corpus at `data` (the embedded Shakespeare when `None`).
+pub fn sample(
+    dir: &Path,
+    data: Option<&Path>,
+    kind: TokenizerKind,
+    prompt: &str,
+    how: Sampling,
+) -> Result<Sampled, CheckpointError> {
+    let store = Store::new(dir.to_path_buf(), usize::MAX, ParamLayout::default());
+    let (from, intact, _) = store.newest_intact()?;
+    let fail = |reason: String| CheckpointError::Export {
+        path: from.clone(),
+        reason,
+    };
+    let net = gpt_of(&intact)
+        .map_err(fail)?
+        .ok_or_else(|| fail("not a language model: only a gpt writes text".into()))?;
+    let gpt = net.as_gpt().expect("a gpt's network");
+    let (text, _) = crate::dataset::text::read(data).map_err(|e| fail(e.to_string()))?;
+    let tokenizer = Tokenizer::fit(kind, &text);
+    if tokenizer.vocab() != gpt.spec().vocab {
+        return Err(fail(format!(
+            "the {} tokeniser of this corpus has {} tokens, the model {}: give the run's --data and --tokenizer",
+            tokenizer.kind(),
+            tokenizer.vocab(),
+            gpt.spec().vocab
+        )));
+    }
+    let ids: Vec<usize> = tokenizer
+        .encode(prompt)
+        .map_err(|e| fail(format!("the prompt: {e}")))?
+        .into_iter()
+        .map(|i| i as usize)
+        .collect();
+    let (params, _) =
+        crate::storage::tensors_file::decode_params(&intact.files[PARAMS], net.layout())
+            .map_err(|e| fail(e.to_string()))?;
+    let drawn = gpt
+        .generate(&params, &ids, how)
+        .map_err(|e| fail(e.to_string()))?;
+    Ok(Sampled {
+        version: intact.version,
+        from,
+        prompt: prompt.to_string(),
+        text: tokenizer.decode(&drawn),
+    })
+}
