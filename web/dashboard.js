@@ -1,16 +1,29 @@
 // The operator's dashboard: the coordinator pushes the run's history, then its status, over
-// Server-Sent Events (/api/events); this page keeps one point per update it hears of and
-// draws small SVG line charts.
+// Server-Sent Events (/api/events); this page keeps the whole run (the coordinator's history
+// is downsampled, and so is what this page adds to it) and draws small SVG line charts of it,
+// or of the recent rounds only, as the operator chooses.
 // Admin controls call the admin API with the token kept in sessionStorage.
 
 const $ = (id) => document.getElementById(id);
-const KEEP = 500; // rounds kept per chart
+const KEEP = 2000; // points per chart, at most: older ones are thinned to every other
+const RECENT = 500; // the newest points, never thinned
 const series = { loss: [], accuracy: [], workers: [], duration: [], gradients: [], bytes: [] };
 const durations = []; // recent round durations, for p50 / p95
 let prev = null; // the previous point: per-round and per-second differences
 
 const pct = (sorted, q) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
-const push = (list, point) => { list.push(point); if (list.length > KEEP) list.shift(); };
+// Adds a point; a full chart keeps every other of its older points (the whole run, at half
+// the resolution), and its newest RECENT as they are.
+const push = (list, point) => {
+  list.push(point);
+  if (list.length > KEEP) {
+    const old = list.length - RECENT;
+    const kept = list.filter((_, i) => i >= old || i % 2 === 0);
+    list.splice(0, list.length, ...kept);
+  }
+};
+// "all": the whole run; a number: the last that many rounds.
+let shown = "all";
 
 // One point of the run (from /api/events' history, or made from a live status): the charts
 // take what changed since the previous one.
@@ -20,7 +33,9 @@ function addPoint(p) {
   push(series.loss, [r, [p.train_loss]]);
   if (p.test_accuracy != null && p.evaluated_round != null) {
     const a = series.accuracy;
-    if (!a.length || a[a.length - 1][0] !== p.evaluated_round) push(a, [p.evaluated_round, [p.test_accuracy * 100]]);
+    // A language model's chart is its validation loss; a classifier's, its accuracy.
+    const y = languageModel ? p.test_loss : p.test_accuracy * 100;
+    if (y != null && (!a.length || a[a.length - 1][0] !== p.evaluated_round)) push(a, [p.evaluated_round, [y]]);
   }
   push(series.workers, [r, [p.workers, p.participants, p.skipped]]);
   durations.push(p.round_ms);
@@ -45,15 +60,40 @@ function addPoint(p) {
 const ZOOMED = new Set(["accuracy"]);
 
 function redraw() {
-  for (const [name, points] of Object.entries(series)) draw($(`chart-${name}`), points, ZOOMED.has(name));
+  for (const [name, points] of Object.entries(series)) {
+    const last = points.length ? points[points.length - 1][0] : 0;
+    const visible = shown === "all" ? points : points.filter((p) => p[0] > last - Number(shown));
+    draw($(`chart-${name}`), visible, ZOOMED.has(name));
+  }
 }
+$("window").onchange = () => { shown = $("window").value; redraw(); };
+
+// Whether the run trains a language model (its status reads the loss as perplexity and bits).
+let languageModel = false;
+let history = null; // the history, kept until the first status says what the model is
 
 function onHistory(points) {
-  for (const p of points) addPoint({ ...p, evaluated_round: p.test_accuracy == null ? null : p.round });
+  history = points;
   redraw();
 }
 
+function replay(points) {
+  for (const p of points) addPoint({ ...p, evaluated_round: p.test_accuracy == null ? null : p.round });
+}
+
 function onStatus(s) {
+  if (history) {
+    languageModel = s.language != null || /^input \d+; gpt /.test(s.model);
+    if (languageModel) $("accuracy-label").firstChild.textContent = "Validation loss, nats per token";
+    replay(history);
+    history = null;
+  }
+  $("sample").hidden = !s.sample;
+  if (s.sample) {
+    $("sample-round").textContent = `round ${s.sample.round}`;
+    $("sample-prompt").textContent = s.sample.prompt;
+    $("sample-text").textContent = s.sample.text;
+  }
   $("state").textContent = s.state;
   $("state").dataset.state = s.state;
   $("run").textContent = `model ${s.model_name}: ${s.model} (${s.param_count.toLocaleString()} parameters) · ` +
@@ -61,7 +101,7 @@ function onStatus(s) {
   $("efficiency").textContent = efficiency(s);
   if (s.train_loss != null && s.last_round_ms != null) {
     addPoint({
-      round: s.round, unix_ms: Date.now(), train_loss: s.train_loss, test_accuracy: s.test_accuracy,
+      round: s.round, unix_ms: Date.now(), train_loss: s.train_loss, test_accuracy: s.test_accuracy, test_loss: s.test_loss,
       evaluated_round: s.evaluated_round, workers: s.workers, participants: s.last_round?.answered + s.last_round?.missed,
       skipped: s.skipped_workers, round_ms: s.last_round_ms, gradients_accepted: s.gradients_accepted,
       gradients_rejected: s.gradients_rejected, late: s.late, stale_rejected: s.stale_rejected,
@@ -123,6 +163,10 @@ function efficiency(s) {
   if (s.local_steps != null) parts.push(`local steps ${s.local_steps.toFixed(s.local_steps < 10 ? 1 : 0)} per answer`);
   else parts.push("one step per answer");
   if (s.bytes_per_sample != null) parts.push(`${s.bytes_per_sample.toPrecision(3)} bytes per sample`);
+  if (s.language) {
+    const l = s.language;
+    parts.push(`validation perplexity ${l.perplexity.toFixed(2)}, ${l.bits_per_token.toFixed(3)} bits per ${l.unit}`);
+  }
   return parts.join(" · ");
 }
 

@@ -22,7 +22,11 @@ const LABELS = {
   disconnected: "coordinator unreachable, retrying",
   paused: "paused",
   error: "error",
+  finished: "training finished, thank you!",
 };
+
+// Tokens a sample holds (a language model's context), else 0: the rate is in samples.
+let tokensPerSample = 0;
 
 // The worker's identity survives a reload of this tab (not a new tab: sessionStorage).
 const TOKEN_KEY = "crowdtrain.resumeToken";
@@ -127,14 +131,15 @@ worker.onmessage = ({ data: e }) => {
   const state = $("state");
   state.dataset.state = e.state;
   state.textContent = LABELS[e.state] ?? e.state;
-  running = !["paused", "error"].includes(e.state);
+  running = !["paused", "error", "finished"].includes(e.state);
   const toggle = $("toggle");
-  toggle.disabled = e.state === "error" || e.state === "loading";
+  toggle.disabled = ["error", "loading", "finished"].includes(e.state);
   toggle.textContent = running ? "Pause" : "Resume";
   if (e.round != null) $("round").textContent = e.round;
   if (e.gradients != null) $("gradients").textContent = e.gradients;
   if (e.loss != null) $("loss").textContent = e.loss.toFixed(4);
-  if (e.samplesPerSec) $("rate").textContent = Math.round(e.samplesPerSec).toLocaleString();
+  // A language model's sample is a window of `context` positions, each a token predicted.
+  if (e.samplesPerSec) $("rate").textContent = Math.round(e.samplesPerSec * (tokensPerSample || 1)).toLocaleString();
   if (e.computeShare != null) $("computing").textContent = `${(e.computeShare * 100).toFixed(e.computeShare < 0.1 ? 1 : 0)} % of the time`;
   if (e.workerId != null) { $("worker-id").textContent = e.workerId; workerId = e.workerId; }
   if (e.state === "disconnected") {
@@ -197,18 +202,40 @@ document.addEventListener("visibilitychange", () => {
   }
 });
 
-// The swarm's accuracy, one point per evaluation.
+// The swarm's accuracy (a language model's: its validation loss), one point per evaluation
+// of the whole run: the coordinator's history when the page opens, then each new one.
 const curve = [];
+let language = null; // a language model's readings, from the status
 function drawCurve() {
   const svg = $("curve");
   svg.dataset.points = curve.length;
+  svg.dataset.first = curve.length ? curve[0][0] : "";
   if (curve.length < 2) return;
+  if (curve.length > 400) curve.splice(0, curve.length, ...curve.filter((_, i) => i % 2 === 0 || i === curve.length - 1));
   const [x0, x1] = [curve[0][0], curve[curve.length - 1][0]];
+  const ys = curve.map((p) => p[1]);
+  // Accuracy on 0-1; a loss from 0 to its highest.
+  const top = language ? Math.max(...ys) || 1 : 1;
   const X = (x) => 4 + ((x - x0) / (x1 - x0 || 1)) * 292;
-  const Y = (y) => 70 - y * 64;
+  // The line keeps below the label's band (y < 16) and above the rounds' (y > 66).
+  const Y = (y) => 64 - (y / top) * 46;
+  const last = ys[ys.length - 1];
+  const label = language ? `validation loss ${last.toFixed(3)}` : `${(last * 100).toFixed(1)} %`;
   svg.innerHTML = `<polyline points="${curve.map(([x, y]) => `${X(x).toFixed(1)},${Y(y).toFixed(1)}`).join(" ")}"/>` +
-    `<text x="4" y="78">round ${x0}</text><text x="236" y="78">round ${x1}</text>` +
-    `<text x="4" y="10">${(curve[curve.length - 1][1] * 100).toFixed(1)} %</text>`;
+    `<text x="4" y="78">round ${x0}</text><text x="296" y="78" text-anchor="end">round ${x1}</text>` +
+    `<text x="4" y="10">${label}</text>`;
+}
+let historyLoaded = false;
+async function loadHistory(s) {
+  historyLoaded = true;
+  try {
+    const points = await (await fetch("/api/history", { cache: "no-store" })).json();
+    const evaluated = points.filter((p) => (language ? p.test_loss : p.test_accuracy) != null)
+      .map((p) => [p.round, language ? p.test_loss : p.test_accuracy]);
+    const newer = curve.filter((p) => !evaluated.length || p[0] > evaluated[evaluated.length - 1][0]);
+    curve.splice(0, curve.length, ...evaluated, ...newer);
+    drawCurve();
+  } catch { historyLoaded = false; }
 }
 
 let edgeUrls = wsUrl;
@@ -216,16 +243,33 @@ async function pollSwarm() {
   try {
     const res = await fetch("/api/status", { cache: "no-store" });
     const s = await res.json();
-    $("accuracy").textContent = s.test_accuracy == null ? "not evaluated yet" : `${(s.test_accuracy * 100).toFixed(1)} %`;
+    language = s.language;
+    if (s.language) {
+      const l = s.language;
+      $("accuracy-label").textContent = "Validation loss";
+      $("accuracy").textContent = `${s.test_loss.toFixed(3)} (perplexity ${l.perplexity.toFixed(2)}, ${l.bits_per_token.toFixed(2)} bits per ${l.unit})`;
+    } else {
+      $("accuracy").textContent = s.test_accuracy == null ? "not evaluated yet" : `${(s.test_accuracy * 100).toFixed(1)} %`;
+    }
+    const context = /; gpt .*context (\d+)/.exec(s.model);
+    tokensPerSample = context ? Number(context[1]) : 0;
+    $("rate-label").textContent = tokensPerSample ? "Tokens / s" : "Samples / s";
+    $("sample-card").hidden = !s.sample;
+    if (s.sample) {
+      $("sample-round").textContent = `after round ${s.sample.round}`;
+      $("sample-prompt").textContent = s.sample.prompt;
+      $("sample-text").textContent = s.sample.text;
+    }
+    if (!historyLoaded && s.evaluated_round != null) loadHistory(s);
     $("workers").textContent = s.workers;
     $("model").textContent = `${s.model_name}, ${s.param_count.toLocaleString()} parameters`;
     $("model").title = s.model;
     $("dataset").textContent = s.dataset;
     $("swarm-round").textContent = s.round;
-    if (s.test_accuracy != null && s.evaluated_round != null &&
-        (!curve.length || curve[curve.length - 1][0] !== s.evaluated_round)) {
-      curve.push([s.evaluated_round, s.test_accuracy]);
-      if (curve.length > 200) curve.shift();
+    const y = s.language ? s.test_loss : s.test_accuracy;
+    if (y != null && s.evaluated_round != null &&
+        (!curve.length || curve[curve.length - 1][0] < s.evaluated_round)) {
+      curve.push([s.evaluated_round, y]);
       drawCurve();
     }
     // A cluster's edge: the other edges too, so that the worker moves on if this one dies.

@@ -157,6 +157,7 @@ impl Coordinator {
                     rounds: version,
                     evaluation: self.last_eval,
                     reached_target: false,
+                    plateaued: false,
                     checkpoint_error: None,
                 });
                 Ok(format!("stopping at round {version}"))

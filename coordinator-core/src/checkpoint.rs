@@ -115,6 +115,7 @@ impl Coordinator {
                 rounds: version,
                 evaluation: self.last_eval,
                 reached_target: false,
+                plateaued: false,
                 checkpoint_error: None,
             });
         }

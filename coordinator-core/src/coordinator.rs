@@ -31,6 +31,7 @@ use crate::history::History;
 use crate::io::{Outbound, Outcome, Output, WeightsSnapshot};
 use crate::local::LocalPlan;
 use crate::metrics::{Metrics, RunInfo};
+use crate::refusal::Refusal;
 use crate::registry::tally::Note;
 use crate::registry::Registry;
 use crate::remote::Remote;
@@ -58,6 +59,8 @@ pub struct Coordinator {
     pub(crate) last_eval: Option<Evaluation>,
     /// A language model's vocabulary and prompt: each evaluation also writes a sample.
     pub(crate) writer: Option<crate::language::Writer>,
+    /// `--patience`: the best evaluation and its weights, and evaluations since.
+    pub(crate) plateau: crate::plateau::Plateau,
     /// Evaluations due, running elsewhere, and their order.
     pub(crate) evaluations: Evaluations,
     pub(crate) worker_list: Arc<Vec<WorkerStatus>>,
@@ -161,6 +164,7 @@ impl Coordinator {
                 kind.memory,
             )
         });
+        let plateau = crate::plateau::Plateau::new(settings.patience);
         let mut coordinator = Self {
             settings,
             trainer,
@@ -175,6 +179,7 @@ impl Coordinator {
             outcome: None,
             last_eval: None,
             writer,
+            plateau,
             evaluations: Evaluations::default(),
             worker_list: Arc::default(),
             checkpointed: None,
@@ -284,9 +289,21 @@ impl Coordinator {
         }
     }
 
-    /// Training is over: the driver stops.
+    /// Training is over: every worker is told (its tab thanks the volunteer and stops
+    /// computing, rather than reconnect to a run that has ended), then the driver stops.
     pub(crate) fn stop(&mut self, outcome: Outcome) {
         self.outcome = Some(outcome.clone());
+        let why = if outcome.plateaued {
+            "training finished: the model stopped improving"
+        } else if outcome.reached_target {
+            "training finished: the model reached its target"
+        } else {
+            "training finished"
+        };
+        for id in self.registry.ids() {
+            let close = Refusal::new(protocol::ErrorCode::Finished, why);
+            self.send(id, Outbound::Close(close));
+        }
         self.outputs.push_back(Output::Stop(outcome));
     }
 

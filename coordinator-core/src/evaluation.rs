@@ -17,7 +17,7 @@ use model::{evaluate, Dataset, Evaluation, Network};
 pub struct EvalJob {
     pub version: u64,
     net: Network,
-    params: Vec<f32>,
+    params: Arc<[f32]>,
     test: Arc<Dataset>,
     /// A language model's prompt: the job also writes a sample from it.
     prompt: Option<Vec<usize>>,
@@ -30,10 +30,12 @@ pub struct Evaluated {
     pub result: Result<Evaluation, String>,
     /// The tokens the model wrote after the prompt, if it was asked to.
     pub sample: Option<Vec<usize>>,
+    /// The weights scored, handed back: the best are kept (`--patience`).
+    pub params: Arc<[f32]>,
 }
 
 impl EvalJob {
-    pub fn new(version: u64, net: Network, params: Vec<f32>, test: Arc<Dataset>) -> Self {
+    pub fn new(version: u64, net: Network, params: Arc<[f32]>, test: Arc<Dataset>) -> Self {
         Self {
             version,
             net,
@@ -74,6 +76,7 @@ impl EvalJob {
             version,
             result: scored.unwrap_or_else(|_| Err("the evaluation panicked".into())),
             sample,
+            params,
         }
     }
 }
@@ -118,8 +121,8 @@ mod tests {
         let test = Dataset::new(4, vec![0, 255, 0, 255, 255, 0, 255, 0], vec![0, 1]).expect("ok");
         let spec = model::NetSpec::mlp(model::Shape::flat(4), &[3], 2);
         let net = Network::new(spec, 2).expect("model");
-        let params = net.init(7);
-        EvalJob::new(version, net, params, Arc::new(test))
+        let params: Vec<f32> = net.init(7);
+        EvalJob::new(version, net, params.into(), Arc::new(test))
     }
 
     #[test]
@@ -141,12 +144,14 @@ mod tests {
     fn a_job_scores_its_copy_of_the_weights() {
         let j = job(3);
         let expected = evaluate(&j.net, &j.params, &j.test).expect("scores");
+        let params = Arc::clone(&j.params);
         assert_eq!(
             j.run(),
             Evaluated {
                 version: 3,
                 result: Ok(expected),
                 sample: None,
+                params,
             }
         );
     }

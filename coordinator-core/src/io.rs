@@ -130,6 +130,9 @@ pub struct Outcome {
     pub rounds: u64,
     pub evaluation: Option<Evaluation>,
     pub reached_target: bool,
+    /// `--patience` evaluations went by without improving: the run finished on its best
+    /// weights (`evaluation` is theirs).
+    pub plateaued: bool,
     /// The checkpoint taken on stopping failed (training itself ended normally; the newest
     /// checkpoint on disk is older). Filled in by the driver that writes it.
     pub checkpoint_error: Option<String>,

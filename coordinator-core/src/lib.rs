@@ -35,6 +35,7 @@ pub mod io;
 pub mod language;
 pub mod local;
 pub mod metrics;
+pub mod plateau;
 mod publish;
 pub mod refusal;
 pub mod registry;

@@ -58,6 +58,9 @@ pub struct Settings {
     pub target_accuracy: Option<f64>,
     /// Stop when an evaluation's loss is at most this.
     pub target_loss: Option<f64>,
+    /// `--patience`: evaluations without improving before the run finishes on its best
+    /// weights (0: never).
+    pub patience: u32,
     pub min_workers: usize,
     pub mode: Mode,
     pub aggregator: AggregatorKind,
@@ -108,6 +111,7 @@ impl Default for Settings {
             max_rounds: None,
             target_accuracy: None,
             target_loss: None,
+            patience: crate::plateau::PATIENCE,
             min_workers: 1,
             mode: Mode::Sync {
                 timeout: RoundTimeout::Auto,

@@ -300,7 +300,12 @@ impl Trainer {
     /// The current weights, copied, to be scored off the coordinator's task.
     pub fn evaluation_job(&self) -> EvalJob {
         let test = Arc::clone(&self.test);
-        EvalJob::new(self.version, self.net.clone(), self.params.clone(), test)
+        EvalJob::new(
+            self.version,
+            self.net.clone(),
+            self.params.clone().into(),
+            test,
+        )
     }
 
     /// Test-split loss and accuracy of the current weights, here and now.

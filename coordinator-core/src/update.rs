@@ -106,8 +106,11 @@ impl Coordinator {
         match evaluated.result {
             Ok(e) => {
                 self.scored(evaluated.version, e);
+                let plateaued = self.plateau.scored(evaluated.version, e, evaluated.params);
                 if self.reached_target(&e) && self.outcome.is_none() {
                     self.finish(self.trainer.version(), Some(e));
+                } else if plateaued && self.outcome.is_none() {
+                    self.finish_on_best();
                 }
             }
             Err(err) => warn!(round = evaluated.version, %err, "evaluation failed"),
@@ -126,7 +129,7 @@ impl Coordinator {
     fn scored(&mut self, version: u64, e: Evaluation) {
         self.metrics.evaluated(version, e);
         self.last_eval = Some(e);
-        self.history.evaluated(version, e.accuracy);
+        self.history.evaluated(version, e.accuracy, e.loss);
         info!(
             round = version,
             test_accuracy = %LogValue(Some(e.accuracy)),
@@ -150,6 +153,40 @@ impl Coordinator {
             rounds: version,
             evaluation: self.last_eval,
             reached_target,
+            plateaued: false,
+            checkpoint_error: None,
+        });
+    }
+
+    /// `--patience` evaluations without improving: the best weights become the model (a
+    /// new version, so `/api/params`, the checkpoint on stopping and `export` serve them),
+    /// and the run finishes.
+    fn finish_on_best(&mut self) {
+        let Some(best) = self.plateau.best().cloned() else {
+            return;
+        };
+        let mut version = self.trainer.version();
+        if best.version != version {
+            match self.trainer.replace(best.params.to_vec()) {
+                Ok(v) => version = v,
+                Err(err) => warn!(%err, "the best weights could not be restored"),
+            }
+        }
+        self.last_eval = Some(best.evaluation);
+        self.metrics.evaluated(version, best.evaluation);
+        info!(
+            round = version,
+            best_round = best.version,
+            test_loss = %LogValue(Some(best.evaluation.loss)),
+            test_accuracy = %LogValue(Some(best.evaluation.accuracy)),
+            patience = self.settings.patience,
+            "training finished: no better evaluation in --patience evaluations; the model is the best one's weights"
+        );
+        self.stop(Outcome {
+            rounds: version,
+            evaluation: Some(best.evaluation),
+            reached_target: false,
+            plateaued: true,
             checkpoint_error: None,
         });
     }
@@ -164,6 +201,7 @@ impl Coordinator {
                 .map_or(0, |d| d.as_millis() as u64),
             train_loss: update.mean_loss,
             test_accuracy: None,
+            test_loss: None,
             workers: self.registry.len(),
             participants: update.answered + update.missed,
             skipped: self.schedule.standing().skipped,

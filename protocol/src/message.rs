@@ -271,6 +271,9 @@ pub enum ErrorCode {
     /// The operator removed this worker (it is not banned, but should not come back by
     /// itself).
     Kicked,
+    /// Training is over (`--max-rounds`, a target, `--patience`, the operator's stop): the
+    /// worker should stop, not reconnect. An older worker reads it as `Other(20)`, fatal.
+    Finished,
     /// A code this version does not know.
     Other(u16),
 }
@@ -297,6 +300,7 @@ impl ErrorCode {
             Self::Banned => 17,
             Self::RateLimited => 18,
             Self::Kicked => 19,
+            Self::Finished => 20,
             Self::Other(code) => code,
         }
     }
@@ -322,6 +326,7 @@ impl ErrorCode {
             17 => Self::Banned,
             18 => Self::RateLimited,
             19 => Self::Kicked,
+            20 => Self::Finished,
             other => Self::Other(other),
         }
     }
@@ -348,6 +353,7 @@ impl ErrorCode {
             Self::Banned => "banned",
             Self::RateLimited => "rate_limited",
             Self::Kicked => "kicked",
+            Self::Finished => "finished",
             Self::Other(_) => "other",
         }
     }

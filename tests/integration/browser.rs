@@ -763,3 +763,89 @@ async fn two_tabs_train_on_the_gpu_path_and_are_never_flagged() {
     second.close().await;
     stop(server).await;
 }
+
+/// A run that ends (here `--max-rounds`) tells its tabs: the page says the training is
+/// finished and thanks the volunteer, and the tab stops computing instead of retrying a
+/// coordinator that has gone (issue 34).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_run_thanks_its_tab_which_stops_computing() {
+    let server = start_server(&["--max-rounds", "30"]).await;
+    let tab = Browser::open_with_devtools(&page(server.addr));
+    let summary = guard("30 rounds", server.wait()).await.expect("server ran");
+    assert_eq!(summary.rounds, 30);
+    let shown = until_message(&tab, "Thank you for lending this tab").await;
+    assert!(shown.contains("training finished"), "{shown}");
+    let state = tab
+        .evaluate("document.getElementById('state').dataset.state")
+        .await;
+    assert_eq!(state, "finished", "not retrying: {shown}");
+    let paused = tab
+        .evaluate("document.getElementById('toggle').disabled")
+        .await;
+    assert_eq!(paused, true, "nothing left to pause or resume");
+    tab.close().await;
+}
+
+/// A tab trains a GPT beside a native worker, every answer replayed natively (the wasm GPT
+/// computes bit for bit what the native one does), and its page shows a language model: the
+/// validation loss with perplexity and bits per character, the tab's tokens per second, what
+/// the model writes, and the loss curve from the run's first evaluation though it opened late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tab_trains_a_gpt_and_its_page_shows_a_language_model() {
+    let _heavy = HEAVY.lock().await;
+    let mut flags = crate::language::SMALL_GPT.to_vec();
+    flags.extend([
+        "--verify-fraction",
+        "1",
+        "--eval-interval",
+        "5",
+        "--warmup",
+        "5",
+    ]);
+    let server = start_server(&flags).await;
+    let mut status = server.status.clone();
+    let (native, _cancel) = spawn_worker(server.addr);
+    wait_status(&mut status, "a native worker's rounds, evaluated", |s| {
+        s.round >= 20 && s.evaluated_round >= Some(10)
+    })
+    .await;
+    let tab = Browser::open_with_devtools(&page(server.addr));
+    tab.until(
+        "the page to show a sample and the tab's tokens per second",
+        "document.getElementById('sample-text').textContent.length > 20 && \
+         document.getElementById('rate').textContent !== '–' && \
+         document.getElementById('accuracy').textContent.includes('bits per character')",
+    )
+    .await;
+    let text = |id: &str| format!("document.getElementById('{id}').textContent");
+    assert_eq!(
+        tab.evaluate(&text("accuracy-label")).await,
+        "Validation loss"
+    );
+    assert_eq!(tab.evaluate(&text("rate-label")).await, "Tokens / s");
+    let shown = tab.evaluate(&text("accuracy")).await;
+    assert!(
+        shown.as_str().expect("text").contains("perplexity"),
+        "{shown}"
+    );
+    let first = tab
+        .evaluate("Number(document.getElementById('curve').dataset.first)")
+        .await;
+    assert_eq!(
+        first.as_u64(),
+        Some(5),
+        "the curve from the first evaluation"
+    );
+    let s = wait_status(&mut status, "the tab's answers, replayed", |s| {
+        browsers(s) == 1
+            && s.worker_list
+                .iter()
+                .any(|w| w.kind == "browser" && w.gradients >= 10)
+    })
+    .await;
+    assert_eq!(s.verification_mismatches, 0, "{s:?}");
+    assert!(s.worker_list.iter().all(|w| w.strikes == 0), "{s:?}");
+    tab.close().await;
+    stop(server).await;
+    let _ = guard("the native worker", native).await;
+}

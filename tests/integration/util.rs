@@ -77,15 +77,16 @@ pub fn spawn_worker(addr: SocketAddr) -> (WorkerTask, CancellationToken) {
     })
 }
 
-/// Whether a worker's session ended the one way an honest worker's should: the coordinator's
-/// shutdown close (1001), never a refusal.
+/// Whether a worker's session ended the way an honest worker's should: the coordinator's
+/// word that training is finished, or its shutdown close (1001); never a refusal.
 pub fn closed_by_shutdown(ended: &worker::Ended) -> bool {
     matches!(
         ended,
-        worker::Ended::ClosedByCoordinator {
-            code: Some(1001),
-            ..
-        }
+        worker::Ended::Finished { .. }
+            | worker::Ended::ClosedByCoordinator {
+                code: Some(1001),
+                ..
+            }
     )
 }
 

@@ -64,6 +64,8 @@ enum Ended {
     Retry(String),
     /// Refused for a reason retrying cannot fix: say so and stop.
     Final(String),
+    /// The run is over: thank the volunteer and stop computing.
+    Finished(String),
 }
 
 impl Inner {
@@ -296,6 +298,14 @@ async fn run(inner: Rc<Inner>, generation: u32) {
                 inner.emit("error", &[("message", message.into())]);
                 return;
             }
+            Ended::Finished(why) => {
+                inner.running.set(false);
+                let message = format!(
+                    "The {why}. Thank you for lending this tab: it has stopped computing, and you may close it."
+                );
+                inner.emit("finished", &[("message", message.into())]);
+                return;
+            }
         };
         inner.emit(
             "disconnected",
@@ -403,6 +413,10 @@ async fn session(
                 code: ErrorCode::Kicked,
                 ..
             }) => return Ended::Final("the organiser removed this tab from the run".into()),
+            Err(WorkerError::Rejected {
+                code: ErrorCode::Finished,
+                message,
+            }) => return Ended::Finished(message),
             Err(WorkerError::Rejected {
                 code: ErrorCode::Banned,
                 message,

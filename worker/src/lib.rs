@@ -38,6 +38,9 @@ pub enum Ended {
     ClosedByCoordinator { code: Option<u16>, reason: String },
     /// `shutdown` was cancelled.
     Stopped,
+    /// The coordinator said training is finished (`ErrorCode::Finished`): nothing to
+    /// reconnect to.
+    Finished { message: String },
 }
 
 #[derive(Debug, Clone, Default)]
@@ -97,6 +100,11 @@ pub async fn run_reconnecting(
         options.url.clone_from(&urls[at % urls.len().max(1)]);
         match run_with(&options, &mut core, shutdown.clone()).await {
             Ok((Ended::Stopped, stats)) => return Ok(stats),
+            // The run is over: nothing to reconnect to.
+            Ok((Ended::Finished { message }, stats)) => {
+                info!(%message, gradients = stats.gradients_sent, "the coordinator says training is finished");
+                return Ok(stats);
+            }
             Ok((ended, stats)) => {
                 info!(?ended, url = %options.url, gradients = stats.gradients_sent, "session ended");
                 backoff = BACKOFF_FIRST;
@@ -175,7 +183,16 @@ pub async fn run_with(
         };
         match msg {
             Some(Ok(Message::Binary(frame))) => {
-                let reply = core.handle_frame(&frame)?;
+                let reply = match core.handle_frame(&frame) {
+                    Err(WorkerError::Rejected {
+                        code: protocol::ErrorCode::Finished,
+                        message,
+                    }) => {
+                        let _ = ws.close(None).await;
+                        break Ended::Finished { message };
+                    }
+                    reply => reply?,
+                };
                 if !reply.is_empty() {
                     if let Some(delay) = options.compute_delay {
                         // Keep answering pings while "computing", as a slow tab would.

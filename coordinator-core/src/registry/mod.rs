@@ -275,6 +275,11 @@ impl Registry {
         self.workers.get(&id).map(|w| w.session)
     }
 
+    /// The connected workers, in id order.
+    pub fn ids(&self) -> Vec<WorkerId> {
+        self.workers.keys().copied().collect()
+    }
+
     pub fn len(&self) -> usize {
         self.workers.len()
     }

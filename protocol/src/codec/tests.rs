@@ -530,7 +530,7 @@ fn weights_messages_are_recognised_by_their_first_chunk() {
 
 #[test]
 fn error_codes_round_trip_and_fatality_is_documented() {
-    for code in 0..=20u16 {
+    for code in 0..=21u16 {
         assert_eq!(ErrorCode::from_u16(code).to_u16(), code);
     }
     assert!(ErrorCode::Malformed.is_fatal());
@@ -541,11 +541,12 @@ fn error_codes_round_trip_and_fatality_is_documented() {
     assert!(ErrorCode::Banned.is_fatal());
     assert!(ErrorCode::RateLimited.is_fatal());
     assert!(ErrorCode::Kicked.is_fatal());
+    assert!(ErrorCode::Finished.is_fatal());
     // Every known code has its own name; unknown ones are "other".
     let names: std::collections::BTreeSet<_> =
-        (1..=19u16).map(|c| ErrorCode::from_u16(c).name()).collect();
-    assert_eq!(names.len(), 19);
-    assert_eq!(ErrorCode::from_u16(20).name(), "other");
+        (1..=20u16).map(|c| ErrorCode::from_u16(c).name()).collect();
+    assert_eq!(names.len(), 20);
+    assert_eq!(ErrorCode::from_u16(21).name(), "other");
 }
 
 proptest! {

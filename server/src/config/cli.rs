@@ -168,6 +168,11 @@ pub struct Cli {
     #[arg(long)]
     pub target_loss: Option<f64>,
 
+    /// Finish, keeping the best weights, after N evaluations in a row whose validation
+    /// loss is not 0.1 % below the best (0: never).
+    #[arg(long, default_value_t = coordinator_core::plateau::PATIENCE)]
+    pub patience: u32,
+
     /// Training mode: sync (rounds with a barrier, deadline and quorum), async (apply
     /// gradients as they arrive, staleness-bounded) or hogwild (apply at once, no checks).
     #[arg(long, value_enum, default_value_t = ModeChoice::Sync)]

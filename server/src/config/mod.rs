@@ -72,6 +72,8 @@ pub struct Config {
     pub target_accuracy: Option<f64>,
     /// `--target-loss`: stop when the validation loss is at most this.
     pub target_loss: Option<f64>,
+    /// `--patience`: evaluations without improving before the run finishes (0: never).
+    pub patience: u32,
     pub min_workers: usize,
     pub mode: Mode,
     pub liveness: Liveness,
@@ -143,6 +145,7 @@ impl Config {
             max_rounds: self.max_rounds,
             target_accuracy: self.target_accuracy,
             target_loss: self.target_loss,
+            patience: self.patience,
             min_workers: self.min_workers,
             mode: self.mode,
             aggregator: self.aggregator,
@@ -278,6 +281,7 @@ impl TryFrom<Cli> for Config {
             max_rounds: cli.max_rounds,
             target_accuracy: cli.target_accuracy,
             target_loss: cli.target_loss,
+            patience: cli.patience,
             min_workers: cli.min_workers,
             mode,
             liveness,

@@ -91,3 +91,68 @@ fn the_stop_conditions_hear_from_evaluations() {
     assert_eq!(swarm.c.status().evaluated_round, Some(6));
     assert!(outcome.evaluation.is_some());
 }
+
+/// `--patience`: evaluations that do not improve on the best by 0.1 % finish the run on the
+/// best weights, published as a new version, and every worker is told that training is
+/// finished (so that a tab stops rather than reconnect).
+#[test]
+fn a_run_that_stops_improving_finishes_on_its_best_weights() {
+    // A learning rate this small cannot improve the loss: every evaluation after the first
+    // is no better.
+    let flags = [
+        "--min-workers",
+        "2",
+        "--eval-interval",
+        "1",
+        "--patience",
+        "2",
+        "--optimizer",
+        "sgd",
+        "--lr",
+        "1e-9",
+    ];
+    let mut swarm = Swarm::new(&flags, 2);
+    swarm.until("round 1", |s| s.round >= 1);
+    let best = swarm.run_evaluation();
+    assert_eq!(best.version, 1);
+    for round in [2, 3] {
+        swarm.until("the next round", |s| s.round >= round);
+        assert!(swarm.c.outcome().is_none(), "patience is 2 evaluations");
+        let later = swarm.run_evaluation();
+        assert!(later.version > best.version);
+    }
+    let outcome = swarm.c.outcome().cloned().expect("plateaued");
+    assert!(outcome.plateaued && !outcome.reached_target);
+    let best_eval = best.result.clone().expect("scored");
+    assert_eq!(outcome.evaluation, Some(best_eval));
+    // The model is the best version's weights, as a new version.
+    let snapshot = swarm.c.snapshot();
+    assert_eq!(snapshot.version, outcome.rounds);
+    assert!(outcome.rounds > 3);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&snapshot.params), bits(&best.params));
+    assert_eq!(swarm.c.status().test_loss, Some(best_eval.loss));
+    for i in 0..2 {
+        assert_eq!(swarm.queued_refusals(i), [protocol::ErrorCode::Finished]);
+    }
+
+    // `--patience 0` never stops.
+    let flags = [
+        "--min-workers",
+        "2",
+        "--eval-interval",
+        "1",
+        "--patience",
+        "0",
+        "--optimizer",
+        "sgd",
+        "--lr",
+        "1e-9",
+    ];
+    let mut swarm = Swarm::new(&flags, 2);
+    for round in 1..=6 {
+        swarm.until("the next round", |s| s.round >= round);
+        swarm.run_evaluation();
+    }
+    assert!(swarm.c.outcome().is_none());
+}

@@ -144,6 +144,7 @@ impl Driver {
                 .zip(self.core.status().test_loss)
                 .map(|(accuracy, loss)| model::Evaluation { loss, accuracy }),
             reached_target: false,
+            plateaued: false,
             checkpoint_error: None,
         });
         if let Some(checkpoints) = self.checkpoints.take() {

@@ -144,6 +144,19 @@ impl Swarm {
         self.route();
     }
 
+    /// The codes of the refusals queued to `i` and not yet read.
+    pub fn queued_refusals(&self, i: usize) -> Vec<ErrorCode> {
+        let queued = self.volunteers[i].conn.as_ref().map(|c| &c.inbox);
+        queued
+            .into_iter()
+            .flatten()
+            .filter_map(|m| match m {
+                Outbound::Close(r) => Some(r.code),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// `i` reads what the coordinator sent it and computes its answers. Returns whether
     /// anything arrived.
     pub fn deliver(&mut self, i: usize) -> bool {

@@ -43,6 +43,7 @@ pub const GRADIENT_SLACK: u64 = 2;
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// WebSocket close codes (RFC 6455 §7.4.1).
+const CLOSE_NORMAL: u16 = 1000;
 const CLOSE_GOING_AWAY: u16 = 1001;
 const CLOSE_POLICY: u16 = 1008;
 
@@ -103,6 +104,19 @@ pub async fn run<S, E>(
     if let Some(joined) = joined {
         coordinator.leave(&joined).await;
     }
+    // A finished run tells each worker so just before it stops: that word, not "shutting
+    // down", is what the worker must hear (it stops instead of reconnecting).
+    let end = match end {
+        End::Shutdown => std::iter::from_fn(|| inbox.try_recv().ok())
+            .find_map(|out| match out {
+                Outbound::Close(refusal) if refusal.code == ErrorCode::Finished => {
+                    Some(End::Refuse(refusal))
+                }
+                _ => None,
+            })
+            .unwrap_or(End::Shutdown),
+        end => end,
+    };
     match end {
         End::PeerGone => {}
         End::Shutdown => {
@@ -116,7 +130,8 @@ pub async fn run<S, E>(
         End::Refuse(refusal) => {
             let Refusal { code, message } = refusal.clone();
             info!(worker = ?joined.map(|j| j.worker), ?code, %message, "closing session");
-            if refusal.is_fatal() && code != ErrorCode::ShuttingDown {
+            if refusal.is_fatal() && !matches!(code, ErrorCode::ShuttingDown | ErrorCode::Finished)
+            {
                 coordinator.rejected(refusal, peer).await;
             }
             let frame = encode_from_coordinator(&CoordinatorToWorker::Error {
@@ -124,7 +139,9 @@ pub async fn run<S, E>(
                 message: message.clone(),
             });
             let _ = socket.send(Message::Binary(frame.into())).await;
-            let reason = if code == ErrorCode::ShuttingDown {
+            let reason = if code == ErrorCode::Finished {
+                CLOSE_NORMAL
+            } else if code == ErrorCode::ShuttingDown {
                 CLOSE_GOING_AWAY
             } else {
                 CLOSE_POLICY
