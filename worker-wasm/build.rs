@@ -24,6 +24,12 @@ fn main() {
                 )
                 .expect("write the native gradient");
             }
+            let (loss, grads) = fixture::gpt_gradient();
+            std::fs::write(
+                out.join(format!("native_gradient_gpt{suffix}.bin")),
+                fixture::gradient_bytes(loss, &grads),
+            )
+            .expect("write the native GPT gradient");
             for preset in fixture::PRESETS {
                 let (loss, grads) = fixture::gradient_in_parts(preset);
                 std::fs::write(

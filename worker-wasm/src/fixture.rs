@@ -53,6 +53,39 @@ pub fn gradient(preset: &str) -> (f32, Vec<f32>) {
         .expect("valid shapes")
 }
 
+/// A small GPT (2 blocks, 2 heads, width 32, context 16, 40 tokens), its initial weights,
+/// and a batch of 8 random windows: every operation a GPT adds (embeddings, LayerNorm's
+/// square root, the causal softmax's `exp`, GELU's `tanh`, cross-entropy over positions).
+pub fn gpt_inputs() -> (Network, Vec<f32>, Dataset) {
+    let spec = model::gpt::GptSpec {
+        vocab: 40,
+        context: 16,
+        layers: 2,
+        heads: 2,
+        width: 32,
+    };
+    let net = Network::new(NetSpec::gpt(spec), 40).expect("valid spec");
+    let params: Vec<f32> = net.init(SEED);
+    let mut rng = SplitMix64::new(SEED ^ 0x6E7);
+    let ids = (0..8 * 17).map(|_| rng.below(40) as u8).collect();
+    let data = Dataset::from_parts(
+        Shape::flat(17),
+        Values::U8(ids),
+        vec![0; 8],
+        Normalization::new(vec![0.0], vec![1.0]),
+    )
+    .expect("consistent");
+    (net, params, data)
+}
+
+/// The GPT's mean loss and gradient on its batch, as this build computes it.
+pub fn gpt_gradient() -> (f32, Vec<f32>) {
+    let (net, params, data) = gpt_inputs();
+    let (x, labels) = data.batch(0..8);
+    net.loss_and_grad(&params, x.view(), &labels, batch_seed(0, 0))
+        .expect("valid shapes")
+}
+
 /// The parts of the reference gradient computed as a tab with that many cores does.
 pub const PARTS: usize = 3;
 

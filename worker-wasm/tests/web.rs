@@ -91,6 +91,33 @@ fn parts_computed_by_part_workers_equal_the_native_parts_bit_for_bit() {
     }
 }
 
+static UNFUSED_GPT: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/native_gradient_gpt_unfused.bin"));
+
+/// A GPT's gradient in wasm equals the native one computed unfused, bit for bit: the
+/// embeddings, LayerNorm's square root, the causal softmax's `exp`, GELU's `tanh` and the
+/// cross-entropy are the same portable functions on both sides, so the coordinator replays a
+/// tab's GPT exactly.
+#[wasm_bindgen_test]
+fn wasm_gpt_gradient_equals_the_native_unfused_bit_for_bit() {
+    let (loss, grads) = fixture::gpt_gradient();
+    let wasm = fixture::gradient_bytes(loss, &grads);
+    assert_eq!(wasm.len(), UNFUSED_GPT.len(), "same parameter count");
+    let differ = floats(&wasm)
+        .iter()
+        .zip(floats(UNFUSED_GPT))
+        .filter(|(a, b)| a.to_bits() != b.to_bits())
+        .count();
+    assert_eq!(
+        differ, 0,
+        "gpt: values differing from the native unfused gradient"
+    );
+    console_log!(
+        "gpt: {} gradient values and the loss {loss}: BITWISE identical to native unfused",
+        grads.len()
+    );
+}
+
 fn floats(bytes: &[u8]) -> Vec<f32> {
     bytes
         .chunks_exact(4)

@@ -8,7 +8,8 @@
 //! they would be to it: `--coordinator "--local-steps 16 --mode async"` (its `--min-workers`
 //! defaults to `--workers` here). Prints the scenario, then the report, as JSON.
 //!
-//! `sim --workers 4 --link 50ms/10 --max-rounds 200` is per-step sync on a home link.
+//! `sim --workers 4 --link 50ms/10 --max-rounds 200` is per-step sync on a home link;
+//! `--coordinator "--model gpt --local-steps 16"` a language model's local phases.
 //!
 //! `--attackers 2 --alie 1.0` adds two colluding attackers ("A Little Is Enough", Baruch
 //! et al. 2019) beside the `--workers` honest ones, each coming back under a fresh identity
@@ -82,7 +83,14 @@ fn main() -> anyhow::Result<()> {
     let coordinator = server::config::Cli::try_parse_from(args)
         .map_err(|e| anyhow::anyhow!("--coordinator: {e}"))?;
     let config = server::config::Config::try_from(coordinator)?;
-    let split = server::dataset::load_default(cli.seed)?;
+    // The coordinator's own data: the embedded digits, `--data`, or a GPT's text.
+    let split = server::dataset::load_for(
+        &config.model,
+        config.data.as_deref(),
+        config.tokenizer,
+        cli.seed,
+        config.test_fraction,
+    )?;
     let net = split.network(&config.model)?;
     let step = match cli.step {
         Some(step) => step,
