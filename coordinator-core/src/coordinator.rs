@@ -164,7 +164,9 @@ impl Coordinator {
                 kind.memory,
             )
         });
-        let plateau = crate::plateau::Plateau::new(settings.patience);
+        // An edge adopts the root's versions: only the root may end the run on its best.
+        let patience = if settings.edge { 0 } else { settings.patience };
+        let plateau = crate::plateau::Plateau::new(patience);
         let mut coordinator = Self {
             settings,
             trainer,

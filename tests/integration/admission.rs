@@ -103,8 +103,14 @@ fn rss_kb(pid: u32) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_thousand_connects_and_disconnects_during_training() {
     let _heavy = HEAVY.lock().await;
-    let (mut child, addr) =
-        spawn_coordinator(env!("CARGO_BIN_EXE_coordinator").as_ref(), None, &[]).await;
+    // Minutes of training that stops improving: --patience would end the run under the
+    // visitors.
+    let (mut child, addr) = spawn_coordinator(
+        env!("CARGO_BIN_EXE_coordinator").as_ref(),
+        None,
+        &["--patience", "0"],
+    )
+    .await;
     let pid = child.id().expect("running");
     let _workers: Vec<_> = (0..2).map(|_| spawn_worker(addr)).collect();
     let round = || async {
