@@ -849,3 +849,57 @@ async fn a_tab_trains_a_gpt_and_its_page_shows_a_language_model() {
     stop(server).await;
     let _ = guard("the native worker", native).await;
 }
+
+/// The language model's tab target: two tabs alone train nanoGPT's CPU shape (0.8M
+/// parameters) on the embedded Shakespeare to a validation loss of 2.0, with its defaults
+/// (AdamW, warm-up, clipping), and the page shows what the model writes. Prints the wall
+/// time (docs/BENCHMARKS.md).
+#[ignore = "T3, the long tier: scripts/test.sh runs it (--include-ignored)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tabs_train_a_gpt_to_a_validation_loss_of_2() {
+    let _heavy = HEAVY.lock().await;
+    let server = start_server(&[
+        "--model",
+        "gpt",
+        "--batch-size",
+        "12",
+        "--min-workers",
+        "2",
+        "--eval-interval",
+        "50",
+        "--target-loss",
+        "2.0",
+    ])
+    .await;
+    let mut status = server.status.clone();
+    let first = Browser::open_with_devtools(&page(server.addr));
+    let _second = Browser::open(&page(server.addr));
+    wait_status(&mut status, "both tabs to join", |s| browsers(s) == 2).await;
+    let started = Instant::now();
+    let s = wait_status(&mut status, "a sample on the status", |s| {
+        s.sample.is_some()
+    })
+    .await;
+    assert!(s.sample.is_some_and(|w| !w.text.is_empty()));
+    first
+        .until(
+            "the page to show what the model writes",
+            "document.getElementById('sample-text').textContent.length > 0",
+        )
+        .await;
+    // Minutes, not the usual guard's two: a bound against a hang all the same.
+    let summary = tokio::time::timeout(std::time::Duration::from_secs(1200), server.wait())
+        .await
+        .expect("a validation loss of 2.0 within 20 minutes")
+        .expect("ran");
+    let s = status.borrow().clone();
+    let loss = summary.test_loss.expect("evaluated");
+    println!(
+        "two tabs, gpt: validation loss {loss:.4} at round {} in {:.0} s; it wrote {:?}",
+        summary.rounds,
+        started.elapsed().as_secs_f64(),
+        s.sample.as_ref().map(|w| &w.text)
+    );
+    assert!(summary.reached_target && loss <= 2.0, "{summary:?}");
+    assert_eq!(s.verification_mismatches, 0, "{s:?}");
+}
