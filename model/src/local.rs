@@ -41,7 +41,7 @@ impl LocalPhase {
         let trained = net.trained_part(start);
         let frozen = net.frozen_part(start);
         Self {
-            optimizer: optimizer.build(trained.len()),
+            optimizer: optimizer.build_masked(trained.len(), net.decayed_trained()),
             start: trained.clone(),
             trained,
             frozen,
@@ -166,5 +166,50 @@ mod tests {
             assert_eq!(*d, s - p);
         }
         assert!(result.mean_loss.is_finite() && result.mean_loss > 0.0);
+    }
+
+    /// A phase of AdamW is AdamW on the same batches with the model's decay mask, bit for
+    /// bit: the matrices shrink, the biases do not (a phase of zero gradients shows it).
+    #[test]
+    fn a_phase_of_adamw_decays_the_matrices_only() {
+        let net = Network::mlp(&[6, 5, 3]).expect("mlp");
+        let start: Vec<f32> = net.init(7);
+        let kind = OptimizerKind::AdamW {
+            lr: 0.01,
+            beta1: 0.9,
+            beta2: 0.99,
+            eps: 1e-8,
+            weight_decay: 0.1,
+        };
+        let mut phase = LocalPhase::new(&net, &start, kind, 3);
+        let mut plain = start.clone();
+        let mut adamw = kind.build_masked(plain.len(), net.decayed());
+        for k in 0..3u64 {
+            let (x, labels) = data(&net, 8, k);
+            phase.step(&net, x.view(), &labels, k).expect("step");
+            let (_, g) = net
+                .loss_and_grad(&plain, x.view(), &labels, k)
+                .expect("grad");
+            adamw.step(&mut plain, &g);
+        }
+        let delta = phase.finish().delta;
+        let want: Vec<f32> = start.iter().zip(&plain).map(|(s, e)| s - e).collect();
+        assert_eq!(
+            delta.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+        // The mask itself: every weight matrix, no bias.
+        let decayed = net.decayed_trained();
+        let layout = net.layout().tensors();
+        let matrices: Vec<_> = layout
+            .iter()
+            .filter(|t| t.shape.len() >= 2)
+            .map(|t| t.range())
+            .collect();
+        assert_eq!(decayed, matrices);
+        assert!(
+            layout.iter().any(|t| t.shape.len() == 1),
+            "the mlp has biases"
+        );
     }
 }

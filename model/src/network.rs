@@ -234,6 +234,24 @@ impl Network {
             .collect()
     }
 
+    /// [`Network::decayed`] in the trained tensors' own coordinates (what a local phase
+    /// steps: the trained part of the parameters, in layout order).
+    pub fn decayed_trained(&self) -> Vec<Range<usize>> {
+        let mut offset = 0;
+        let mut out = Vec::new();
+        let decayed = self.decayed();
+        for t in &self.trainable {
+            for r in decayed
+                .iter()
+                .filter(|r| t.start <= r.start && r.end <= t.end)
+            {
+                out.push(offset + r.start - t.start..offset + r.end - t.start);
+            }
+            offset += t.len();
+        }
+        out
+    }
+
     /// How many parameters are trained: the length of a gradient on the wire.
     pub fn trainable_count(&self) -> usize {
         self.trainable_count

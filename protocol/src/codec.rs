@@ -155,10 +155,20 @@ pub fn encode_from_coordinator(msg: &CoordinatorToWorker) -> Vec<u8> {
                             beta2,
                             eps,
                         } => (2, [lr, beta1, beta2, eps]),
+                        InnerOptimizer::AdamW {
+                            lr,
+                            beta1,
+                            beta2,
+                            eps,
+                            ..
+                        } => (3, [lr, beta1, beta2, eps]),
                     };
                     w.u8(kind);
                     for v in values {
                         w.f32(v);
+                    }
+                    if let InnerOptimizer::AdamW { weight_decay, .. } = phase.optimizer {
+                        w.f32(weight_decay);
                     }
                 }
             }
@@ -396,7 +406,20 @@ fn local_phase(r: &mut Reader<'_>) -> Result<Option<LocalPhase>, DecodeError> {
             beta2: b,
             eps,
         },
-        2 => return Err(invalid("task.eps", bits(eps))),
+        3 if eps.is_finite() && eps > 0.0 => {
+            let weight_decay = r.f32()?;
+            if !((0.0..1.0).contains(&weight_decay) && lr * weight_decay < 1.0) {
+                return Err(invalid("task.weight_decay", bits(weight_decay)));
+            }
+            InnerOptimizer::AdamW {
+                lr,
+                beta1: a,
+                beta2: b,
+                eps,
+                weight_decay,
+            }
+        }
+        2 | 3 => return Err(invalid("task.eps", bits(eps))),
         v => return Err(invalid("task.inner_optimizer", v.into())),
     };
     Ok(Some(LocalPhase { steps, optimizer }))

@@ -157,6 +157,15 @@ pub enum InnerOptimizer {
         beta2: f32,
         eps: f32,
     },
+    /// Adam with decoupled weight decay on the model's matrices (`model::Network::decayed`),
+    /// a language model's inner optimizer (version 9).
+    AdamW {
+        lr: f32,
+        beta1: f32,
+        beta2: f32,
+        eps: f32,
+        weight_decay: f32,
+    },
 }
 
 /// The most steps one local phase may ask for.

@@ -463,6 +463,19 @@ pub fn inner(optimizer: InnerOptimizer) -> OptimizerKind {
             beta2,
             eps,
         },
+        InnerOptimizer::AdamW {
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+        } => OptimizerKind::AdamW {
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+        },
     }
 }
 

@@ -118,6 +118,20 @@ fn all_coordinator_messages() -> Vec<CoordinatorToWorker> {
                 },
             }),
         }),
+        CoordinatorToWorker::Task(Task {
+            round: Round(10),
+            batch: 3,
+            local: Some(LocalPhase {
+                steps: 16,
+                optimizer: InnerOptimizer::AdamW {
+                    lr: 1e-3,
+                    beta1: 0.9,
+                    beta2: 0.99,
+                    eps: 1e-8,
+                    weight_decay: 0.1,
+                },
+            }),
+        }),
         CoordinatorToWorker::Weights(Weights::whole(
             Round(12),
             (0..1000).map(|i| i as f32 * 0.25 - 3.0).collect(),
@@ -651,9 +665,10 @@ fn impossible_local_phases_are_refused_by_field() {
         "task.steps"
     );
     assert_eq!(
-        field(phase(4, 3, [0.1, 0.0, 0.0, 0.0])),
+        field(phase(4, 4, [0.1, 0.0, 0.0, 0.0])),
         "task.inner_optimizer"
     );
+    assert_eq!(field(phase(4, 3, [0.1, 0.9, 0.99, 0.0])), "task.eps");
     for lr in [0.0, -0.1, f32::NAN, f32::INFINITY] {
         assert_eq!(field(phase(4, 0, [lr, 0.0, 0.0, 0.0])), "task.inner_lr");
     }
@@ -671,4 +686,34 @@ fn impossible_local_phases_are_refused_by_field() {
     }));
     *frame.last_mut().expect("the flag") = 2;
     assert_eq!(field(decode_from_coordinator(&frame)), "task.local");
+}
+
+/// AdamW's decay travels after the four values; a decay outside [0, 1) (or one that would
+/// flip the weights' sign at this rate) is refused by name, not trusted.
+#[test]
+fn an_adamw_task_carries_its_decay_and_a_bad_one_is_refused() {
+    let task = |weight_decay: f32| {
+        encode_from_coordinator(&CoordinatorToWorker::Task(Task {
+            round: Round(1),
+            batch: 0,
+            local: Some(LocalPhase {
+                steps: 4,
+                optimizer: InnerOptimizer::AdamW {
+                    lr: 0.5,
+                    beta1: 0.9,
+                    beta2: 0.99,
+                    eps: 1e-8,
+                    weight_decay,
+                },
+            }),
+        }))
+    };
+    assert!(decode_from_coordinator(&task(0.1)).is_ok());
+    for bad in [-0.1, 1.0, 2.5, f32::NAN] {
+        let err = decode_from_coordinator(&task(bad)).expect_err("refused");
+        assert!(err.to_string().contains("weight_decay"), "{bad}: {err}");
+    }
+    // Cut before the decay: a short frame, not a default.
+    let whole = task(0.1);
+    assert!(decode_from_coordinator(&whole[..whole.len() - 4]).is_err());
 }

@@ -94,7 +94,7 @@ pub struct Cli {
     pub momentum: Option<f32>,
 
     /// AdamW's decoupled weight decay, on matrices only (not biases, norms or embeddings);
-    /// only with --optimizer adamw [default: 0.1].
+    /// only with --optimizer adamw or --inner-optimizer adamw [default: 0.1].
     #[arg(long)]
     pub weight_decay: Option<f32>,
 
@@ -134,12 +134,12 @@ pub struct Cli {
     pub max_local_epochs: Option<f64>,
 
     /// With --local-steps: the workers' optimizer for the inner steps, fresh each phase
-    /// [default: sgd].
+    /// [default: sgd; adamw for a gpt].
     #[arg(long, value_enum)]
     pub inner_optimizer: Option<InnerChoice>,
 
     /// With --local-steps: the inner learning rate [default: 0.1 for sgd, 0.05 for
-    /// momentum, 0.001 for adam].
+    /// momentum, 0.001 for adam and adamw].
     #[arg(long)]
     pub inner_lr: Option<f32>,
 
@@ -476,6 +476,7 @@ pub enum InnerChoice {
     Sgd,
     Momentum,
     Adam,
+    Adamw,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

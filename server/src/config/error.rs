@@ -25,7 +25,7 @@ pub enum ConfigError {
     LearningRate(f32),
     #[error("--momentum only applies to --optimizer momentum or nesterov (got --optimizer {0})")]
     MomentumWithoutMomentumOptimizer(&'static str),
-    #[error("--weight-decay only applies to --optimizer adamw (got --optimizer {0})")]
+    #[error("--weight-decay only applies to --optimizer adamw or --inner-optimizer adamw (got --optimizer {0})")]
     DecayWithoutAdamW(&'static str),
     #[error("--weight-decay must be in [0, 1) and below 1 / --lr, got {0}")]
     WeightDecay(f32),

@@ -23,7 +23,14 @@ pub struct Stepping {
 /// The outer optimizer with its schedule and clip, and the local phases if any. `gpt`:
 /// the model is a language model, whose defaults are nanoGPT's.
 pub(super) fn optimizers(cli: &Cli, gpt: bool) -> Result<(Stepping, Option<Local>), ConfigError> {
-    let local = local(cli)?;
+    let local = local(cli, gpt)?;
+    let inner_adamw = matches!(
+        local,
+        Some(Local {
+            inner: InnerOptimizer::AdamW { .. },
+            ..
+        })
+    );
     let per_step = local.is_none();
     // Local steps: DiLoCo's outer Nesterov in sync mode. Its momentum on a partial async
     // buffer diverged in the simulator (35 % after 300 updates, where plain averaging
@@ -59,7 +66,7 @@ pub(super) fn optimizers(cli: &Cli, gpt: bool) -> Result<(Stepping, Option<Local
         return Err(ConfigError::Momentum(momentum));
     }
     let weight_decay = cli.weight_decay.unwrap_or(0.1);
-    if choice != OptimizerChoice::Adamw {
+    if choice != OptimizerChoice::Adamw && !inner_adamw {
         if cli.weight_decay.is_some() {
             return Err(ConfigError::DecayWithoutAdamW(name));
         }
@@ -130,8 +137,9 @@ fn clip(cli: &Cli, default_on: bool) -> Result<Option<f32>, ConfigError> {
     }
 }
 
-/// `--local-steps` and what goes with it.
-fn local(cli: &Cli) -> Result<Option<Local>, ConfigError> {
+/// `--local-steps` and what goes with it; a GPT's phases step with AdamW (DiLoCo's inner
+/// optimizer) unless told otherwise.
+fn local(cli: &Cli, gpt: bool) -> Result<Option<Local>, ConfigError> {
     let Some(steps) = cli.local_steps.as_deref() else {
         if cli.max_local_steps.is_some()
             || cli.max_local_epochs.is_some()
@@ -167,11 +175,15 @@ fn local(cli: &Cli) -> Result<Option<Local>, ConfigError> {
             _ => return Err(ConfigError::LocalSteps(n.to_string())),
         },
     };
-    let choice = cli.inner_optimizer.unwrap_or(InnerChoice::Sgd);
+    let choice = (cli.inner_optimizer).unwrap_or(if gpt {
+        InnerChoice::Adamw
+    } else {
+        InnerChoice::Sgd
+    });
     let lr = cli.inner_lr.unwrap_or(match choice {
         InnerChoice::Sgd => 0.1,
         InnerChoice::Momentum => 0.05,
-        InnerChoice::Adam => 0.001,
+        InnerChoice::Adam | InnerChoice::Adamw => 0.001,
     });
     if !(lr.is_finite() && lr > 0.0 && lr <= 10.0) {
         return Err(ConfigError::InnerLearningRate(lr));
@@ -185,6 +197,20 @@ fn local(cli: &Cli) -> Result<Option<Local>, ConfigError> {
             beta2: 0.999,
             eps: 1e-8,
         },
+        // nanoGPT's betas, and the decay the coordinator's own AdamW would use.
+        InnerChoice::Adamw => {
+            let weight_decay = cli.weight_decay.unwrap_or(0.1);
+            if !((0.0..1.0).contains(&weight_decay) && lr * weight_decay < 1.0) {
+                return Err(ConfigError::WeightDecay(weight_decay));
+            }
+            InnerOptimizer::AdamW {
+                lr,
+                beta1: 0.9,
+                beta2: 0.99,
+                eps: 1e-8,
+                weight_decay,
+            }
+        }
     };
     Ok(Some(Local { steps, inner }))
 }

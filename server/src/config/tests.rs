@@ -515,9 +515,33 @@ fn a_gpt_steps_as_nanogpt_does() {
         matches!(c.optimizer, OptimizerKind::AdamW { weight_decay, .. } if weight_decay == 0.01)
     );
     assert_eq!(c.lr_schedule.map(|s| s.warmup), Some(5));
-    // A GPT with local steps keeps its phases' own optimizer: no defaults, flags refused.
-    let c = parse(&["--model", "gpt", "--local-steps", "8"]).expect("valid");
+    // A GPT's phases step with AdamW (DiLoCo's inner optimizer), its decay the flag's; the
+    // schedule and the clip are the per-step exchange's: no defaults, flags refused.
+    let c = parse(&[
+        "--model",
+        "gpt",
+        "--local-steps",
+        "8",
+        "--weight-decay",
+        "0.05",
+    ])
+    .expect("valid");
     assert_eq!((c.lr_schedule, c.clip_norm), (None, None));
+    let inner = c.local.expect("local steps").inner;
+    assert_eq!(
+        inner,
+        protocol::InnerOptimizer::AdamW {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.99,
+            eps: 1e-8,
+            weight_decay: 0.05
+        }
+    );
+    assert!(
+        matches!(c.optimizer, OptimizerKind::Nesterov { .. }),
+        "DiLoCo's outer"
+    );
 
     for (args, says) in [
         (
