@@ -104,14 +104,9 @@ pub async fn start(
         Some(files) => Some(crate::edge::tls::load(&files.cert, &files.key)?),
         None => None,
     };
-    let data = crate::dataset::load_for(
-        &config.model,
-        config.data.as_deref(),
-        config.tokenizer,
-        config.seed,
-        config.test_fraction,
-    )
-    .map_err(ServerError::Dataset)?;
+    let data = config
+        .load_data(config.seed)
+        .map_err(ServerError::Dataset)?;
     let shutdown = CancellationToken::new();
     let web = WebSource::new(config.web_dir.clone());
     web.announce();

@@ -85,13 +85,7 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     let args = std::iter::once("coordinator".to_string()).chain(cli.flags());
     let config = server::Config::from_args(args).map_err(anyhow::Error::msg)?;
-    let split = server::dataset::load_for(
-        &config.model,
-        config.data.as_deref(),
-        config.tokenizer,
-        cli.seed,
-        config.test_fraction,
-    )?;
+    let split = config.load_data(cli.seed)?;
     let net = split.network(&config.model)?;
     let step = sim::measured_step(&net, &split.train)?;
     let real = rt.block_on(real_run(&cli, way))?;

@@ -84,13 +84,7 @@ fn main() -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("--coordinator: {e}"))?;
     let config = server::config::Config::try_from(coordinator)?;
     // The coordinator's own data: the embedded digits, `--data`, or a GPT's text.
-    let split = server::dataset::load_for(
-        &config.model,
-        config.data.as_deref(),
-        config.tokenizer,
-        cli.seed,
-        config.test_fraction,
-    )?;
+    let split = config.load_data(cli.seed)?;
     let net = split.network(&config.model)?;
     let step = match cli.step {
         Some(step) => step,

@@ -43,14 +43,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<RootSummary, ClusterError> {
     let setup = |e: &dyn std::fmt::Display| ClusterError::Resume(e.to_string());
-    let data = crate::dataset::load_for(
-        &config.model,
-        config.data.as_deref(),
-        config.tokenizer,
-        config.seed,
-        config.test_fraction,
-    )
-    .map_err(|e| setup(&e))?;
+    let data = config.load_data(config.seed).map_err(|e| setup(&e))?;
     let net = data.network(&config.model).map_err(|e| setup(&e))?;
     let mut root = Root::new(net, config.seed, config.optimizer, data.data().test)
         .map_err(|e| setup(&e))?

@@ -130,6 +130,18 @@ pub struct TlsFiles {
 }
 
 impl Config {
+    /// The data these flags name (`--data`, a GPT's text and `--tokenizer`, the embedded
+    /// default), split with `seed` as a run with that seed splits it.
+    pub fn load_data(&self, seed: u64) -> Result<crate::dataset::Split, crate::dataset::DataError> {
+        crate::dataset::load_for(
+            &self.model,
+            self.data.as_deref(),
+            self.tokenizer,
+            seed,
+            self.test_fraction,
+        )
+    }
+
     /// What the coordinator's core is told.
     pub fn settings(&self) -> Settings {
         Settings {
