@@ -226,7 +226,7 @@ function drawCurve() {
     `<text x="4" y="10">${label}</text>`;
 }
 let historyLoaded = false;
-async function loadHistory(s) {
+async function loadHistory() {
   historyLoaded = true;
   try {
     const points = await (await fetch("/api/history", { cache: "no-store" })).json();
@@ -260,7 +260,7 @@ async function pollSwarm() {
       $("sample-prompt").textContent = s.sample.prompt;
       $("sample-text").textContent = s.sample.text;
     }
-    if (!historyLoaded && s.evaluated_round != null) loadHistory(s);
+    if (!historyLoaded && s.evaluated_round != null) loadHistory();
     $("workers").textContent = s.workers;
     $("model").textContent = `${s.model_name}, ${s.param_count.toLocaleString()} parameters`;
     $("model").title = s.model;

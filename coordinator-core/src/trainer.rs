@@ -1,6 +1,7 @@
 //! The model being trained: parameters, optimizer, version, the encoded-weights cache, and
 //! evaluation on the test split (which never leaves the coordinator).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -79,7 +80,6 @@ impl Trainer {
     #[must_use]
     pub fn stepping(mut self, schedule: Option<LrSchedule>, clip: Option<f32>) -> Self {
         (self.schedule, self.clip) = (schedule, clip);
-        self.optimizer.set_lr(self.lr());
         self
     }
 
@@ -113,30 +113,22 @@ impl Trainer {
     /// nothing changes and it returns `false`.
     /// `gradient` holds the trained tensors only (all of them without frozen layers).
     pub fn apply(&mut self, gradient: &[f32]) -> bool {
-        let full;
-        let gradient = if gradient.len() == self.params.len() {
-            gradient
+        let mut gradient = if gradient.len() == self.params.len() {
+            Cow::Borrowed(gradient)
         } else {
             // Frozen layers get a zero gradient, which leaves them bit-identical under SGD,
-            // momentum and Adam (their state for them stays zero).
-            full = self.net.expand(gradient);
-            &full[..]
+            // momentum and Adam (their state for them stays zero; AdamW does not decay them).
+            Cow::Owned(self.net.expand(gradient))
         };
-        let clipped;
-        let gradient = match self.clip {
-            Some(max) => {
-                let mut g = gradient.to_vec();
-                clip_global_norm(&mut g, max);
-                clipped = g;
-                &clipped[..]
-            }
-            None => gradient,
-        };
+        if let Some(max) = self.clip {
+            clip_global_norm(gradient.to_mut(), max);
+        }
+        // The schedule's rate for this step: the one place the optimizer's rate is set.
         self.optimizer.set_lr(self.lr());
-        if !self.optimizer.would_stay_finite(&self.params, gradient) {
+        if !self.optimizer.would_stay_finite(&self.params, &gradient) {
             return false;
         }
-        self.optimizer.step(&mut self.params, gradient);
+        self.optimizer.step(&mut self.params, &gradient);
         self.version += 1;
         let frame = encode(self.version, &self.params, Compression::None);
         self.frames = [Some(frame.clone()), None, None];
@@ -152,7 +144,6 @@ impl Trainer {
     /// Changes the (base) learning rate from the next step on; a schedule goes on from it.
     pub fn set_lr(&mut self, lr: f32) {
         self.base_lr = lr;
-        self.optimizer.set_lr(self.lr());
     }
 
     /// Replaces the parameters (the admin API's `PUT /api/params`) as a new version, keeping

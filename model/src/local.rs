@@ -168,8 +168,8 @@ mod tests {
         assert!(result.mean_loss.is_finite() && result.mean_loss > 0.0);
     }
 
-    /// A phase of AdamW is AdamW on the same batches with the model's decay mask, bit for
-    /// bit: the matrices shrink, the biases do not (a phase of zero gradients shows it).
+    /// A phase of AdamW is AdamW on the same batches with the model's decay mask (its
+    /// matrices, not its biases), bit for bit.
     #[test]
     fn a_phase_of_adamw_decays_the_matrices_only() {
         let net = Network::mlp(&[6, 5, 3]).expect("mlp");
