@@ -54,7 +54,9 @@ pub struct Coordinator {
     pub(crate) replicas: Replicas,
     /// `--worker-momentum`: each worker's momentum, which the aggregator combines.
     pub(crate) momenta: Option<crate::aggregate::Momenta>,
-    pub(crate) train: Dataset,
+    pub(crate) train: Arc<Dataset>,
+    /// Answers being recomputed off the coordinator's task, and those waiting for a core.
+    pub(crate) recomputations: crate::checks::recompute::Recomputations,
     pub(crate) outcome: Option<Outcome>,
     pub(crate) last_eval: Option<Evaluation>,
     /// A language model's vocabulary and prompt: each evaluation also writes a sample.
@@ -111,6 +113,7 @@ impl Coordinator {
     ) -> Result<Self, model::ModelError> {
         let model_text = net.spec().to_string();
         let settings_edge = settings.edge;
+        let settings_cores = settings.verify_cores;
         let writer = (data.vocabulary).and_then(|v| crate::language::Writer::new(v, &data.test));
         let trainer = Trainer::new(net, settings.seed, settings.optimizer, data.test)?
             .stepping(settings.lr_schedule, settings.clip_norm);
@@ -177,7 +180,8 @@ impl Coordinator {
             audits,
             replicas: Replicas::default(),
             momenta,
-            train: data.train,
+            train: Arc::new(data.train),
+            recomputations: crate::checks::recompute::Recomputations::new(settings_cores),
             outcome: None,
             last_eval: None,
             writer,

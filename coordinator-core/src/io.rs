@@ -9,6 +9,7 @@ use model::Evaluation;
 use protocol::WorkerId;
 
 use crate::checkpoint::Snapshot;
+use crate::checks::recompute::RecomputeJob;
 use crate::evaluation::EvalJob;
 use crate::refusal::Refusal;
 
@@ -81,6 +82,10 @@ pub enum Output {
     /// Score these weights on the test split, off the coordinator's thread, and hand the
     /// result back with [`Coordinator::evaluated`](crate::Coordinator::evaluated).
     Evaluate(EvalJob),
+    /// Recompute this answer, off the coordinator's thread, and hand the verdict back with
+    /// [`Coordinator::recomputed`](crate::Coordinator::recomputed). The coordinator never
+    /// asks for more at once than its `--verify-cores`.
+    Recompute(RecomputeJob),
     /// A checkpoint is due: write this copy.
     Checkpoint(Box<Snapshot>),
     /// For `/metrics`' histograms.

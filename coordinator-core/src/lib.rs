@@ -50,6 +50,7 @@ pub mod upload;
 
 pub use admin::{Command, Patch};
 pub use checkpoint::Snapshot;
+pub use checks::recompute::{RecomputeJob, Recomputed};
 pub use coordinator::Coordinator;
 pub use data::Data;
 pub use evaluation::{EvalJob, Evaluated};

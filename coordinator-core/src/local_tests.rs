@@ -17,10 +17,14 @@ fn exchange(c: &mut Coordinator, w: &mut WorkerCore, joined: &Joined, now: Insta
     loop {
         let mut replies = Vec::new();
         while let Some(output) = c.poll_output() {
-            if let Output::Send { message, .. } = output {
-                for frame in message.frames() {
-                    replies.extend(w.handle_frame(frame).expect("an honest core"));
+            match output {
+                Output::Send { message, .. } => {
+                    for frame in message.frames() {
+                        replies.extend(w.handle_frame(frame).expect("an honest core"));
+                    }
                 }
+                Output::Recompute(job) => c.recomputed(job.run(), now),
+                _ => {}
             }
         }
         while w.working() {

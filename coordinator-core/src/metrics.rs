@@ -89,6 +89,8 @@ pub struct Metrics {
     evaluation: Option<(u64, Evaluation)>,
     /// What a language model wrote last.
     sample: Option<crate::Sample>,
+    /// Answers held for recomputation, and seconds of a core spent on it (this process).
+    recompute: (usize, f64),
 }
 
 impl Metrics {
@@ -101,6 +103,7 @@ impl Metrics {
             last_round: None,
             evaluation: None,
             sample: None,
+            recompute: (0, 0.0),
         }
     }
 
@@ -160,6 +163,12 @@ impl Metrics {
     pub fn verified(&mut self, matched: bool) {
         self.counters.gradients_verified += 1;
         self.counters.verification_mismatches += u64::from(!matched);
+    }
+
+    /// A recomputation of `seconds` came back; `held` answers are still being recomputed.
+    pub fn recomputing(&mut self, held: usize, seconds: f64) {
+        self.recompute.0 = held;
+        self.recompute.1 += seconds;
     }
 
     /// An answer was recomputed because its worker is on probation.
@@ -248,6 +257,8 @@ impl Metrics {
             updates_refused: self.counters.updates_refused,
             gradients_verified: self.counters.gradients_verified,
             verification_mismatches: self.counters.verification_mismatches,
+            recompute_seconds: self.recompute.1,
+            recomputing: self.recompute.0,
             bans: live.bans,
             replicas_agreed: live.replicas.0,
             replicas_disputed: live.replicas.1,

@@ -65,6 +65,8 @@ pub struct Settings {
     pub mode: Mode,
     pub aggregator: AggregatorKind,
     pub verify_fraction: f64,
+    /// `--verify-cores`: recomputations run at once, off the coordinator's task.
+    pub verify_cores: usize,
     /// A new identity's answers are all recomputed until this many in a row have passed
     /// (0: none are; trust is not earned).
     pub probation: u32,
@@ -119,6 +121,7 @@ impl Default for Settings {
             },
             aggregator: AggregatorKind::default(),
             verify_fraction: 0.05,
+            verify_cores: 1,
             probation: PROBATION,
             new_identities_per_address: NEW_IDENTITIES_PER_ADDRESS,
             new_identities_per_network: NEW_IDENTITIES_PER_NETWORK,

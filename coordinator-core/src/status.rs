@@ -125,6 +125,10 @@ pub struct Status {
     /// that did not match (dropped, a strike each).
     pub gradients_verified: u64,
     pub verification_mismatches: u64,
+    /// Seconds of a core spent recomputing answers off the coordinator's task
+    /// (`--verify-cores`), and the answers held for it now, running or waiting.
+    pub recompute_seconds: f64,
+    pub recomputing: usize,
     /// `--replicate`: answers that agreed with a partner's, and disagreements recomputed.
     pub replicas_agreed: u64,
     pub replicas_disputed: u64,

@@ -169,14 +169,22 @@ impl Harness {
     }
 
     /// What the coordinator asked for: messages go to their session's mailbox.
+    /// Recomputations run at once, as if a core were always free, at the time of the input
+    /// that asked for them.
     fn deliver(&mut self) {
         while let Some(output) = self.c.poll_output() {
-            if let Output::Send {
-                session, message, ..
-            } = output
-            {
-                let mut mail = self.mail.borrow_mut();
-                mail.entry(session).or_default().push_back(message);
+            match output {
+                Output::Send {
+                    session, message, ..
+                } => {
+                    let mut mail = self.mail.borrow_mut();
+                    mail.entry(session).or_default().push_back(message);
+                }
+                Output::Recompute(job) => {
+                    let now = self.c.now;
+                    self.c.recomputed(job.run(), now);
+                }
+                _ => {}
             }
         }
     }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use coordinator_core::upload::{Progress, Upload};
-use coordinator_core::{Coordinator, Evaluated, Joined, Outbound, Output, Refusal};
+use coordinator_core::{Coordinator, Evaluated, Joined, Outbound, Output, Recomputed, Refusal};
 use model::SplitMix64;
 use protocol::{
     decode_from_coordinator, decode_from_worker, decode_worker_frame, encode_from_coordinator,
@@ -83,6 +83,8 @@ enum Ev {
     Churn(usize, Churn),
     Thaw(usize),
     Evaluated(Evaluated),
+    /// A recomputation came back, `recompute_step` a step after it was asked for.
+    Recomputed(Recomputed),
 }
 
 #[derive(Debug)]
@@ -142,6 +144,7 @@ struct Engine {
     deadline: Option<Instant>,
     until: Until,
     evaluation_time: Duration,
+    recompute_step: Duration,
     target_at: Option<Duration>,
     curve: Vec<(f64, u64, f64)>,
     stopped: bool,
@@ -201,6 +204,7 @@ impl Engine {
             deadline: None,
             until: scenario.until,
             evaluation_time: scenario.evaluation_time,
+            recompute_step: scenario.recompute_step,
             target_at: None,
             curve: Vec::new(),
             stopped: false,
@@ -303,6 +307,7 @@ impl Engine {
             }
             Ev::Churn(w, churn) => self.churn(w, churn),
             Ev::Thaw(w) => self.pump(w),
+            Ev::Recomputed(done) => self.core.recomputed(done, now),
             Ev::Evaluated(evaluated) => {
                 self.core.evaluated(evaluated, now);
                 let status = self.core.status();
@@ -360,6 +365,11 @@ impl Engine {
                 Output::Evaluate(job) => {
                     let done = job.run();
                     self.at(self.now + self.evaluation_time, Ev::Evaluated(done));
+                }
+                Output::Recompute(job) => {
+                    let took = self.recompute_step * job.steps();
+                    let done = job.run();
+                    self.at(self.now + took, Ev::Recomputed(done));
                 }
                 Output::Stop(_) => self.stopped = true,
                 Output::Checkpoint(_) | Output::Observe(_) | Output::Partial(_) => {}

@@ -22,6 +22,9 @@ pub struct Scenario {
     pub until: Until,
     /// Virtual time an evaluation of the test split takes (it runs beside training).
     pub evaluation_time: Duration,
+    /// Virtual time the coordinator takes to recompute one step of an answer (a phase of H
+    /// steps: H times it), on each of its `verify_cores`.
+    pub recompute_step: Duration,
 }
 
 /// When a run stops.

@@ -39,6 +39,7 @@ pub(crate) fn scenario(hidden: usize, workers: Vec<WorkerSpec>, settings: Settin
         seed: 7,
         until: Until::default(),
         evaluation_time: ms(50),
+        recompute_step: Duration::ZERO,
     }
 }
 

@@ -111,6 +111,8 @@ fn main() -> anyhow::Result<()> {
             time: cli.max_time.unwrap_or(Until::default().time),
         },
         evaluation_time: Duration::ZERO,
+        // The coordinator replays a step as fast as a worker takes one.
+        recompute_step: step,
     };
     let started = Instant::now();
     let report = sim::run(scenario);

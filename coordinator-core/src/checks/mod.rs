@@ -1,24 +1,27 @@
 //! What the coordinator checks in a gradient the session validated, before its schedule sees
-//! it: recomputation for a sampled fraction ([`audit`], [`verify`](mod@verify)), agreement with its
+//! it: recomputation for a sampled fraction ([`audit`], [`verify`](mod@verify), off its task
+//! within a budget of cores: [`recompute`]), agreement with its
 //! replicas (`--replicate`, [`replicas`]), the norm bound ([`clip`]), the weight it deserves
 //! (its assigned batch).
 
 pub mod audit;
 pub mod clip;
+pub mod recompute;
 pub mod replicas;
 pub mod verify;
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use protocol::{Compression, ErrorCode, Gradient, WorkerId};
 use tracing::{debug, warn};
 
+use self::recompute::{Held, Inputs, Recomputed, Then};
 use self::replicas::Fate;
-use self::verify::{verify, Claim};
-use crate::io::Outbound;
+use self::verify::Mismatch;
+use crate::io::{Outbound, Output, SessionId};
 use crate::refusal::Refusal;
 use crate::registry::tally::Note;
-use crate::registry::Pull;
 use crate::schedule::{Action, Contribution};
 use crate::Coordinator;
 
@@ -47,11 +50,48 @@ pub(crate) fn strikes_an_address(code: ErrorCode) -> bool {
 }
 
 impl Coordinator {
-    /// Weighs a validated gradient, verifies it if sampled, and hands it to the schedule.
-    pub(crate) fn check(&mut self, worker: WorkerId, gradient: &Gradient, norm: f64, now: Instant) {
-        if !self.verified(worker, gradient) {
-            return;
+    /// Weighs a validated gradient from `session`, has it recomputed if sampled (off the
+    /// coordinator's task: it goes on when the verdict comes back, `recomputed`), and hands
+    /// it to the schedule.
+    pub(crate) fn check(
+        &mut self,
+        worker: WorkerId,
+        session: SessionId,
+        gradient: &Gradient,
+        norm: f64,
+        now: Instant,
+    ) {
+        if self.audits.unchecked(worker, gradient.round.0) {
+            debug!(%worker, round = %gradient.round, "on probation and not recomputed; dropped");
+            return self.unchecked(worker);
         }
+        let Some(audit) = self.audits.take(worker, gradient.round.0) else {
+            return self.replicated(worker, gradient, norm, now);
+        };
+        if self.registry.on_probation(worker) {
+            self.metrics.probation_checked();
+        }
+        let held = Held {
+            worker,
+            session,
+            gradient: Arc::new(gradient.clone()),
+            norm,
+            pull: audit.pull,
+            then: Then::Check,
+        };
+        self.hold(held, audit.weights, audit.compression, now);
+    }
+
+    /// On probation and not recomputed: dropped, without a strike.
+    fn unchecked(&mut self, worker: WorkerId) {
+        self.metrics.probation_unchecked();
+        let actions = self.schedule.excuse(worker);
+        self.execute(actions);
+    }
+
+    /// `--replicate`: held until its partners' answers agree (or it is recomputed); else
+    /// on to the schedule.
+    fn replicated(&mut self, worker: WorkerId, gradient: &Gradient, norm: f64, now: Instant) {
         let Some((key, size)) = self.registry.replica_group(worker) else {
             return self.admit(worker, gradient, norm, now);
         };
@@ -71,8 +111,8 @@ impl Coordinator {
     }
 
     /// An agreed answer goes on; a disputed one is recomputed on the weights of its round, as
-    /// its worker decoded them, and goes on if it matches (a mismatch is a strike, as in
-    /// `verified`). An answer to a round that already closed cannot be recomputed: the
+    /// its worker decoded them, and goes on if it matches (a mismatch is a strike, as for a
+    /// sampled one). An answer to a round that already closed cannot be recomputed: the
     /// schedule refuses it as late.
     fn settle_replica(
         &mut self,
@@ -82,28 +122,34 @@ impl Coordinator {
         fate: Fate,
         now: Instant,
     ) {
-        let checked = match fate {
-            Fate::Held => return,
-            Fate::Agreed => true,
+        match fate {
+            Fate::Held => {}
+            Fate::Agreed => self.admit(worker, gradient, norm, now),
             Fate::Disputed => {
                 debug!(%worker, round = %gradient.round, "replica disputed or left alone; recomputing");
                 // Only the current version's weights are at hand: an answer to a round that
                 // already closed is refused as late by the schedule anyway.
                 let current = gradient.round.0 == self.trainer.version();
                 let pull = self.registry.pull(worker).cloned();
-                match (pull, self.registry.compression(worker)) {
-                    (Some(pull), Some(compression))
+                let session = self.registry.session(worker);
+                match (pull, self.registry.compression(worker), session) {
+                    (Some(pull), Some(compression), Some(session))
                         if current && pull.version == gradient.round.0 =>
                     {
                         let weights = self.trainer.weights_as_seen(compression);
-                        self.recompute(worker, gradient, &weights, pull, compression)
+                        let held = Held {
+                            worker,
+                            session,
+                            gradient: Arc::new(gradient.clone()),
+                            norm,
+                            pull,
+                            then: Then::Admit,
+                        };
+                        self.hold(held, weights, compression, now);
                     }
-                    _ => true,
+                    _ => self.admit(worker, gradient, norm, now),
                 }
             }
-        };
-        if checked {
-            self.admit(worker, gradient, norm, now);
         }
     }
 
@@ -160,63 +206,78 @@ impl Coordinator {
         self.execute(actions);
     }
 
-    /// `--verify-fraction`, `--probation`: recomputes a gradient whose pull was sampled (see
-    /// `audit.rs`), in any mode. A mismatch drops the gradient with a `Mismatch` error and a
-    /// strike. On probation every answer is recomputed; one that could not be (no room for
-    /// its weights) is dropped, without a strike. Returns whether the gradient may go on.
-    fn verified(&mut self, worker: WorkerId, gradient: &Gradient) -> bool {
-        if self.audits.unchecked(worker, gradient.round.0) {
-            debug!(%worker, round = %gradient.round, "on probation and not recomputed; dropped");
-            self.metrics.probation_unchecked();
-            let actions = self.schedule.excuse(worker);
-            self.execute(actions);
-            return false;
-        }
-        let Some(audit) = self.audits.take(worker, gradient.round.0) else {
-            return true;
+    /// `--verify-fraction`, `--probation`, `--replicate`: `held` is recomputed on `weights`
+    /// (as its worker decoded them, in `compression`) and the batch its pull's `Task` named,
+    /// off the coordinator's task (`recompute.rs`). With no room left for it, a probation
+    /// answer or a disputed replica is dropped without a strike, and a sampled one goes on
+    /// unchecked.
+    fn hold(&mut self, held: Held, weights: Arc<[f32]>, compression: Compression, now: Instant) {
+        let order = self
+            .registry
+            .kind(held.worker)
+            .map_or(model::Order::Library, verify::likely_order);
+        let inputs = Inputs {
+            net: self.trainer.net(),
+            train: &self.train,
+            weights,
+            compression,
+            batch_size: self.settings.batch_size as usize,
+            order,
         };
-        let probation = self.registry.on_probation(worker);
-        if probation {
-            self.metrics.probation_checked();
+        let started = self.recomputations.start(held, inputs);
+        self.metrics.recomputing(self.recomputations.len(), 0.0);
+        match started {
+            Ok(Some(job)) => self.outputs.push_back(Output::Recompute(job)),
+            Ok(None) => {}
+            Err(held) => {
+                let probation = self.registry.on_probation(held.worker);
+                warn!(worker = %held.worker, probation, "no room to recompute an answer");
+                if probation || held.then == Then::Admit {
+                    self.unchecked(held.worker);
+                } else {
+                    self.replicated(held.worker, &held.gradient, held.norm, now);
+                }
+            }
         }
-        self.recompute(
-            worker,
-            gradient,
-            &audit.weights,
-            audit.pull,
-            audit.compression,
-        )
     }
 
-    /// Recomputes `gradient` on `weights` (as `worker` decoded them) and the batch its pull's
-    /// `Task` named, and compares. A mismatch drops it with a `Mismatch` error and a strike.
-    fn recompute(
-        &mut self,
-        worker: WorkerId,
-        gradient: &Gradient,
-        weights: &[f32],
-        pull: Pull,
-        compression: Compression,
-    ) -> bool {
-        let claim = Claim {
-            weights,
-            shard: pull.shard.clone(),
-            batch_index: pull.batch,
-            batch_size: self.settings.batch_size as usize,
-            compression,
-            grads: &gradient.grads,
-            local: pull.local,
-            order: self
-                .registry
-                .kind(worker)
-                .map_or(model::Order::Library, verify::likely_order),
-            parts: usize::from(gradient.parts),
-        };
-        match verify(self.trainer.net(), &self.train, &claim) {
+    /// Input: a recomputation the driver ran came back. A match goes on as if it had never
+    /// waited; a mismatch drops the answer with a `Mismatch` error and a strike. A worker
+    /// that left or reconnected meanwhile is not sent anything, and its answer goes
+    /// nowhere; a mismatch still strikes its identity.
+    pub fn recomputed(&mut self, done: Recomputed, now: Instant) {
+        self.now = now;
+        let (held, next) = self.recomputations.done(&done);
+        if let Some(job) = next {
+            self.outputs.push_back(Output::Recompute(job));
+        }
+        self.metrics
+            .recomputing(self.recomputations.len(), done.seconds);
+        if let (Some(held), None) = (held, &self.outcome) {
+            self.judge(held, done.verdict, now);
+        }
+        self.done(now);
+    }
+
+    fn judge(&mut self, held: Held, verdict: Result<Result<(), Mismatch>, String>, now: Instant) {
+        let Held {
+            worker,
+            session,
+            gradient,
+            norm,
+            pull,
+            then,
+        } = held;
+        let current = self.registry.is_current(worker, session);
+        match verdict {
             Ok(Ok(())) => {
                 self.metrics.verified(true);
                 self.registry.note(worker, Note::Verified);
-                true
+                match (current, then) {
+                    (false, _) => {}
+                    (true, Then::Check) => self.replicated(worker, &gradient, norm, now),
+                    (true, Then::Admit) => self.admit(worker, &gradient, norm, now),
+                }
             }
             Ok(Err(mismatch)) => {
                 self.metrics.verified(false);
@@ -231,16 +292,21 @@ impl Coordinator {
                 if banned {
                     self.ban_close(worker);
                 }
-                let actions = self.schedule.excuse(worker);
-                self.execute(actions);
                 warn!(%worker, strikes, %mismatch, "recomputed gradient does not match; dropped");
-                let message = format!("gradient for {} dropped: {mismatch}", gradient.round);
-                self.send_error(worker, Refusal::new(ErrorCode::Mismatch, message));
-                false
+                if current {
+                    let actions = self.schedule.excuse(worker);
+                    self.execute(actions);
+                    let message = format!("gradient for {} dropped: {mismatch}", gradient.round);
+                    self.send_error(worker, Refusal::new(ErrorCode::Mismatch, message));
+                }
             }
             Err(err) => {
                 warn!(%worker, %err, "could not recompute a gradient; not verified");
-                true
+                match (current, then) {
+                    (false, _) => {}
+                    (true, Then::Check) => self.replicated(worker, &gradient, norm, now),
+                    (true, Then::Admit) => self.admit(worker, &gradient, norm, now),
+                }
             }
         }
     }

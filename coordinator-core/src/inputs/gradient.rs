@@ -26,7 +26,7 @@ impl Coordinator {
         // A replaced session's gradients are ignored: the worker lives on elsewhere.
         if self.registry.is_current(worker, session) {
             self.arrived(worker, gradient, now);
-            self.check(worker, gradient, norm, now);
+            self.check(worker, session, gradient, norm, now);
         }
         self.done(now);
     }

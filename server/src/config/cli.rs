@@ -251,6 +251,12 @@ pub struct Cli {
     #[arg(long, default_value_t = 0.05)]
     pub verify_fraction: f64,
 
+    /// Recomputations (--verify-fraction, --probation, --replicate's disputes) run at most
+    /// this many at once, each on a core of its own, off the task that serves the workers;
+    /// more wait for a core [default: half this machine's cores, at least 1].
+    #[arg(long)]
+    pub verify_cores: Option<usize>,
+
     /// Sync: give each shard to groups of R workers of the same compression, which compute
     /// the same batch each round and must agree (BOINC-style redundancy); a disagreement is
     /// settled by the coordinator recomputing the batch. Costs R× the volunteers' compute.

@@ -111,6 +111,8 @@ pub enum ConfigError {
     AllowedOrigin(String),
     #[error("--verify-fraction must be in [0, 1], got {0}")]
     VerifyFraction(f64),
+    #[error("--verify-cores must be between 1 and 1024")]
+    VerifyCores,
     #[error("--worker-momentum must be in [0, 1), got {0}")]
     WorkerMomentum(f32),
     #[error("--ban-after must be at least 1")]

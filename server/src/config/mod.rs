@@ -79,6 +79,8 @@ pub struct Config {
     pub liveness: Liveness,
     pub aggregator: AggregatorKind,
     pub verify_fraction: f64,
+    /// `--verify-cores`: recomputations at once.
+    pub verify_cores: usize,
     pub probation: u32,
     /// New identities per hour: per address, per network.
     pub new_identities: (u32, u32),
@@ -162,6 +164,7 @@ impl Config {
             mode: self.mode,
             aggregator: self.aggregator,
             verify_fraction: self.verify_fraction,
+            verify_cores: self.verify_cores,
             probation: self.probation,
             new_identities_per_address: self.new_identities.0,
             new_identities_per_network: self.new_identities.1,
@@ -226,6 +229,11 @@ impl TryFrom<Cli> for Config {
         let allowed_origins = origins(&cli.allowed_origins)?;
         if !(0.0..=1.0).contains(&cli.verify_fraction) {
             return Err(ConfigError::VerifyFraction(cli.verify_fraction));
+        }
+        let half = std::thread::available_parallelism().map_or(1, |n| n.get() / 2);
+        let verify_cores = cli.verify_cores.unwrap_or(half).max(1);
+        if cli.verify_cores.is_some_and(|n| !(1..=1024).contains(&n)) {
+            return Err(ConfigError::VerifyCores);
         }
         if cli.ban_after == 0 {
             return Err(ConfigError::BanAfter);
@@ -299,6 +307,7 @@ impl TryFrom<Cli> for Config {
             liveness,
             aggregator,
             verify_fraction: cli.verify_fraction,
+            verify_cores,
             probation: cli.probation,
             new_identities: (
                 cli.new_identities_per_address,

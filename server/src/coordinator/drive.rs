@@ -158,13 +158,18 @@ struct Client {
 /// outboxes (a full or gone one is told back), the rest dropped.
 fn route(c: &mut Coordinator, clients: &mut [Client], now: Instant) {
     while let Some(output) = c.poll_output() {
-        let Output::Send {
-            worker,
-            session,
-            message,
-        } = output
-        else {
-            continue;
+        let (worker, session, message) = match output {
+            Output::Send {
+                worker,
+                session,
+                message,
+            } => (worker, session, message),
+            // At once, as if a core were always free.
+            Output::Recompute(job) => {
+                c.recomputed(job.run(), now);
+                continue;
+            }
+            _ => continue,
         };
         match clients.iter_mut().find(|c| c.session == session) {
             Some(client) if client.rx.len() < OUTBOX_CAPACITY => client.rx.push_back(message),

@@ -3,7 +3,9 @@
 
 use std::net::IpAddr;
 
-use coordinator_core::{Evaluated, Joined, Outbound, SessionId, Status, WeightsSnapshot};
+use coordinator_core::{
+    Evaluated, Joined, Outbound, Recomputed, SessionId, Status, WeightsSnapshot,
+};
 use model::Network;
 use protocol::{Gradient, Hello, WorkerId};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -42,6 +44,8 @@ pub enum Event {
     Rejected { refusal: Refusal, peer: IpAddr },
     /// An evaluation run off the coordinator's task came back.
     Evaluated(Evaluated),
+    /// A recomputation run off the coordinator's task came back.
+    Recomputed(Recomputed),
     /// The history of the run so far (a dashboard connecting).
     History {
         reply: oneshot::Sender<Vec<coordinator_core::history::Point>>,

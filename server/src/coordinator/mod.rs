@@ -4,8 +4,8 @@
 //! Sessions send it [`Event`]s over a bounded channel ([`CoordinatorHandle`]); it feeds each
 //! to the core with the time, wakes the core at its deadlines, and carries out what the core
 //! asks ([`Output`]): frames go to the sessions' bounded outboxes (a full or closed one is
-//! told back to the core, which drops that worker), evaluations run on a blocking thread and
-//! come back as events, checkpoint copies go to the [`Writer`](crate::storage::checkpoint::Writer)'s thread, latencies to
+//! told back to the core, which drops that worker), evaluations and recomputations run on
+//! blocking threads and come back as events, checkpoint copies go to the [`Writer`](crate::storage::checkpoint::Writer)'s thread, latencies to
 //! `/metrics`' histograms, and the status and weights to their watch channels ([`Published`]).
 //! No training logic here.
 
@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use coordinator_core::status::CheckpointReport;
-use coordinator_core::{EvalJob, Observation, Output, Status};
+use coordinator_core::{EvalJob, Observation, Output, RecomputeJob, Status};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
@@ -213,6 +213,7 @@ impl Driver {
                 let _ = reply.send(self.core.history());
             }
             Event::Evaluated(evaluated) => self.core.evaluated(evaluated, now),
+            Event::Recomputed(done) => self.core.recomputed(done, now),
             Event::Cluster(view) => self.core.cluster_view(view),
             Event::Adopt { version, params } => {
                 if let Err(error) = self.core.adopt(version, params, now) {
@@ -232,6 +233,7 @@ impl Driver {
                     message,
                 } => self.send(worker, session, message),
                 Output::Evaluate(job) => self.evaluate(job),
+                Output::Recompute(job) => self.recompute(job),
                 Output::Checkpoint(snapshot) => {
                     if let Some(c) = &mut self.checkpoints {
                         c.due(*snapshot);
@@ -286,6 +288,16 @@ impl Driver {
         });
     }
 
+    /// Recomputes an answer on a blocking thread (the core asks for no more at once than
+    /// its `--verify-cores`); the verdict comes back as an event.
+    fn recompute(&self, job: RecomputeJob) {
+        let events = self.events_tx.clone();
+        tokio::task::spawn_blocking(move || {
+            // Gone only if the coordinator stopped: nobody is waiting then.
+            let _ = events.blocking_send(Event::Recomputed(job.run()));
+        });
+    }
+
     /// The weights when they changed, then the status (with the checkpoint writer's report)
     /// when either changed: whoever sees a round in the status finds its weights published.
     fn publish(&mut self) {
@@ -323,6 +335,8 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 mod evaluation_tests;
 #[cfg(test)]
 mod honest_tests;
+#[cfg(test)]
+mod recompute_tests;
 #[cfg(test)]
 mod sequence_tests;
 #[cfg(test)]

@@ -5,7 +5,9 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use coordinator_core::{Command, Coordinator, EvalJob, Joined, Outbound, Output, Snapshot};
+use coordinator_core::{
+    Command, Coordinator, EvalJob, Joined, Outbound, Output, RecomputeJob, Snapshot,
+};
 use protocol::{decode_worker_frame, ErrorCode, WorkerFrame, WorkerKind, WorkerToCoordinator};
 use worker_core::WorkerCore;
 
@@ -35,6 +37,9 @@ pub struct Swarm {
     pub volunteers: Vec<Volunteer>,
     /// Evaluations the core asked for, not run yet.
     pub evaluations: Vec<EvalJob>,
+    /// Recomputations the core asked for, kept here until `run_recomputation` when held
+    /// (`hold_recomputations`); else run at once, as if a core were always free.
+    pub recomputations: Option<VecDeque<RecomputeJob>>,
 }
 
 /// A coordinator for a 784-32-10 MLP on the embedded digits, with `flags`.
@@ -60,6 +65,7 @@ impl Swarm {
             flags,
             volunteers: Vec::new(),
             evaluations: Vec::new(),
+            recomputations: None,
         };
         for _ in 0..volunteers {
             swarm.add();
@@ -96,6 +102,14 @@ impl Swarm {
                     }
                 }
                 Output::Evaluate(job) => self.evaluations.push(job),
+                Output::Recompute(job) => match self.recomputations.as_mut() {
+                    Some(held) => held.push_back(job),
+                    // At once, as if a core were always free: its verdict's outputs follow.
+                    None => {
+                        let now = self.now;
+                        self.c.recomputed(job.run(), now);
+                    }
+                },
                 Output::Checkpoint(_)
                 | Output::Observe(_)
                 | Output::Stop(_)
@@ -155,6 +169,22 @@ impl Swarm {
                 _ => None,
             })
             .collect()
+    }
+
+    /// The codes of every error queued to `i` and not yet read, fatal or not.
+    pub fn queued_errors(&self, i: usize) -> Vec<ErrorCode> {
+        let queued = self.volunteers[i].conn.as_ref().map(|c| &c.inbox);
+        let frames = queued.into_iter().flatten().flat_map(|m| match m {
+            Outbound::Close(r) => vec![r.code],
+            m => m
+                .frames()
+                .filter_map(|f| match protocol::decode_from_coordinator(f) {
+                    Ok(protocol::CoordinatorToWorker::Error { code, .. }) => Some(code),
+                    _ => None,
+                })
+                .collect(),
+        });
+        frames.collect()
     }
 
     /// `i` reads what the coordinator sent it and computes its answers. Returns whether
@@ -262,6 +292,20 @@ impl Swarm {
         let answer = self.c.admin(command, "test", self.now).expect("done");
         self.route();
         answer
+    }
+
+    /// From now on, recomputations wait in `recomputations` for `run_recomputation`.
+    pub fn hold_recomputations(&mut self) {
+        self.recomputations.get_or_insert_with(VecDeque::new);
+    }
+
+    /// The oldest recomputation asked for, run here, its verdict handed back.
+    pub fn run_recomputation(&mut self) -> coordinator_core::Recomputed {
+        let job = self.recomputations.as_mut().and_then(VecDeque::pop_front);
+        let done = job.expect("a recomputation was asked for").run();
+        self.c.recomputed(done.clone(), self.now);
+        self.route();
+        done
     }
 
     /// The evaluation asked for first, run here, its result handed back.

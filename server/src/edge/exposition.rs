@@ -311,6 +311,19 @@ impl Collector for FromStatus {
             "Workers and addresses banned",
             s.bans.len() as f64,
         )?;
+        let recompute = ConstCounter::new(s.recompute_seconds);
+        recompute.encode(e.encode_descriptor(
+            "recompute",
+            "Seconds of a core the coordinator spent recomputing answers (--verify-cores)",
+            Some(&prometheus_client::registry::Unit::Seconds),
+            recompute.metric_type(),
+        )?)?;
+        gauge(
+            &mut e,
+            "recomputing",
+            "Answers held while the coordinator recomputes them, running or waiting for a core",
+            s.recomputing as f64,
+        )?;
         gauge(
             &mut e,
             "parameters",

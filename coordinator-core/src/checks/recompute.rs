@@ -1,0 +1,272 @@
+//! Recomputation off the coordinator's task, within a budget of cores (`--verify-cores`).
+//!
+//! Replaying one GPT phase of 32 steps costs a core about a second; a newcomer's first ten
+//! phases are all replayed (probation). Done in line, each replay held every other worker's
+//! frames and every round for as long. Now the coordinator copies what a check needs into a
+//! [`RecomputeJob`] (the weights as that worker decoded them, shared; the answer, shared; the
+//! model and the train split, shared) and asks its driver to run it
+//! ([`Output::Recompute`](crate::Output::Recompute)); the [`Recomputed`] verdict comes back as
+//! an input, and the answer then goes on (or is dropped, with a strike) exactly as it did in
+//! line. Meanwhile the answer is held: it has not reached the schedule, so a round that
+//! needs it waits for it, as it waited before, while everything else goes on.
+//!
+//! At most `cores` jobs run at once; more wait, oldest first, up to [`WAITING_PER_CORE`] a
+//! core. An answer that finds no room is treated as one whose pull could not be audited:
+//! on probation it is dropped unchecked (without a strike), otherwise it goes on unchecked;
+//! both are counted. A verdict for a worker that has left since, or reconnected, is
+//! dropped: its answer goes nowhere, and a mismatch still strikes the identity.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::Range;
+use std::sync::Arc;
+
+use model::{Dataset, Network, Order};
+use protocol::{Compression, Gradient, WorkerId};
+
+use super::verify::{verify, Claim, Mismatch};
+use crate::io::SessionId;
+use crate::registry::Pull;
+
+/// Answers that may wait for a core, per core of the budget.
+pub const WAITING_PER_CORE: usize = 8;
+
+/// One answer to recompute: everything it needs, owned or shared, so it can run anywhere.
+#[derive(Debug)]
+pub struct RecomputeJob {
+    pub id: u64,
+    net: Network,
+    train: Arc<Dataset>,
+    weights: Arc<[f32]>,
+    gradient: Arc<Gradient>,
+    shard: Range<usize>,
+    batch_index: u64,
+    batch_size: usize,
+    compression: Compression,
+    local: Option<protocol::LocalPhase>,
+    order: Order,
+}
+
+/// What a [`RecomputeJob`] came to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recomputed {
+    pub id: u64,
+    /// `Ok(Ok(()))`: it matches; `Ok(Err(_))`: it does not; `Err(_)`: it could not be
+    /// recomputed (the answer is not held against its worker).
+    pub verdict: Result<Result<(), Mismatch>, String>,
+    /// Seconds of a core the recomputation took, as the job measured them.
+    pub seconds: f64,
+}
+
+impl RecomputeJob {
+    /// The steps it replays: a local phase's, else one gradient.
+    pub fn steps(&self) -> u32 {
+        self.local.map_or(1, |l| l.steps)
+    }
+
+    /// Recomputes and compares (seconds for a GPT phase: run it off the coordinator's task).
+    /// A panic inside becomes an error, so the coordinator always hears back.
+    pub fn run(self) -> Recomputed {
+        let started = std::time::Instant::now();
+        let claim = Claim {
+            weights: &self.weights,
+            shard: self.shard.clone(),
+            batch_index: self.batch_index,
+            batch_size: self.batch_size,
+            compression: self.compression,
+            grads: &self.gradient.grads,
+            local: self.local,
+            order: self.order,
+            parts: usize::from(self.gradient.parts),
+        };
+        let verdict = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            verify(&self.net, &self.train, &claim)
+        }));
+        let verdict = match verdict {
+            Ok(Ok(verdict)) => Ok(verdict),
+            Ok(Err(error)) => Err(error.to_string()),
+            Err(_) => Err("the recomputation panicked".to_owned()),
+        };
+        Recomputed {
+            id: self.id,
+            verdict,
+            seconds: started.elapsed().as_secs_f64(),
+        }
+    }
+}
+
+/// What becomes of an answer once its recomputation matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Then {
+    /// A sampled or probation audit: on to its replicas, then the schedule.
+    Check,
+    /// A disputed replica: straight to the schedule.
+    Admit,
+}
+
+/// An answer waiting for its verdict.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub worker: WorkerId,
+    pub session: SessionId,
+    pub gradient: Arc<Gradient>,
+    pub norm: f64,
+    pub pull: Pull,
+    pub then: Then,
+}
+
+/// What the coordinator needs to build a job (the rest comes from the held answer).
+pub(crate) struct Inputs<'a> {
+    pub net: &'a Network,
+    pub train: &'a Arc<Dataset>,
+    pub weights: Arc<[f32]>,
+    pub compression: Compression,
+    pub batch_size: usize,
+    pub order: Order,
+}
+
+/// The jobs running and waiting, and the answers they hold.
+#[derive(Debug)]
+pub(crate) struct Recomputations {
+    cores: usize,
+    next: u64,
+    running: BTreeMap<u64, Held>,
+    waiting: VecDeque<(RecomputeJob, Held)>,
+    /// Seconds of a core spent recomputing, and answers turned away for lack of room.
+    pub seconds: f64,
+    pub turned_away: u64,
+}
+
+impl Recomputations {
+    /// At most `cores` jobs at once (at least one).
+    pub fn new(cores: usize) -> Self {
+        Self {
+            cores: cores.max(1),
+            next: 0,
+            running: BTreeMap::new(),
+            waiting: VecDeque::new(),
+            seconds: 0.0,
+            turned_away: 0,
+        }
+    }
+
+    /// `held` is to be recomputed: the job to run now, if a core is free. `Err(held)`: no
+    /// room, even to wait.
+    pub fn start(&mut self, held: Held, inputs: Inputs<'_>) -> Result<Option<RecomputeJob>, Held> {
+        if self.running.len() >= self.cores && self.waiting.len() >= self.cores * WAITING_PER_CORE {
+            self.turned_away += 1;
+            return Err(held);
+        }
+        self.next += 1;
+        let job = RecomputeJob {
+            id: self.next,
+            net: inputs.net.clone(),
+            train: Arc::clone(inputs.train),
+            weights: inputs.weights,
+            gradient: Arc::clone(&held.gradient),
+            shard: held.pull.shard.clone(),
+            batch_index: held.pull.batch,
+            batch_size: inputs.batch_size,
+            compression: inputs.compression,
+            local: held.pull.local,
+            order: inputs.order,
+        };
+        if self.running.len() < self.cores {
+            self.running.insert(job.id, held);
+            Ok(Some(job))
+        } else {
+            self.waiting.push_back((job, held));
+            Ok(None)
+        }
+    }
+
+    /// Job `done` came back: the answer it held (`None` for an unknown job), and the next
+    /// job to run, if one was waiting.
+    pub fn done(&mut self, done: &Recomputed) -> (Option<Held>, Option<RecomputeJob>) {
+        let Some(held) = self.running.remove(&done.id) else {
+            return (None, None);
+        };
+        self.seconds += done.seconds;
+        let next = self.waiting.pop_front().map(|(job, waiting)| {
+            self.running.insert(job.id, waiting);
+            job
+        });
+        (Some(held), next)
+    }
+
+    /// Answers held, running or waiting.
+    pub fn len(&self) -> usize {
+        self.running.len() + self.waiting.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(worker: u32) -> Held {
+        Held {
+            worker: WorkerId(worker),
+            session: SessionId(worker.into()),
+            gradient: Arc::new(Gradient {
+                round: protocol::Round(0),
+                samples: 1,
+                loss: 1.0,
+                compute_us: 0,
+                parts: 1,
+                grads: vec![0.0; 4],
+            }),
+            norm: 0.0,
+            pull: Pull {
+                version: 0,
+                batch: 0,
+                shard: 0..10,
+                local: None,
+                timed: false,
+            },
+            then: Then::Check,
+        }
+    }
+
+    #[test]
+    fn jobs_run_within_the_budget_wait_in_order_and_are_turned_away_beyond() {
+        let data = crate::data::digits(1);
+        let net =
+            Network::new(model::NetSpec::mlp(data.train.shape(), &[2], 10), 10).expect("model");
+        let train = Arc::new(data.train);
+        let inputs = || Inputs {
+            net: &net,
+            train: &train,
+            weights: Arc::from(vec![0.0; 4]),
+            compression: Compression::None,
+            batch_size: 1,
+            order: Order::Library,
+        };
+        let mut r = Recomputations::new(2);
+        let first = r.start(held(1), inputs()).unwrap().expect("a free core");
+        let second = r.start(held(2), inputs()).unwrap().expect("a free core");
+        let room = 2 * WAITING_PER_CORE;
+        for w in 0..room {
+            assert!(
+                r.start(held(3 + w as u32), inputs()).unwrap().is_none(),
+                "waits"
+            );
+        }
+        assert!(r.start(held(99), inputs()).is_err(), "no room: turned away");
+        assert_eq!((r.len(), r.turned_away), (2 + room, 1));
+        let answer = |job: &RecomputeJob| Recomputed {
+            id: job.id,
+            verdict: Ok(Ok(())),
+            seconds: 0.5,
+        };
+        let (held2, next) = r.done(&answer(&second));
+        assert_eq!(held2.map(|h| h.worker), Some(WorkerId(2)));
+        let next = next.expect("the oldest waiting job runs");
+        assert_eq!(next.gradient.samples, 1);
+        assert_eq!(r.done(&answer(&second)).0.map(|h| h.worker), None, "once");
+        let (held1, _) = r.done(&answer(&first));
+        assert_eq!(held1.map(|h| h.worker), Some(WorkerId(1)));
+        let (held3, _) = r.done(&answer(&next));
+        assert_eq!(held3.map(|h| h.worker), Some(WorkerId(3)), "oldest first");
+        assert!((r.seconds - 1.5).abs() < 1e-12);
+    }
+}
