@@ -68,7 +68,7 @@ async fn run() -> anyhow::Result<()> {
         let sampled = server::checkpoint::sample(
             &args.checkpoint_dir,
             args.data.as_deref(),
-            args.tokenizer,
+            &args.tokenizer,
             &prompt,
             how,
         )?;

@@ -201,3 +201,47 @@ async fn a_gpt_trains_on_local_adamw_phases_every_one_replayed() {
     println!("validation loss after 25 rounds of 8 AdamW steps: {loss:.3}");
     assert!(loss < 3.6, "from ln 73 = 4.29: {loss}");
 }
+
+/// `--tokenizer FILE`: the repository's byte-level BPE (`data/shakespeare-bpe`, a Hugging
+/// Face `tokenizer.json`) tokenises on the coordinator; a native worker trains on its ids,
+/// every answer replayed; the status reads the loss per token and the sample is text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpt_trains_on_a_hugging_face_bpe_tokenizer() {
+    let bpe = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../data/shakespeare-bpe/tokenizer.json"
+    );
+    let mut flags = SMALL_GPT.to_vec();
+    flags.extend([
+        "--tokenizer",
+        bpe,
+        "--batch-size",
+        "16",
+        "--max-rounds",
+        "40",
+        "--warmup",
+        "10",
+        "--verify-fraction",
+        "1",
+    ]);
+    let swarm = swarm(&flags, 1).await;
+    let status = swarm.status.clone();
+    let (summary, workers) = swarm.finish("40 rounds of a GPT on BPE tokens").await;
+    for task in workers {
+        let _ = guard("worker", task).await;
+    }
+    let s = status.borrow().clone();
+    assert_never_flagged("gpt on bpe", &s, summary.rounds, 1, 40);
+    assert_eq!(s.classes.len(), 512, "the tokeniser's vocabulary");
+    let loss = summary.test_loss.expect("evaluated");
+    // From ln 512 = 6.24 nats a token at the start.
+    assert!(loss < 6.0, "validation loss {loss}");
+    let language = s.language.expect("a language model's readings");
+    assert_eq!(language.unit, "token");
+    let sample = s.sample.expect("a sample after an evaluation");
+    println!(
+        "bpe: loss {loss:.3}; {:?} -> {:?}",
+        sample.prompt, sample.text
+    );
+    assert!(!sample.text.is_empty() && !sample.prompt.is_empty());
+}

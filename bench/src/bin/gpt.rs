@@ -36,7 +36,7 @@ fn main() -> anyhow::Result<()> {
         let split = server::dataset::text::load(
             None,
             gpt.context,
-            server::dataset::TokenizerKind::Char,
+            &server::dataset::TokenizerKind::Char,
             1,
         )?;
         let vocab = split.classes.len();

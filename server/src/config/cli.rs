@@ -52,9 +52,10 @@ pub struct Cli {
     #[arg(long, value_name = "N")]
     pub context: Option<usize>,
 
-    /// How a GPT's text becomes tokens: `char` (one per distinct character of the corpus)
-    /// or `byte` (256).
-    #[arg(long, value_enum, default_value = "char")]
+    /// How a GPT's text becomes tokens: `char` (one per distinct character of the corpus),
+    /// `byte` (256), or the path of a Hugging Face `tokenizer.json` (a BPE as GPT-2's; the
+    /// coordinator tokenises, workers only see ids).
+    #[arg(long, default_value = "char", value_name = "char|byte|FILE")]
     pub tokenizer: crate::dataset::TokenizerKind,
 
     /// Hidden layer widths of `--model mlp`, comma-separated [default: 128].
@@ -447,8 +448,8 @@ pub struct SampleArgs {
     /// The run's corpus, to rebuild its tokeniser [default: the embedded Shakespeare].
     #[arg(long)]
     pub data: Option<PathBuf>,
-    /// The run's tokeniser.
-    #[arg(long, value_enum, default_value_t)]
+    /// The run's tokeniser: `char`, `byte`, or its `tokenizer.json`.
+    #[arg(long, default_value = "char", value_name = "char|byte|FILE")]
     pub tokenizer: crate::dataset::TokenizerKind,
 }
 

@@ -138,7 +138,7 @@ impl Config {
         crate::dataset::load_for(
             &self.model,
             self.data.as_deref(),
-            self.tokenizer,
+            &self.tokenizer,
             seed,
             self.test_fraction,
         )

@@ -111,7 +111,7 @@ impl Loaded {
 pub fn load_for(
     model: &ModelChoice,
     path: Option<&Path>,
-    tokenizer: TokenizerKind,
+    tokenizer: &TokenizerKind,
     seed: u64,
     test_fraction: f64,
 ) -> Result<Split, DataError> {

@@ -9,7 +9,8 @@
 //! at most [`MAX_VALIDATION_WINDOWS`] of them spread over the last tenth.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use model::{Dataset, Normalization, Shape, Values};
 
@@ -34,31 +35,50 @@ pub enum Tokenizer {
     Chars(Vec<char>),
     /// One id per byte (256).
     Bytes,
+    /// A Hugging Face `tokenizer.json` (BPE as GPT-2's, or any model that format holds).
+    File(Arc<Pretrained>),
 }
 
-/// Which tokeniser `--tokenizer` names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+/// Which tokeniser `--tokenizer` names: `char`, `byte`, or the path of a `tokenizer.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum TokenizerKind {
     #[default]
     Char,
     Byte,
+    File(PathBuf),
+}
+
+impl std::str::FromStr for TokenizerKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "char" => Ok(Self::Char),
+            "byte" => Ok(Self::Byte),
+            "" => Err("`char`, `byte`, or the path of a tokenizer.json".into()),
+            path => Ok(Self::File(PathBuf::from(path))),
+        }
+    }
 }
 
 impl Tokenizer {
-    /// The tokeniser of `kind` for this corpus.
-    pub fn fit(kind: TokenizerKind, text: &str) -> Self {
-        match kind {
+    /// The tokeniser of `kind` for this corpus; a `tokenizer.json` that does not load is an
+    /// error naming the file and why.
+    pub fn fit(kind: &TokenizerKind, text: &str) -> Result<Self, String> {
+        Ok(match kind {
             TokenizerKind::Char => {
                 Self::Chars(text.chars().collect::<BTreeSet<_>>().into_iter().collect())
             }
             TokenizerKind::Byte => Self::Bytes,
-        }
+            TokenizerKind::File(path) => Self::File(Arc::new(Pretrained::load(path)?)),
+        })
     }
 
     pub fn vocab(&self) -> usize {
         match self {
             Self::Chars(chars) => chars.len(),
             Self::Bytes => 256,
+            Self::File(file) => file.pieces.len(),
         }
     }
 
@@ -66,6 +86,7 @@ impl Tokenizer {
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
         match self {
             Self::Bytes => Ok(text.bytes().map(u32::from).collect()),
+            Self::File(file) => file.encode(text),
             Self::Chars(chars) => text
                 .chars()
                 .map(|c| match chars.binary_search(&c) {
@@ -80,6 +101,18 @@ impl Tokenizer {
     /// U+FFFD).
     pub fn decode(&self, ids: &[usize]) -> String {
         match self {
+            Self::File(file) => {
+                let bytes: Vec<u8> = ids
+                    .iter()
+                    .flat_map(|&i| {
+                        file.pieces
+                            .get(i)
+                            .map_or(&b"\xEF\xBF\xBD"[..], Vec::as_slice)
+                    })
+                    .copied()
+                    .collect();
+                String::from_utf8_lossy(&bytes).into_owned()
+            }
             Self::Bytes => {
                 let bytes: Vec<u8> = ids
                     .iter()
@@ -111,16 +144,113 @@ impl Tokenizer {
             Self::Bytes => {
                 coordinator_core::Vocabulary::new((0..=255u8).map(|b| vec![b]).collect(), "byte")
             }
+            Self::File(file) => coordinator_core::Vocabulary::new(file.pieces.clone(), "token"),
         }
     }
 
-    /// `char`, `byte`: for the status and the logs.
+    /// `char`, `byte`, `tokenizer.json`: for the status and the logs.
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Chars(_) => "char",
             Self::Bytes => "byte",
+            Self::File(_) => "tokenizer.json",
         }
     }
+}
+
+/// A Hugging Face `tokenizer.json`, read with the `tokenizers` crate, and each token's bytes:
+/// what the model's samples are written with, one token at a time.
+pub struct Pretrained {
+    path: PathBuf,
+    inner: tokenizers::Tokenizer,
+    /// Each id's bytes: a byte-level BPE's token in GPT-2's byte alphabet mapped back to
+    /// the bytes it stands for (a token may be part of a character); else the token decoded
+    /// alone.
+    pieces: Vec<Vec<u8>>,
+}
+
+impl Pretrained {
+    /// Reads `path`; its vocabulary must be within [`MAX_CHAR_VOCAB`] ids.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+        let inner = tokenizers::Tokenizer::from_file(path).map_err(|e| at(&e))?;
+        let vocab = inner.get_vocab_size(true);
+        if vocab == 0 || vocab > MAX_CHAR_VOCAB {
+            return Err(at(&format!(
+                "{vocab} tokens; a vocabulary of 1 to {MAX_CHAR_VOCAB} is needed"
+            )));
+        }
+        let byte_level = matches!(
+            inner.get_decoder(),
+            Some(tokenizers::DecoderWrapper::ByteLevel(_))
+        );
+        let unbyte = byte_level.then(byte_alphabet);
+        let pieces = (0..vocab as u32)
+            .map(|id| {
+                let token = inner.id_to_token(id).unwrap_or_default();
+                let from_alphabet = unbyte.as_ref().and_then(|unbyte| {
+                    token
+                        .chars()
+                        .map(|c| unbyte.get(&c).copied())
+                        .collect::<Option<Vec<u8>>>()
+                });
+                from_alphabet.unwrap_or_else(|| {
+                    let alone = inner.decode(&[id], false).unwrap_or(token);
+                    alone.into_bytes()
+                })
+            })
+            .collect();
+        Ok(Self {
+            path: path.to_path_buf(),
+            inner,
+            pieces,
+        })
+    }
+
+    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        let encoding = self
+            .inner
+            .encode(text, false)
+            .map_err(|e| format!("{}: {e}", self.path.display()))?;
+        Ok(encoding.get_ids().to_vec())
+    }
+}
+
+impl std::fmt::Debug for Pretrained {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pretrained")
+            .field("path", &self.path)
+            .field("vocab", &self.pieces.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Two tokenisers read from files are the same if their tokens are.
+impl PartialEq for Pretrained {
+    fn eq(&self, other: &Self) -> bool {
+        self.pieces == other.pieces
+    }
+}
+
+impl Eq for Pretrained {}
+
+/// GPT-2's byte alphabet, inverted: the printable character each byte is written as in a
+/// byte-level BPE's vocabulary, back to the byte (printable Latin-1 stands for itself; the
+/// rest, in order, for U+0100 onwards).
+fn byte_alphabet() -> std::collections::HashMap<char, u8> {
+    let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+    let mut next = 0u32;
+    (0..=255u8)
+        .map(|b| {
+            let c = if printable(b) {
+                char::from(b)
+            } else {
+                next += 1;
+                char::from_u32(255 + next).expect("below U+0200")
+            };
+            (c, b)
+        })
+        .collect()
 }
 
 /// Reads `path` (a `.txt` file, or a folder of them in name order), or the embedded
@@ -174,12 +304,12 @@ pub fn is_text_folder(path: &Path) -> bool {
 pub fn load(
     path: Option<&Path>,
     context: usize,
-    kind: TokenizerKind,
+    kind: &TokenizerKind,
     seed: u64,
 ) -> Result<Split, DataError> {
     let (text, source) = read(path)?;
     let at = || path.unwrap_or(Path::new("embedded"));
-    let tokenizer = Tokenizer::fit(kind, &text);
+    let tokenizer = Tokenizer::fit(kind, &text).map_err(|e| DataError::at(at(), e))?;
     if tokenizer.vocab() > MAX_CHAR_VOCAB {
         return Err(DataError::at(
             at(),
@@ -268,7 +398,7 @@ mod tests {
 
     #[test]
     fn characters_are_the_corpus_distinct_ones_in_order_and_round_trip() {
-        let t = Tokenizer::fit(TokenizerKind::Char, "hello, world\n");
+        let t = Tokenizer::fit(&TokenizerKind::Char, "hello, world\n").unwrap();
         assert_eq!(t.vocab(), 10);
         let ids = t.encode("low, hell").unwrap();
         assert_eq!(
@@ -279,14 +409,14 @@ mod tests {
             t.encode("hello!").unwrap_err(),
             "'!' is not in the vocabulary"
         );
-        let b = Tokenizer::fit(TokenizerKind::Byte, "");
+        let b = Tokenizer::fit(&TokenizerKind::Byte, "").unwrap();
         assert_eq!(b.encode("é").unwrap(), [0xC3, 0xA9]);
         assert_eq!(b.decode(&[0xC3, 0xA9]), "é");
     }
 
     #[test]
     fn the_embedded_text_splits_into_windows_of_the_stream() {
-        let split = load(None, 64, TokenizerKind::Char, 1).unwrap();
+        let split = load(None, 64, &TokenizerKind::Char, 1).unwrap();
         let text = split.text.as_ref().unwrap();
         assert_eq!(
             (text.bytes, text.tokens, split.classes.len()),
@@ -312,16 +442,66 @@ mod tests {
         std::fs::write(dir.path().join("notes.md"), "ignored").unwrap();
         let (text, _) = read(Some(dir.path())).unwrap();
         assert!(text.starts_with("hello ") && text.ends_with("world "));
-        let split = load(Some(dir.path()), 8, TokenizerKind::Byte, 1).unwrap();
+        let split = load(Some(dir.path()), 8, &TokenizerKind::Byte, 1).unwrap();
         assert_eq!(split.classes.len(), 256);
         let short = dir.path().join("short.txt");
         std::fs::write(&short, "tiny").unwrap();
-        let err = load(Some(&short), 8, TokenizerKind::Char, 1).unwrap_err();
+        let err = load(Some(&short), 8, &TokenizerKind::Char, 1).unwrap_err();
         assert!(err.to_string().contains("too few"), "{err}");
         std::fs::write(&short, [0xff, 0xfe]).unwrap();
-        assert!(load(Some(&short), 8, TokenizerKind::Char, 1)
+        assert!(load(Some(&short), 8, &TokenizerKind::Char, 1)
             .unwrap_err()
             .to_string()
             .contains("not UTF-8"));
+    }
+
+    /// The repository's BPE (`data/shakespeare-bpe`, written by Hugging Face `tokenizers` with
+    /// `scripts/fixtures/bpe_fixture.py`): the same ids as `tokenizers` in Python gave, the
+    /// text back from them, and each token's bytes as GPT-2's byte alphabet says (an emoji
+    /// spans tokens that are not characters alone).
+    #[test]
+    fn a_tokenizer_json_gives_the_ids_hugging_face_gave_and_its_text_back() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/shakespeare-bpe");
+        let expected: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
+        let text = expected["text"].as_str().unwrap();
+        let ids: Vec<u32> = expected["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        let kind: TokenizerKind = dir
+            .join("tokenizer.json")
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let t = Tokenizer::fit(&kind, "").unwrap();
+        assert_eq!(t.vocab(), 512);
+        assert_eq!(t.encode(text).unwrap(), ids);
+        let back: Vec<usize> = ids.iter().map(|&i| i as usize).collect();
+        assert_eq!(t.decode(&back), text);
+        // Token by token, as a sample is written: the pieces' bytes concatenate to the text.
+        assert_eq!(t.vocabulary().decode(&back), text);
+        let emoji = t.encode("🎭").unwrap();
+        assert!(emoji.len() > 1, "{emoji:?}");
+        let alone = t.decode(&[emoji[0] as usize]);
+        assert!(alone.contains('\u{FFFD}'), "part of a character: {alone:?}");
+        assert!(t.names()[back[0]].chars().count() >= 1);
+        // The whole corpus: 1.9 bytes a token, windows as for characters.
+        let split = load(None, 32, &kind, 1).unwrap();
+        let data = split.text.as_ref().unwrap();
+        assert_eq!(split.classes.len(), 512);
+        assert_eq!((data.tokens, data.bytes), (605_021, 1_158_218));
+        // A file that is not a tokeniser is refused by name.
+        let bad: TokenizerKind = dir.join("expected.json").to_str().unwrap().parse().unwrap();
+        let err = Tokenizer::fit(&bad, "").unwrap_err();
+        assert!(err.contains("expected.json"), "{err}");
+        let missing = TokenizerKind::File(dir.join("nope.json"));
+        assert!(load(None, 32, &missing, 1)
+            .unwrap_err()
+            .to_string()
+            .contains("nope.json"));
     }
 }

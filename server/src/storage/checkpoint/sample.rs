@@ -28,7 +28,7 @@ pub struct Sampled {
 pub fn sample(
     dir: &Path,
     data: Option<&Path>,
-    kind: TokenizerKind,
+    kind: &TokenizerKind,
     prompt: &str,
     how: Sampling,
 ) -> Result<Sampled, CheckpointError> {
@@ -43,7 +43,7 @@ pub fn sample(
         .ok_or_else(|| fail("not a language model: only a gpt writes text".into()))?;
     let gpt = net.as_gpt().expect("a gpt's network");
     let (text, _) = crate::dataset::text::read(data).map_err(|e| fail(e.to_string()))?;
-    let tokenizer = Tokenizer::fit(kind, &text);
+    let tokenizer = Tokenizer::fit(kind, &text).map_err(fail)?;
     if tokenizer.vocab() != gpt.spec().vocab {
         return Err(fail(format!(
             "the {} tokeniser of this corpus has {} tokens, the model {}: give the run's --data and --tokenizer",
