@@ -699,6 +699,7 @@ impl Engine {
             seconds_to_target: self.target_at.map(|t| t.as_secs_f64()),
             evaluated_round: status.evaluated_round,
             accuracy: status.test_accuracy,
+            loss: status.test_loss,
             bytes_per_sample: if samples > 0 {
                 bytes as f64 / samples as f64
             } else {
@@ -708,6 +709,8 @@ impl Engine {
             gradients_accepted: status.gradients_accepted,
             gradients_rejected: status.gradients_rejected,
             verification_mismatches: status.verification_mismatches,
+            gradients_verified: status.gradients_verified,
+            recompute_seconds: status.recompute_seconds,
             probation_checks: status.probation_checks,
             deadline_extensions: status.deadline_extensions,
             replicas_agreed: status.replicas_agreed,

@@ -17,6 +17,8 @@ pub struct Report {
     /// The last evaluation: its round and accuracy.
     pub evaluated_round: Option<u64>,
     pub accuracy: Option<f64>,
+    /// The last evaluation's loss (a language model's validation loss, in nats a token).
+    pub loss: Option<f64>,
     /// Bytes on the wire, both ways, per sample in the updates.
     pub bytes_per_sample: f64,
     /// Compute time over connected time, averaged over the workers that computed.
@@ -24,6 +26,10 @@ pub struct Report {
     pub gradients_accepted: u64,
     pub gradients_rejected: u64,
     pub verification_mismatches: u64,
+    /// Answers recomputed, and the seconds of this machine's cores that took (real, not
+    /// virtual: what `--verify-cores` must supply).
+    pub gradients_verified: u64,
+    pub recompute_seconds: f64,
     /// Answers recomputed because their worker was on probation.
     pub probation_checks: u64,
     /// Sync: deadlines that passed without a quorum, and were extended.

@@ -149,11 +149,15 @@ pub enum Behaviour {
     Alie(f32),
 }
 
-/// The time one gradient (a batch of 32, forward and backward) takes here with the real
+/// The time one gradient (a batch of `batch`, forward and backward) takes here with the real
 /// model code: the median of 30, after 5 to warm up. For a worker as fast as this machine.
-pub fn measured_step(net: &Network, train: &model::Dataset) -> Result<Duration, model::ModelError> {
+pub fn measured_step(
+    net: &Network,
+    train: &model::Dataset,
+    batch: usize,
+) -> Result<Duration, model::ModelError> {
     let params = net.init(1);
-    let (x, labels) = train.batch(0..32.min(train.len()));
+    let (x, labels) = train.batch(0..batch.clamp(1, train.len()));
     let mut times = Vec::with_capacity(30);
     for i in 0..35 {
         let started = std::time::Instant::now();

@@ -1,12 +1,16 @@
 //! Browser worker speed, on demand (not part of the test command; a benchmark, not a test):
 //! `cd worker-wasm && wasm-pack test --release --headless --chrome --test speed -- --nocapture`
-//! Native counterpart: `cargo run --release -p worker-core --example gradient_speed`.
+//! Native counterparts: `cargo run --release -p worker-core --example gradient_speed`, and for
+//! the GPT `target/release/gpt --preset gpt` (library and unfused orders).
 
 #![cfg(target_arch = "wasm32")]
 
 #[path = "../src/fixture.rs"]
 mod fixture;
 
+use model::gpt::GptSpec;
+use model::{batch_seed, Dataset, LocalPhase, NetSpec, Network, Normalization, Shape, SplitMix64};
+use wasm_bindgen::JsCast;
 use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
@@ -44,5 +48,90 @@ fn samples_per_second(preset: &str) {
         "wasm gradient, {preset}, batch {n}: median {:.0} samples/s (runs: {:?})",
         runs[2],
         runs.iter().map(|r| r.round()).collect::<Vec<_>>()
+    );
+}
+
+/// A GPT of `spec` (65 tokens, as the embedded Shakespeare's characters) and `batch` random
+/// windows of `context + 1` ids.
+fn gpt(spec: GptSpec, batch: usize) -> (Network, Vec<f32>, Dataset) {
+    let net = Network::new(NetSpec::gpt(spec), spec.vocab).expect("valid spec");
+    let params: Vec<f32> = net.init(1);
+    let mut rng = SplitMix64::new(1);
+    let width = spec.context + 1;
+    let ids = (0..batch * width)
+        .map(|_| rng.below(spec.vocab) as u8)
+        .collect();
+    let data = Dataset::from_parts(
+        Shape::flat(width),
+        model::Values::U8(ids),
+        vec![0; batch],
+        Normalization::new(vec![0.0], vec![1.0]),
+    )
+    .expect("consistent");
+    (net, params, data)
+}
+
+/// The module's linear memory, in MiB (what a tab's training holds: weights, optimizer
+/// state, activations; the JS heap beside it is small).
+fn wasm_memory_mib() -> f64 {
+    let memory: js_sys::WebAssembly::Memory = wasm_bindgen::memory().dyn_into().expect("memory");
+    let buffer: js_sys::ArrayBuffer = memory.buffer().dyn_into().expect("an ArrayBuffer");
+    f64::from(buffer.byte_length()) / f64::from(1u32 << 20)
+}
+
+/// nanoGPT's CPU configuration (0.8M parameters), batch 12 × 64 tokens: tokens/s of forward
+/// and backward, one core, the tab's own (unfused) order. Then the 10.7M model
+/// (`shakespeare_char`'s shape), a local phase of 2 AdamW steps of batch 12 × 256 tokens, as
+/// a tab takes it: tokens/s and the module's memory after it.
+#[wasm_bindgen_test]
+fn gpt_tokens_per_second_and_memory() {
+    let batch = 12;
+    let (net, params, data) = gpt(GptSpec::cpu(65), batch);
+    let (x, labels) = data.batch(0..batch);
+    let mut runs = Vec::new();
+    for _ in 0..5 {
+        let iters = 4;
+        let start = now_ms();
+        for _ in 0..iters {
+            let (loss, _) = net
+                .loss_and_grad(&params, x.view(), &labels, batch_seed(0, 0))
+                .expect("ok");
+            assert!(loss.is_finite());
+        }
+        runs.push((iters * batch * 64) as f64 / ((now_ms() - start) / 1000.0));
+    }
+    runs.sort_by(f64::total_cmp);
+    console_log!(
+        "wasm gpt 0.8M, batch 12 x 64: median {:.0} tokens/s (runs: {:?}); memory {:.0} MiB",
+        runs[2],
+        runs.iter().map(|r| r.round()).collect::<Vec<_>>(),
+        wasm_memory_mib()
+    );
+    let spec = GptSpec::shakespeare_char(65);
+    let (net, params, data) = gpt(spec, batch);
+    let adamw = model::OptimizerKind::AdamW {
+        lr: 1e-3,
+        beta1: 0.9,
+        beta2: 0.99,
+        eps: 1e-8,
+        weight_decay: 0.1,
+    };
+    let mut phase = LocalPhase::new(&net, &params, adamw, 2);
+    let start = now_ms();
+    while !phase.is_done() {
+        let (x, labels) = data.batch(0..batch);
+        let loss = phase
+            .step(&net, x.view(), &labels, batch_seed(0, 0))
+            .expect("ok");
+        assert!(loss.is_finite());
+    }
+    let seconds = (now_ms() - start) / 1000.0;
+    let delta = phase.finish().delta;
+    assert_eq!(delta.len(), net.trainable_count());
+    console_log!(
+        "wasm gpt 10.7M ({} parameters), a phase of 2 AdamW steps of batch 12 x 256: {:.0} tokens/s; memory {:.0} MiB",
+        params.len(),
+        (2 * batch * spec.context) as f64 / seconds,
+        wasm_memory_mib()
     );
 }
