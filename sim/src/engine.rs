@@ -368,7 +368,9 @@ impl Engine {
                 }
                 Output::Recompute(job) => {
                     let took = self.recompute_step * job.steps();
+                    let started = std::time::Instant::now();
                     let done = job.run();
+                    self.busy += started.elapsed();
                     self.at(self.now + took, Ev::Recomputed(done));
                 }
                 Output::Stop(_) => self.stopped = true,
@@ -710,7 +712,6 @@ impl Engine {
             gradients_rejected: status.gradients_rejected,
             verification_mismatches: status.verification_mismatches,
             gradients_verified: status.gradients_verified,
-            recompute_seconds: status.recompute_seconds,
             probation_checks: status.probation_checks,
             deadline_extensions: status.deadline_extensions,
             replicas_agreed: status.replicas_agreed,

@@ -26,10 +26,8 @@ pub struct Report {
     pub gradients_accepted: u64,
     pub gradients_rejected: u64,
     pub verification_mismatches: u64,
-    /// Answers recomputed, and the seconds of this machine's cores that took (real, not
-    /// virtual: what `--verify-cores` must supply).
+    /// Answers recomputed (what they cost this machine's cores is in `run_measured`'s time).
     pub gradients_verified: u64,
-    pub recompute_seconds: f64,
     /// Answers recomputed because their worker was on probation.
     pub probation_checks: u64,
     /// Sync: deadlines that passed without a quorum, and were extended.

@@ -68,18 +68,26 @@ impl Coordinator {
         let Some(audit) = self.audits.take(worker, gradient.round.0) else {
             return self.replicated(worker, gradient, norm, now);
         };
-        if self.registry.on_probation(worker) {
+        let probation = self.registry.on_probation(worker);
+        if probation {
             self.metrics.probation_checked();
         }
+        // A trusted worker's sampled phase counts at once and is judged when its replay
+        // comes back: held, it would hold its whole round for a phase's replay
+        // (`recompute.rs`). Only while a core is free: a busy budget holds answers back.
+        let after = !probation && self.local.is_some() && self.recomputations.core_free();
         let held = Held {
             worker,
             session,
             gradient: Arc::new(gradient.clone()),
             norm,
             pull: audit.pull,
-            then: Then::Check,
+            then: if after { Then::Judge } else { Then::Check },
         };
         self.hold(held, audit.weights, audit.compression, now);
+        if after {
+            self.replicated(worker, gradient, norm, now);
+        }
     }
 
     /// On probation and not recomputed: dropped, without a strike.
@@ -229,6 +237,9 @@ impl Coordinator {
         match started {
             Ok(Some(job)) => self.outputs.push_back(Output::Recompute(job)),
             Ok(None) => {}
+            Err(held) if held.then == Then::Judge => {
+                warn!(worker = %held.worker, "no room to recompute a phase that counted");
+            }
             Err(held) => {
                 let probation = self.registry.on_probation(held.worker);
                 warn!(worker = %held.worker, probation, "no room to recompute an answer");
@@ -273,11 +284,7 @@ impl Coordinator {
             Ok(Ok(())) => {
                 self.metrics.verified(true);
                 self.registry.note(worker, Note::Verified);
-                match (current, then) {
-                    (false, _) => {}
-                    (true, Then::Check) => self.replicated(worker, &gradient, norm, now),
-                    (true, Then::Admit) => self.admit(worker, &gradient, norm, now),
-                }
+                self.go_on(worker, &gradient, norm, then, current, now);
             }
             Ok(Err(mismatch)) => {
                 self.metrics.verified(false);
@@ -292,22 +299,46 @@ impl Coordinator {
                 if banned {
                     self.ban_close(worker);
                 }
-                warn!(%worker, strikes, %mismatch, "recomputed gradient does not match; dropped");
+                let message = if then == Then::Judge {
+                    warn!(%worker, strikes, %mismatch, "a phase that counted does not match its replay");
+                    format!(
+                        "the phase for {} did not match its replay: {mismatch}",
+                        gradient.round
+                    )
+                } else {
+                    warn!(%worker, strikes, %mismatch, "recomputed gradient does not match; dropped");
+                    if current {
+                        let actions = self.schedule.excuse(worker);
+                        self.execute(actions);
+                    }
+                    format!("gradient for {} dropped: {mismatch}", gradient.round)
+                };
                 if current {
-                    let actions = self.schedule.excuse(worker);
-                    self.execute(actions);
-                    let message = format!("gradient for {} dropped: {mismatch}", gradient.round);
                     self.send_error(worker, Refusal::new(ErrorCode::Mismatch, message));
                 }
             }
             Err(err) => {
                 warn!(%worker, %err, "could not recompute a gradient; not verified");
-                match (current, then) {
-                    (false, _) => {}
-                    (true, Then::Check) => self.replicated(worker, &gradient, norm, now),
-                    (true, Then::Admit) => self.admit(worker, &gradient, norm, now),
-                }
+                self.go_on(worker, &gradient, norm, then, current, now);
             }
+        }
+    }
+
+    /// A verdict that does not hold the answer back: on to its replicas or the schedule, if
+    /// it was waiting and its session is still the worker's.
+    fn go_on(
+        &mut self,
+        worker: WorkerId,
+        gradient: &Gradient,
+        norm: f64,
+        then: Then,
+        current: bool,
+        now: Instant,
+    ) {
+        match (current, then) {
+            (false, _) | (true, Then::Judge) => {}
+            (true, Then::Check) => self.replicated(worker, gradient, norm, now),
+            (true, Then::Admit) => self.admit(worker, gradient, norm, now),
         }
     }
 

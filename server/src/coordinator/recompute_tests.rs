@@ -172,3 +172,72 @@ fn an_answer_on_probation_with_no_room_to_wait_is_dropped_without_a_strike() {
     assert_eq!((s.round, s.gradients_accepted), (1, 9), "{s:?}");
     assert!(s.worker_list.iter().all(|w| w.strikes == 0), "{s:?}");
 }
+
+/// Local phases: a trusted worker's sampled phase counts at once (its round closes before
+/// the replay comes back) and the verdict judges it afterwards: a cheat is struck and told.
+/// A newcomer's phase (probation) still waits for its verdict.
+#[test]
+fn a_trusted_workers_sampled_phase_counts_at_once_and_is_judged_after() {
+    let flags = [
+        "--min-workers",
+        "1",
+        "--verify-cores",
+        "1",
+        "--verify-fraction",
+        "1",
+        "--local-steps",
+        "4",
+        "--probation",
+        "0",
+    ];
+    let mut swarm = Swarm::new(&flags, 1);
+    swarm.hold_recomputations();
+    swarm.deliver(0);
+    scale(&mut swarm.volunteers[0].outgoing, 1.01);
+    swarm.upload(0);
+    let s = swarm.c.status().clone();
+    assert_eq!(
+        (s.round, s.gradients_accepted, s.recomputing),
+        (1, 1, 1),
+        "{s:?}"
+    );
+    let done = swarm.run_recomputation();
+    assert!(matches!(done.verdict, Ok(Err(_))), "{:?}", done.verdict);
+    let s = swarm.c.status().clone();
+    assert_eq!(
+        (s.verification_mismatches, s.worker_list[0].strikes),
+        (1, 1),
+        "{s:?}"
+    );
+    assert!(swarm
+        .queued_errors(0)
+        .contains(&protocol::ErrorCode::Mismatch));
+    // An honest one is judged the same way, and never struck.
+    swarm.deliver(0);
+    swarm.upload(0);
+    assert_eq!(swarm.c.status().round, 2);
+    assert_eq!(swarm.run_recomputation().verdict, Ok(Ok(())));
+    assert_eq!(swarm.c.status().worker_list[0].strikes, 1);
+
+    let flags = [
+        "--min-workers",
+        "1",
+        "--verify-cores",
+        "1",
+        "--verify-fraction",
+        "0",
+        "--local-steps",
+        "4",
+    ];
+    let mut newcomer = Swarm::new(&flags, 1);
+    newcomer.hold_recomputations();
+    newcomer.deliver(0);
+    newcomer.upload(0);
+    assert_eq!(
+        newcomer.c.status().round,
+        0,
+        "on probation: waits for its verdict"
+    );
+    assert_eq!(newcomer.run_recomputation().verdict, Ok(Ok(())));
+    assert_eq!(newcomer.c.status().round, 1);
+}

@@ -211,6 +211,11 @@ impl Swarm {
                 v.outgoing.extend(reply);
             }
         }
+        // A local phase: its steps, one after the other.
+        while v.core.working() {
+            let reply = v.core.work().expect("an honest worker's core");
+            v.outgoing.extend(reply);
+        }
         if closed {
             self.disconnect(i);
         }
