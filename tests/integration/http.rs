@@ -70,10 +70,16 @@ async fn metrics_parse_and_match_the_status() {
         s.evaluated_round.is_some()
     })
     .await;
-    // With its only worker gone the run waits, so both documents describe the same moment.
+    // With its only worker gone and its last answer's replay back (it runs off the
+    // coordinator's task), the run waits, so both documents describe the same moment.
     cancel.cancel();
     let _ = guard("the worker", task).await;
-    wait_status(&mut status, "the worker gone", |s| s.workers == 0).await;
+    wait_status(
+        &mut status,
+        "the worker gone, nothing being recomputed",
+        |s| s.workers == 0 && s.recomputing == 0,
+    )
+    .await;
 
     let (code, head, body) = http_get(server.addr, "/metrics").await;
     assert_eq!(code, 200);
