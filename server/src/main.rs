@@ -46,7 +46,8 @@ async fn run() -> anyhow::Result<()> {
         Err(err) => err.exit(),
     };
     if let Some(Command::Export(args)) = &cli.command {
-        let exported = server::checkpoint::export(&args.checkpoint_dir, &args.out)?;
+        let exported =
+            server::checkpoint::export(&args.checkpoint_dir, &args.out, args.tokenizer.as_deref())?;
         println!(
             "exported version {} ({} bytes) from {} to {}",
             exported.version,

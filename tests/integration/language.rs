@@ -101,6 +101,25 @@ async fn a_gpt_trains_on_text_verified_and_goes_to_hugging_face_and_back() {
         String::from_utf8_lossy(&export.stderr)
     );
     let (spec, params) = hf::read_dir(&out).expect("a GPT-2 directory");
+    // A tokeniser that is not the run's is refused before anything is written.
+    let bpe = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../data/shakespeare-bpe/tokenizer.json"
+    );
+    let wrong = std::process::Command::new(BIN)
+        .args(["export", "--checkpoint-dir"])
+        .arg(&ckpt)
+        .arg("--out")
+        .arg(dir.path().join("hf-wrong"))
+        .args(["--tokenizer", bpe])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&wrong.stderr);
+    assert!(
+        !wrong.status.success() && stderr.contains("512 tokens, the model 73"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("hf-wrong").exists());
 
     // `coordinator sample` continues a prompt from the checkpoint; the same seed writes the
     // same text, and a tokeniser that is not the run's is refused.
@@ -204,15 +223,20 @@ async fn a_gpt_trains_on_local_adamw_phases_every_one_replayed() {
 
 /// `--tokenizer FILE`: the repository's byte-level BPE (`data/shakespeare-bpe`, a Hugging
 /// Face `tokenizer.json`) tokenises on the coordinator; a native worker trains on its ids,
-/// every answer replayed; the status reads the loss per token and the sample is text.
+/// every answer replayed; the status reads the loss per token and the sample is text; the
+/// export carries the tokeniser beside the model.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gpt_trains_on_a_hugging_face_bpe_tokenizer() {
     let bpe = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../data/shakespeare-bpe/tokenizer.json"
     );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ckpt = dir.path().join("ckpt");
     let mut flags = SMALL_GPT.to_vec();
     flags.extend([
+        "--checkpoint-dir",
+        ckpt.to_str().expect("utf-8"),
         "--tokenizer",
         bpe,
         "--batch-size",
@@ -244,4 +268,23 @@ async fn a_gpt_trains_on_a_hugging_face_bpe_tokenizer() {
         sample.prompt, sample.text
     );
     assert!(!sample.text.is_empty() && !sample.prompt.is_empty());
+    let out = dir.path().join("hf");
+    let export = std::process::Command::new(BIN)
+        .args(["export", "--checkpoint-dir"])
+        .arg(&ckpt)
+        .arg("--out")
+        .arg(&out)
+        .args(["--tokenizer", bpe])
+        .output()
+        .expect("runs");
+    assert!(
+        export.status.success(),
+        "{}",
+        String::from_utf8_lossy(&export.stderr)
+    );
+    assert_eq!(
+        std::fs::read(out.join("tokenizer.json")).expect("copied"),
+        std::fs::read(bpe).expect("the repository's")
+    );
+    assert_eq!(hf::read_dir(&out).expect("a GPT-2 directory").0.vocab, 512);
 }

@@ -461,6 +461,10 @@ pub struct ExportArgs {
     /// Where to write the parameters (safetensors, one tensor per layer).
     #[arg(long)]
     pub out: PathBuf,
+    /// A GPT's: the run's `tokenizer.json`, copied beside the model (checked against its
+    /// vocabulary) so that `transformers` loads both from the directory.
+    #[arg(long, value_name = "FILE")]
+    pub tokenizer: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

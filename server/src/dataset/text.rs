@@ -207,6 +207,11 @@ impl Pretrained {
         })
     }
 
+    /// Its tokens, added ones included.
+    pub fn vocab(&self) -> usize {
+        self.pieces.len()
+    }
+
     fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
         let encoding = self
             .inner

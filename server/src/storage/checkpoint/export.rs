@@ -32,8 +32,14 @@ pub struct Exported {
 
 /// Copies the newest intact checkpoint's `params.safetensors` in `dir` to `out`, written
 /// to a temporary file beside it and renamed, so `out` is never half written. A GPT's is
-/// written as the Hugging Face directory `out` (`config.json`, `model.safetensors`).
-pub fn export(dir: &Path, out: &Path) -> Result<Exported, CheckpointError> {
+/// written as the Hugging Face directory `out` (`config.json`, `model.safetensors`), with
+/// the run's `tokenizer` beside them if one is given (checked first: it must load, and have
+/// the model's vocabulary), so that `transformers` loads the tokeniser with the model.
+pub fn export(
+    dir: &Path,
+    out: &Path,
+    tokenizer: Option<&Path>,
+) -> Result<Exported, CheckpointError> {
     let store = Store::new(dir.to_path_buf(), usize::MAX, ParamLayout::default());
     let (from, intact, _) = store.newest_intact()?;
     let params = &intact.files[PARAMS];
@@ -41,10 +47,31 @@ pub fn export(dir: &Path, out: &Path) -> Result<Exported, CheckpointError> {
         path: from.clone(),
         reason,
     };
-    if let Some(net) = gpt_of(&intact).map_err(fail)? {
+    let net = gpt_of(&intact).map_err(fail)?;
+    if let Some(file) = tokenizer {
+        let Some(gpt) = net.as_ref().and_then(model::Network::as_gpt) else {
+            return Err(fail(
+                "--tokenizer: only a GPT has a tokeniser to export".into(),
+            ));
+        };
+        let read = crate::dataset::text::Pretrained::load(file).map_err(fail)?;
+        if read.vocab() != gpt.spec().vocab {
+            return Err(fail(format!(
+                "{}: {} tokens, the model {}: give the run's tokenizer.json",
+                file.display(),
+                read.vocab(),
+                gpt.spec().vocab
+            )));
+        }
+    }
+    if let Some(net) = net {
         let (values, _) = crate::storage::tensors_file::decode_params(params, net.layout())
             .map_err(|e| fail(e.to_string()))?;
         crate::storage::hf::write_dir(out, &net, &values).map_err(|e| fail(e.to_string()))?;
+        if let Some(file) = tokenizer {
+            let to = out.join("tokenizer.json");
+            std::fs::copy(file, &to).map_err(|error| CheckpointError::Write { path: to, error })?;
+        }
         return Ok(Exported {
             version: intact.version,
             from,

@@ -248,7 +248,7 @@ fn export_copies_the_newest_valid_parameters() {
     let newest = store.write(&checkpoint(20)).expect("written").path;
     damages()[0].1(&newest.join(OPTIMIZER));
     let out = dir.path().join("model.safetensors");
-    let exported = export(dir.path(), &out).expect("exports");
+    let exported = export(dir.path(), &out, None).expect("exports");
     assert_eq!(exported.version, 10, "the newest intact one");
     let mlp = Network::mlp(&[4, 3, 2]).expect("valid");
     let (params, metadata) = crate::storage::tensors_file::decode_params(
