@@ -262,8 +262,9 @@ impl Coordinator {
         if let Some(job) = next {
             self.outputs.push_back(Output::Recompute(job));
         }
-        self.metrics
-            .recomputing(self.recomputations.len(), done.seconds);
+        // A verdict for no job of this coordinator's (a stale one) is not counted.
+        let seconds = if held.is_some() { done.seconds } else { 0.0 };
+        self.metrics.recomputing(self.recomputations.len(), seconds);
         if let (Some(held), None) = (held, &self.outcome) {
             self.judge(held, done.verdict, now);
         }
