@@ -24,6 +24,24 @@ pub const SMALL_GPT: [&str; 10] = [
     "16",
 ];
 
+/// The repository's byte-level BPE for the embedded text (512 tokens).
+const BPE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../data/shakespeare-bpe/tokenizer.json"
+);
+
+/// `coordinator export` of the newest checkpoint in `ckpt` to `out`, with `extra` flags.
+fn export(ckpt: &std::path::Path, out: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    std::process::Command::new(BIN)
+        .args(["export", "--checkpoint-dir"])
+        .arg(ckpt)
+        .arg("--out")
+        .arg(out)
+        .args(extra)
+        .output()
+        .expect("runs")
+}
+
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
@@ -88,32 +106,15 @@ async fn a_gpt_trains_on_text_verified_and_goes_to_hugging_face_and_back() {
 
     // The real binary exports the checkpoint as a Hugging Face directory.
     let out = dir.path().join("hf");
-    let export = std::process::Command::new(BIN)
-        .args(["export", "--checkpoint-dir"])
-        .arg(&ckpt)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("runs");
+    let exported = export(&ckpt, &out, &[]);
     assert!(
-        export.status.success(),
+        exported.status.success(),
         "{}",
-        String::from_utf8_lossy(&export.stderr)
+        String::from_utf8_lossy(&exported.stderr)
     );
     let (spec, params) = hf::read_dir(&out).expect("a GPT-2 directory");
     // A tokeniser that is not the run's is refused before anything is written.
-    let bpe = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../data/shakespeare-bpe/tokenizer.json"
-    );
-    let wrong = std::process::Command::new(BIN)
-        .args(["export", "--checkpoint-dir"])
-        .arg(&ckpt)
-        .arg("--out")
-        .arg(dir.path().join("hf-wrong"))
-        .args(["--tokenizer", bpe])
-        .output()
-        .expect("runs");
+    let wrong = export(&ckpt, &dir.path().join("hf-wrong"), &["--tokenizer", BPE]);
     let stderr = String::from_utf8_lossy(&wrong.stderr);
     assert!(
         !wrong.status.success() && stderr.contains("512 tokens, the model 73"),
@@ -227,10 +228,6 @@ async fn a_gpt_trains_on_local_adamw_phases_every_one_replayed() {
 /// export carries the tokeniser beside the model.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gpt_trains_on_a_hugging_face_bpe_tokenizer() {
-    let bpe = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../data/shakespeare-bpe/tokenizer.json"
-    );
     let dir = tempfile::tempdir().expect("temp dir");
     let ckpt = dir.path().join("ckpt");
     let mut flags = SMALL_GPT.to_vec();
@@ -238,7 +235,7 @@ async fn a_gpt_trains_on_a_hugging_face_bpe_tokenizer() {
         "--checkpoint-dir",
         ckpt.to_str().expect("utf-8"),
         "--tokenizer",
-        bpe,
+        BPE,
         "--batch-size",
         "16",
         "--max-rounds",
@@ -269,22 +266,15 @@ async fn a_gpt_trains_on_a_hugging_face_bpe_tokenizer() {
     );
     assert!(!sample.text.is_empty() && !sample.prompt.is_empty());
     let out = dir.path().join("hf");
-    let export = std::process::Command::new(BIN)
-        .args(["export", "--checkpoint-dir"])
-        .arg(&ckpt)
-        .arg("--out")
-        .arg(&out)
-        .args(["--tokenizer", bpe])
-        .output()
-        .expect("runs");
+    let exported = export(&ckpt, &out, &["--tokenizer", BPE]);
     assert!(
-        export.status.success(),
+        exported.status.success(),
         "{}",
-        String::from_utf8_lossy(&export.stderr)
+        String::from_utf8_lossy(&exported.stderr)
     );
     assert_eq!(
         std::fs::read(out.join("tokenizer.json")).expect("copied"),
-        std::fs::read(bpe).expect("the repository's")
+        std::fs::read(BPE).expect("the repository's")
     );
     assert_eq!(hf::read_dir(&out).expect("a GPT-2 directory").0.vocab, 512);
 }

@@ -147,9 +147,6 @@ pub(crate) struct Recomputations {
     next: u64,
     running: BTreeMap<u64, Held>,
     waiting: VecDeque<(RecomputeJob, Held)>,
-    /// Seconds of a core spent recomputing, and answers turned away for lack of room.
-    pub seconds: f64,
-    pub turned_away: u64,
 }
 
 impl Recomputations {
@@ -160,8 +157,6 @@ impl Recomputations {
             next: 0,
             running: BTreeMap::new(),
             waiting: VecDeque::new(),
-            seconds: 0.0,
-            turned_away: 0,
         }
     }
 
@@ -169,7 +164,6 @@ impl Recomputations {
     /// room, even to wait.
     pub fn start(&mut self, held: Held, inputs: Inputs<'_>) -> Result<Option<RecomputeJob>, Held> {
         if self.running.len() >= self.cores && self.waiting.len() >= self.cores * WAITING_PER_CORE {
-            self.turned_away += 1;
             return Err(held);
         }
         self.next += 1;
@@ -201,7 +195,6 @@ impl Recomputations {
         let Some(held) = self.running.remove(&done.id) else {
             return (None, None);
         };
-        self.seconds += done.seconds;
         let next = self.waiting.pop_front().map(|(job, waiting)| {
             self.running.insert(job.id, waiting);
             job
@@ -273,7 +266,7 @@ mod tests {
             );
         }
         assert!(r.start(held(99), inputs()).is_err(), "no room: turned away");
-        assert_eq!((r.len(), r.turned_away), (2 + room, 1));
+        assert_eq!(r.len(), 2 + room);
         let answer = |job: &RecomputeJob| Recomputed {
             id: job.id,
             verdict: Ok(Ok(())),
@@ -288,6 +281,5 @@ mod tests {
         assert_eq!(held1.map(|h| h.worker), Some(WorkerId(1)));
         let (held3, _) = r.done(&answer(&next));
         assert_eq!(held3.map(|h| h.worker), Some(WorkerId(3)), "oldest first");
-        assert!((r.seconds - 1.5).abs() < 1e-12);
     }
 }

@@ -4,27 +4,46 @@
 
 use super::test_swarm::Swarm;
 
+/// `n` volunteers under the coordinator's `flags` (`--verify-fraction 0` unless they say
+/// otherwise: newcomers on probation are what is recomputed), with `cores` for recomputation,
+/// whose jobs are held until run by hand.
+fn held(flags: &[&str], n: usize, cores: &str) -> Swarm {
+    let min = n.to_string();
+    let mut all = vec!["--min-workers", &min, "--verify-cores", cores];
+    if !flags.contains(&"--verify-fraction") {
+        all.extend(["--verify-fraction", "0"]);
+    }
+    all.extend_from_slice(flags);
+    let mut swarm = Swarm::new(&all, n);
+    swarm.hold_recomputations();
+    swarm
+}
+
+/// Volunteer `i` reads its weights, computes, and uploads its answer, scaled by 1.01 if it
+/// `cheats`.
+fn answer(swarm: &mut Swarm, i: usize, cheats: bool) {
+    swarm.deliver(i);
+    if cheats {
+        scale(&mut swarm.volunteers[i].outgoing, 1.01);
+    }
+    swarm.upload(i);
+}
+
+/// Jobs asked for and not yet run.
+fn jobs(swarm: &Swarm) -> usize {
+    swarm.recomputations.as_ref().map_or(0, |r| r.len())
+}
+
 /// Three newcomers on probation, one core for recomputation: the core asks for one job at a
 /// time, holds every answer until its verdict (the round waits, everything else goes on),
 /// and each verdict starts the next job; every answer is accepted, nobody is struck.
 #[test]
 fn answers_wait_for_their_verdicts_and_jobs_run_within_the_budget_of_cores() {
-    let flags = [
-        "--min-workers",
-        "3",
-        "--verify-cores",
-        "1",
-        "--verify-fraction",
-        "0",
-    ];
-    let mut swarm = Swarm::new(&flags, 3);
-    swarm.hold_recomputations();
+    let mut swarm = held(&[], 3, "1");
     for i in 0..3 {
-        swarm.deliver(i);
-        swarm.upload(i);
+        answer(&mut swarm, i, false);
     }
-    let held = |s: &Swarm| s.recomputations.as_ref().map_or(0, |r| r.len());
-    assert_eq!(held(&swarm), 1, "one job at a time on one core");
+    assert_eq!(jobs(&swarm), 1, "one job at a time on one core");
     let s = swarm.c.status().clone();
     assert_eq!(
         (s.round, s.recomputing, s.gradients_accepted),
@@ -44,7 +63,7 @@ fn answers_wait_for_their_verdicts_and_jobs_run_within_the_budget_of_cores() {
         let s = swarm.c.status().clone();
         assert_eq!(s.gradients_verified, verdicts, "{s:?}");
         assert_eq!(
-            held(&swarm),
+            jobs(&swarm),
             usize::from(verdicts < 3),
             "the next job starts"
         );
@@ -58,21 +77,11 @@ fn answers_wait_for_their_verdicts_and_jobs_run_within_the_budget_of_cores() {
     assert!(s.recompute_seconds > 0.0);
     assert_eq!(s.verification_mismatches, 0);
     // Two cores: two jobs at once.
-    let flags = [
-        "--min-workers",
-        "3",
-        "--verify-cores",
-        "2",
-        "--verify-fraction",
-        "0",
-    ];
-    let mut swarm = Swarm::new(&flags, 3);
-    swarm.hold_recomputations();
+    let mut swarm = held(&[], 3, "2");
     for i in 0..3 {
-        swarm.deliver(i);
-        swarm.upload(i);
+        answer(&mut swarm, i, false);
     }
-    assert_eq!(held(&swarm), 2);
+    assert_eq!(jobs(&swarm), 2);
 }
 
 /// A cheat's verdict that comes back after it left and came back under the same identity:
@@ -80,26 +89,11 @@ fn answers_wait_for_their_verdicts_and_jobs_run_within_the_budget_of_cores() {
 /// round does not count the answer.
 #[test]
 fn a_verdict_for_a_worker_that_reconnected_meanwhile_strikes_its_identity_and_goes_nowhere() {
-    let flags = [
-        "--min-workers",
-        "1",
-        "--verify-cores",
-        "1",
-        "--verify-fraction",
-        "0",
-    ];
-    let mut swarm = Swarm::new(&flags, 1);
-    swarm.hold_recomputations();
-    swarm.deliver(0);
-    // Scaled by 1.01 before it goes up: a cheat.
-    scale(&mut swarm.volunteers[0].outgoing, 1.01);
-    swarm.upload(0);
+    let mut swarm = held(&[], 1, "1");
+    answer(&mut swarm, 0, true);
     // The same cheat, with its verdict due while it is connected: told.
-    let mut told = Swarm::new(&flags, 1);
-    told.hold_recomputations();
-    told.deliver(0);
-    scale(&mut told.volunteers[0].outgoing, 1.01);
-    told.upload(0);
+    let mut told = held(&[], 1, "1");
+    answer(&mut told, 0, true);
     told.run_recomputation();
     assert_eq!(told.queued_errors(0), [protocol::ErrorCode::Mismatch]);
     swarm.disconnect(0);
@@ -149,19 +143,9 @@ fn scale(frames: &mut Vec<Vec<u8>>, factor: f32) {
 /// goes on without it.
 #[test]
 fn an_answer_on_probation_with_no_room_to_wait_is_dropped_without_a_strike() {
-    let flags = [
-        "--min-workers",
-        "10",
-        "--verify-cores",
-        "1",
-        "--verify-fraction",
-        "0",
-    ];
-    let mut swarm = Swarm::new(&flags, 10);
-    swarm.hold_recomputations();
+    let mut swarm = held(&[], 10, "1");
     for i in 0..10 {
-        swarm.deliver(i);
-        swarm.upload(i);
+        answer(&mut swarm, i, false);
     }
     let s = swarm.c.status().clone();
     assert_eq!((s.recomputing, s.probation_unchecked), (9, 1), "{s:?}");
@@ -179,10 +163,6 @@ fn an_answer_on_probation_with_no_room_to_wait_is_dropped_without_a_strike() {
 #[test]
 fn a_trusted_workers_sampled_phase_counts_at_once_and_is_judged_after() {
     let flags = [
-        "--min-workers",
-        "1",
-        "--verify-cores",
-        "1",
         "--verify-fraction",
         "1",
         "--local-steps",
@@ -190,11 +170,8 @@ fn a_trusted_workers_sampled_phase_counts_at_once_and_is_judged_after() {
         "--probation",
         "0",
     ];
-    let mut swarm = Swarm::new(&flags, 1);
-    swarm.hold_recomputations();
-    swarm.deliver(0);
-    scale(&mut swarm.volunteers[0].outgoing, 1.01);
-    swarm.upload(0);
+    let mut swarm = held(&flags, 1, "1");
+    answer(&mut swarm, 0, true);
     let s = swarm.c.status().clone();
     assert_eq!(
         (s.round, s.gradients_accepted, s.recomputing),
@@ -213,26 +190,13 @@ fn a_trusted_workers_sampled_phase_counts_at_once_and_is_judged_after() {
         .queued_errors(0)
         .contains(&protocol::ErrorCode::Mismatch));
     // An honest one is judged the same way, and never struck.
-    swarm.deliver(0);
-    swarm.upload(0);
+    answer(&mut swarm, 0, false);
     assert_eq!(swarm.c.status().round, 2);
     assert_eq!(swarm.run_recomputation().verdict, Ok(Ok(())));
     assert_eq!(swarm.c.status().worker_list[0].strikes, 1);
 
-    let flags = [
-        "--min-workers",
-        "1",
-        "--verify-cores",
-        "1",
-        "--verify-fraction",
-        "0",
-        "--local-steps",
-        "4",
-    ];
-    let mut newcomer = Swarm::new(&flags, 1);
-    newcomer.hold_recomputations();
-    newcomer.deliver(0);
-    newcomer.upload(0);
+    let mut newcomer = held(&["--local-steps", "4"], 1, "1");
+    answer(&mut newcomer, 0, false);
     assert_eq!(
         newcomer.c.status().round,
         0,

@@ -82,6 +82,19 @@ impl Tokenizer {
         }
     }
 
+    /// Whether a model of `vocab` tokens reads this tokeniser's ids: an error saying both
+    /// sizes if not.
+    pub fn fits(&self, vocab: usize) -> Result<(), String> {
+        if self.vocab() == vocab {
+            return Ok(());
+        }
+        Err(format!(
+            "the {} tokeniser has {} tokens, the model {vocab}",
+            self.kind(),
+            self.vocab()
+        ))
+    }
+
     /// The ids of `text`; a character outside the vocabulary is an error naming it.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
         match self {
@@ -205,11 +218,6 @@ impl Pretrained {
             inner,
             pieces,
         })
-    }
-
-    /// Its tokens, added ones included.
-    pub fn vocab(&self) -> usize {
-        self.pieces.len()
     }
 
     fn encode(&self, text: &str) -> Result<Vec<u32>, String> {

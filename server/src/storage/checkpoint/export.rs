@@ -54,15 +54,14 @@ pub fn export(
                 "--tokenizer: only a GPT has a tokeniser to export".into(),
             ));
         };
-        let read = crate::dataset::text::Pretrained::load(file).map_err(fail)?;
-        if read.vocab() != gpt.spec().vocab {
-            return Err(fail(format!(
-                "{}: {} tokens, the model {}: give the run's tokenizer.json",
-                file.display(),
-                read.vocab(),
-                gpt.spec().vocab
-            )));
-        }
+        let kind = crate::dataset::TokenizerKind::File(file.to_path_buf());
+        let read = crate::dataset::Tokenizer::fit(&kind, "").map_err(fail)?;
+        read.fits(gpt.spec().vocab).map_err(|e| {
+            fail(format!(
+                "{}: {e}: give the run's tokenizer.json",
+                file.display()
+            ))
+        })?;
     }
     if let Some(net) = net {
         let (values, _) = crate::storage::tensors_file::decode_params(params, net.layout())

@@ -44,14 +44,9 @@ pub fn sample(
     let gpt = net.as_gpt().expect("a gpt's network");
     let (text, _) = crate::dataset::text::read(data).map_err(|e| fail(e.to_string()))?;
     let tokenizer = Tokenizer::fit(kind, &text).map_err(fail)?;
-    if tokenizer.vocab() != gpt.spec().vocab {
-        return Err(fail(format!(
-            "the {} tokeniser of this corpus has {} tokens, the model {}: give the run's --data and --tokenizer",
-            tokenizer.kind(),
-            tokenizer.vocab(),
-            gpt.spec().vocab
-        )));
-    }
+    tokenizer
+        .fits(gpt.spec().vocab)
+        .map_err(|e| fail(format!("{e}: give the run's --data and --tokenizer")))?;
     let ids: Vec<usize> = tokenizer
         .encode(prompt)
         .map_err(|e| fail(format!("the prompt: {e}")))?
