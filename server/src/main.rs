@@ -69,7 +69,7 @@ async fn run() -> anyhow::Result<()> {
         let sampled = server::checkpoint::sample(
             &args.checkpoint_dir,
             args.data.as_deref(),
-            &args.tokenizer,
+            args.tokenizer.as_ref(),
             &prompt,
             how,
         )?;

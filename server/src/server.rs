@@ -24,7 +24,7 @@ use crate::edge::session::Limits;
 use crate::edge::tls::TlsListener;
 use crate::edge::upload::UploadSlots;
 use crate::status::Status;
-use crate::storage::checkpoint::{CheckpointError, Fingerprint, Store, Writer};
+use crate::storage::checkpoint::{CheckpointError, Fingerprint, SavedTokenizer, Store, Writer};
 
 /// How long shutdown waits for sessions to send their close frames.
 const SESSION_DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
@@ -181,7 +181,11 @@ pub async fn start(
         } else {
             None
         };
-        let mut checkpoints = Checkpoints::new(Writer::spawn(store), fingerprint);
+        let tokenizer = data
+            .text
+            .as_ref()
+            .map(|t| SavedTokenizer::from(&t.tokenizer));
+        let mut checkpoints = Checkpoints::new(Writer::spawn(store), fingerprint, tokenizer);
         if let Some(loaded) = resume {
             let snapshot = loaded.checkpoint.into_snapshot();
             checkpoints.resumed_at(snapshot.version);

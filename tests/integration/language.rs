@@ -146,6 +146,13 @@ async fn a_gpt_trains_on_text_verified_and_goes_to_hugging_face_and_back() {
         "{text:?}"
     );
     assert_eq!(String::from_utf8_lossy(&sample(&[]).stdout), text, "seeded");
+    // The checkpoint keeps the run's tokeniser: rebuilding it from the corpus is the same.
+    let rebuilt = sample(&["--tokenizer", "char"]);
+    assert_eq!(
+        String::from_utf8_lossy(&rebuilt.stdout),
+        text,
+        "the same tokeniser"
+    );
     let bytes = sample(&["--tokenizer", "byte"]);
     let stderr = String::from_utf8_lossy(&bytes.stderr);
     assert!(
@@ -265,16 +272,33 @@ async fn a_gpt_trains_on_a_hugging_face_bpe_tokenizer() {
         sample.prompt, sample.text
     );
     assert!(!sample.text.is_empty() && !sample.prompt.is_empty());
-    let out = dir.path().join("hf");
-    let exported = export(&ckpt, &out, &["--tokenizer", BPE]);
+    // The checkpoint keeps the tokenizer.json: export writes it beside the model, whether
+    // it is given again or not, and sample reads with it.
+    for (name, given) in [("hf", &["--tokenizer", BPE][..]), ("hf-kept", &[][..])] {
+        let out = dir.path().join(name);
+        let exported = export(&ckpt, &out, given);
+        assert!(
+            exported.status.success(),
+            "{}",
+            String::from_utf8_lossy(&exported.stderr)
+        );
+        assert_eq!(
+            std::fs::read(out.join("tokenizer.json")).expect("written"),
+            std::fs::read(BPE).expect("the repository's"),
+            "{name}"
+        );
+        assert_eq!(hf::read_dir(&out).expect("a GPT-2 directory").0.vocab, 512);
+    }
+    let written = std::process::Command::new(BIN)
+        .args(["sample", "--checkpoint-dir"])
+        .arg(&ckpt)
+        .args(["--prompt", "ROMEO:", "--tokens", "20"])
+        .output()
+        .expect("runs");
+    let text = String::from_utf8_lossy(&written.stdout);
     assert!(
-        exported.status.success(),
-        "{}",
-        String::from_utf8_lossy(&exported.stderr)
+        written.status.success() && text.starts_with("ROMEO:") && text.len() > 20,
+        "{text:?} {}",
+        String::from_utf8_lossy(&written.stderr)
     );
-    assert_eq!(
-        std::fs::read(out.join("tokenizer.json")).expect("copied"),
-        std::fs::read(BPE).expect("the repository's")
-    );
-    assert_eq!(hf::read_dir(&out).expect("a GPT-2 directory").0.vocab, 512);
 }

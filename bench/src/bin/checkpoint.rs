@@ -81,6 +81,7 @@ fn main() -> anyhow::Result<()> {
                     counters: Default::default(),
                     bans: Default::default(),
                     evaluation: None,
+                    tokenizer: None,
                 },
             };
             copy.push(t.elapsed().as_secs_f64() * 1e3);

@@ -445,12 +445,14 @@ pub struct SampleArgs {
     pub top_k: usize,
     #[arg(long, default_value_t = 1337)]
     pub seed: u64,
-    /// The run's corpus, to rebuild its tokeniser [default: the embedded Shakespeare].
+    /// The run's corpus, to rebuild its tokeniser, for a checkpoint that does not keep it
+    /// [default: the embedded Shakespeare].
     #[arg(long)]
     pub data: Option<PathBuf>,
-    /// The run's tokeniser: `char`, `byte`, or its `tokenizer.json`.
-    #[arg(long, default_value = "char", value_name = "char|byte|FILE")]
-    pub tokenizer: crate::dataset::TokenizerKind,
+    /// The run's tokeniser, for a checkpoint that does not keep it: `char`, `byte`, or its
+    /// `tokenizer.json` [default: the checkpoint's; with --data, char].
+    #[arg(long, value_name = "char|byte|FILE")]
+    pub tokenizer: Option<crate::dataset::TokenizerKind>,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -462,7 +464,8 @@ pub struct ExportArgs {
     #[arg(long)]
     pub out: PathBuf,
     /// A GPT's: the run's `tokenizer.json`, copied beside the model (checked against its
-    /// vocabulary) so that `transformers` loads both from the directory.
+    /// vocabulary) so that `transformers` loads both from the directory [default: the one
+    /// the checkpoint keeps, if the run had one].
     #[arg(long, value_name = "FILE")]
     pub tokenizer: Option<PathBuf>,
 }

@@ -8,21 +8,28 @@ use coordinator_core::status::CheckpointReport;
 use coordinator_core::Snapshot;
 use tracing::{info, warn};
 
-use crate::storage::checkpoint::{Checkpoint, Fingerprint, Report, Writer};
+use crate::storage::checkpoint::{Checkpoint, Fingerprint, Report, SavedTokenizer, Writer};
 
 #[derive(Debug)]
 pub struct Checkpoints {
     writer: Writer,
     fingerprint: Fingerprint,
+    /// A language model's tokeniser, kept in every checkpoint.
+    tokenizer: Option<SavedTokenizer>,
     /// The version last handed to the writer.
     taken: Option<u64>,
 }
 
 impl Checkpoints {
-    pub fn new(writer: Writer, fingerprint: Fingerprint) -> Self {
+    pub fn new(
+        writer: Writer,
+        fingerprint: Fingerprint,
+        tokenizer: Option<SavedTokenizer>,
+    ) -> Self {
         Self {
             writer,
             fingerprint,
+            tokenizer,
             taken: None,
         }
     }
@@ -99,6 +106,6 @@ impl Checkpoints {
     }
 
     fn on_disk(&self, snapshot: Snapshot) -> Checkpoint {
-        Checkpoint::of(snapshot, self.fingerprint.clone())
+        Checkpoint::of(snapshot, self.fingerprint.clone(), self.tokenizer.clone())
     }
 }

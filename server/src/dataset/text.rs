@@ -174,7 +174,10 @@ impl Tokenizer {
 /// A Hugging Face `tokenizer.json`, read with the `tokenizers` crate, and each token's bytes:
 /// what the model's samples are written with, one token at a time.
 pub struct Pretrained {
+    /// Where it was read from (for messages): the file, or the checkpoint that kept it.
     path: PathBuf,
+    /// The file's text, as read: what a checkpoint keeps and an export writes.
+    json: String,
     inner: tokenizers::Tokenizer,
     /// Each id's bytes: a byte-level BPE's token in GPT-2's byte alphabet mapped back to
     /// the bytes it stands for (a token may be part of a character); else the token decoded
@@ -185,8 +188,15 @@ pub struct Pretrained {
 impl Pretrained {
     /// Reads `path`; its vocabulary must be within [`MAX_CHAR_VOCAB`] ids.
     pub fn load(path: &Path) -> Result<Self, String> {
+        let json = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Self::parse(json, path)
+    }
+
+    /// A `tokenizer.json`'s text, read from `origin` (named in errors).
+    pub fn parse(json: String, origin: &Path) -> Result<Self, String> {
+        let path = origin;
         let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
-        let inner = tokenizers::Tokenizer::from_file(path).map_err(|e| at(&e))?;
+        let inner: tokenizers::Tokenizer = json.parse().map_err(|e| at(&e))?;
         let vocab = inner.get_vocab_size(true);
         if vocab == 0 || vocab > MAX_CHAR_VOCAB {
             return Err(at(&format!(
@@ -215,9 +225,15 @@ impl Pretrained {
             .collect();
         Ok(Self {
             path: path.to_path_buf(),
+            json,
             inner,
             pieces,
         })
+    }
+
+    /// The `tokenizer.json` as it was read.
+    pub fn json(&self) -> &str {
+        &self.json
     }
 
     fn encode(&self, text: &str) -> Result<Vec<u32>, String> {

@@ -22,6 +22,18 @@ pub(super) fn gpt_of(intact: &super::format::Intact) -> Result<Option<model::Net
         .transpose()
 }
 
+/// The tokeniser the checkpoint keeps, if any; `from` names it in errors.
+pub(super) fn saved_tokenizer(
+    intact: &super::format::Intact,
+    from: &Path,
+) -> Result<Option<crate::dataset::Tokenizer>, String> {
+    let state = intact.state().map_err(|e| e.to_string())?;
+    state
+        .tokenizer
+        .map(|saved| saved.tokenizer(&from.join(super::format::STATE)))
+        .transpose()
+}
+
 /// What was exported.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Exported {
@@ -33,8 +45,9 @@ pub struct Exported {
 /// Copies the newest intact checkpoint's `params.safetensors` in `dir` to `out`, written
 /// to a temporary file beside it and renamed, so `out` is never half written. A GPT's is
 /// written as the Hugging Face directory `out` (`config.json`, `model.safetensors`), with
-/// the run's `tokenizer` beside them if one is given (checked first: it must load, and have
-/// the model's vocabulary), so that `transformers` loads the tokeniser with the model.
+/// the run's `tokenizer.json` beside them: the one given (checked first: it must load, and
+/// have the model's vocabulary), else the one the checkpoint keeps, so that `transformers`
+/// loads the tokeniser with the model. A character or byte tokeniser has no such file.
 pub fn export(
     dir: &Path,
     out: &Path,
@@ -64,12 +77,25 @@ pub fn export(
         })?;
     }
     if let Some(net) = net {
+        let json = match tokenizer {
+            Some(file) => Some(std::fs::read(file).map_err(|error| CheckpointError::Write {
+                path: file.to_path_buf(),
+                error,
+            })?),
+            None => match saved_tokenizer(&intact, &from).map_err(fail)? {
+                Some(crate::dataset::Tokenizer::File(file)) => {
+                    Some(file.json().as_bytes().to_vec())
+                }
+                _ => None,
+            },
+        };
         let (values, _) = crate::storage::tensors_file::decode_params(params, net.layout())
             .map_err(|e| fail(e.to_string()))?;
         crate::storage::hf::write_dir(out, &net, &values).map_err(|e| fail(e.to_string()))?;
-        if let Some(file) = tokenizer {
+        if let Some(json) = json {
             let to = out.join("tokenizer.json");
-            std::fs::copy(file, &to).map_err(|error| CheckpointError::Write { path: to, error })?;
+            std::fs::write(&to, json)
+                .map_err(|error| CheckpointError::Write { path: to, error })?;
         }
         return Ok(Exported {
             version: intact.version,

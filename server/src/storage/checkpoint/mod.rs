@@ -31,7 +31,7 @@ pub use self::export::{export, Exported};
 pub use self::fingerprint::Fingerprint;
 pub use self::format::Fault;
 pub use self::sample::{sample, Sampled};
-pub use self::saved::{SavedBans, SavedCounters};
+pub use self::saved::{SavedBans, SavedCounters, SavedTokenizer};
 pub use self::store::{CheckpointError, Loaded, Store};
 pub use self::writer::{Report, Writer};
 
@@ -46,7 +46,11 @@ pub struct Checkpoint {
 
 impl Checkpoint {
     /// The core's copy as it goes to disk, with what it was trained with.
-    pub fn of(snapshot: Snapshot, fingerprint: Fingerprint) -> Self {
+    pub fn of(
+        snapshot: Snapshot,
+        fingerprint: Fingerprint,
+        tokenizer: Option<SavedTokenizer>,
+    ) -> Self {
         let written_unix_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
@@ -70,6 +74,7 @@ impl Checkpoint {
                 counters: SavedCounters::from(&snapshot.counters),
                 bans: SavedBans::from(&snapshot.bans),
                 evaluation: snapshot.evaluation.map(|(v, e)| (v, e.loss, e.accuracy)),
+                tokenizer,
             },
         }
     }
@@ -129,6 +134,10 @@ pub struct RunState {
     pub bans: SavedBans,
     /// The last evaluation: (version, loss, accuracy).
     pub evaluation: Option<(u64, f64, f64)>,
+    /// A language model's tokeniser (absent from a checkpoint written before it was kept,
+    /// and for a model that does not read text).
+    #[serde(default)]
+    pub tokenizer: Option<SavedTokenizer>,
 }
 
 #[cfg(test)]

@@ -1,14 +1,14 @@
 //! `coordinator sample`: text from the newest valid checkpoint of a GPT. The checkpoint
-//! holds the weights; the tokeniser is rebuilt from the run's corpus (`--data`,
-//! `--tokenizer`), as nanoGPT's `sample.py` reads its `meta.pkl`, and must have the
-//! model's vocabulary size.
+//! holds the weights and the run's tokeniser (as nanoGPT's `meta.pkl` does); one written
+//! before tokenisers were kept needs it rebuilt from the run's corpus (`--data`,
+//! `--tokenizer`), and the tokeniser must have the model's vocabulary size.
 
 use std::path::{Path, PathBuf};
 
 use model::gpt::Sampling;
 use model::ParamLayout;
 
-use super::export::gpt_of;
+use super::export::{gpt_of, saved_tokenizer};
 use super::format::PARAMS;
 use super::{CheckpointError, Store};
 use crate::dataset::{Tokenizer, TokenizerKind};
@@ -23,12 +23,13 @@ pub struct Sampled {
     pub text: String,
 }
 
-/// The newest intact checkpoint in `dir` continues `prompt` as `how` says, tokenised as
-/// `kind` tokenises the corpus at `data` (the embedded Shakespeare when `None`).
+/// The newest intact checkpoint in `dir` continues `prompt` as `how` says, tokenised with
+/// the checkpoint's own tokeniser, or, when either `data` or `kind` is given, as `kind`
+/// (`char` if not given) tokenises the corpus at `data` (the embedded Shakespeare if not).
 pub fn sample(
     dir: &Path,
     data: Option<&Path>,
-    kind: &TokenizerKind,
+    kind: Option<&TokenizerKind>,
     prompt: &str,
     how: Sampling,
 ) -> Result<Sampled, CheckpointError> {
@@ -42,8 +43,16 @@ pub fn sample(
         .map_err(fail)?
         .ok_or_else(|| fail("not a language model: only a gpt writes text".into()))?;
     let gpt = net.as_gpt().expect("a gpt's network");
-    let (text, _) = crate::dataset::text::read(data).map_err(|e| fail(e.to_string()))?;
-    let tokenizer = Tokenizer::fit(kind, &text).map_err(fail)?;
+    let tokenizer = if data.is_none() && kind.is_none() {
+        saved_tokenizer(&intact, &from)
+            .map_err(fail)?
+            .ok_or_else(|| {
+                fail("it does not keep its tokeniser (written by an older coordinator): give the run's --data and --tokenizer".into())
+            })?
+    } else {
+        let (text, _) = crate::dataset::text::read(data).map_err(|e| fail(e.to_string()))?;
+        Tokenizer::fit(kind.unwrap_or(&TokenizerKind::Char), &text).map_err(fail)?
+    };
     tokenizer
         .fits(gpt.spec().vocab)
         .map_err(|e| fail(format!("{e}: give the run's --data and --tokenizer")))?;

@@ -1,11 +1,16 @@
-//! The counters and bans as `state.json` writes them: the file's own types, converted from
+//! The counters, bans and tokeniser as `state.json` writes them: the file's own types, converted from
 //! and to the coordinator's, so that renaming a counter there is a change here, not a new
 //! file format.
 
 use std::net::IpAddr;
+use std::path::Path;
+use std::sync::Arc;
 
 use coordinator_core::metrics::Counters;
 use serde::{Deserialize, Serialize};
+
+use crate::dataset::text::Pretrained;
+use crate::dataset::Tokenizer;
 
 /// The run's counters on disk. A field missing from an older file reads as 0.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,3 +77,54 @@ same_fields!(Counters => SavedCounters {
 same_fields!(coordinator_core::registry::SavedBans => SavedBans {
     workers, addresses, strikes, address_strikes, trusted,
 });
+
+/// A language model's tokeniser on disk, so that `coordinator sample` and `export` read a
+/// checkpoint's text without being given the run's corpus and tokeniser again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", deny_unknown_fields)]
+pub enum SavedTokenizer {
+    /// The corpus's distinct characters, in id order.
+    #[serde(rename = "char")]
+    Chars { characters: String },
+    #[serde(rename = "byte")]
+    Bytes,
+    /// A Hugging Face `tokenizer.json`, whole.
+    #[serde(rename = "tokenizer.json")]
+    File { json: String },
+}
+
+impl From<&Tokenizer> for SavedTokenizer {
+    fn from(t: &Tokenizer) -> Self {
+        match t {
+            Tokenizer::Chars(chars) => Self::Chars {
+                characters: chars.iter().collect(),
+            },
+            Tokenizer::Bytes => Self::Bytes,
+            Tokenizer::File(file) => Self::File {
+                json: file.json().to_string(),
+            },
+        }
+    }
+}
+
+impl SavedTokenizer {
+    /// The tokeniser again; `origin` names the checkpoint in errors.
+    pub fn tokenizer(&self, origin: &Path) -> Result<Tokenizer, String> {
+        Ok(match self {
+            Self::Chars { characters } => {
+                let chars: Vec<char> = characters.chars().collect();
+                if chars.is_empty() || !chars.windows(2).all(|w| w[0] < w[1]) {
+                    return Err(format!(
+                        "{}: the character vocabulary is not in code point order",
+                        origin.display()
+                    ));
+                }
+                Tokenizer::Chars(chars)
+            }
+            Self::Bytes => Tokenizer::Bytes,
+            Self::File { json } => {
+                Tokenizer::File(Arc::new(Pretrained::parse(json.clone(), origin)?))
+            }
+        })
+    }
+}

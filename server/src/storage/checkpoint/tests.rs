@@ -49,6 +49,7 @@ fn checkpoint(version: u64) -> Checkpoint {
                 trusted: vec![(3, 2)],
             },
             evaluation: Some((version, 0.1 + 0.2, 0.93)),
+            tokenizer: None,
         },
     }
 }
@@ -258,4 +259,49 @@ fn export_copies_the_newest_valid_parameters() {
     .expect("a safetensors file");
     assert_eq!(params, checkpoint(10).params);
     assert_eq!(metadata["round"], "10");
+}
+
+#[test]
+fn a_checkpoint_keeps_its_tokenizer_and_reads_it_back() {
+    use crate::dataset::{Tokenizer, TokenizerKind};
+    let bpe = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/shakespeare-bpe/tokenizer.json");
+    let text = "To be, or not to be: that is the question.\n";
+    for kind in [
+        TokenizerKind::Char,
+        TokenizerKind::Byte,
+        TokenizerKind::File(bpe),
+    ] {
+        let run = Tokenizer::fit(&kind, text).expect("fits");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = store(dir.path(), 3);
+        let mut written = checkpoint(10);
+        written.run.tokenizer = Some(SavedTokenizer::from(&run));
+        store.write(&written).expect("written");
+        let loaded = load(&store).expect("loads").checkpoint;
+        assert_eq!(loaded, written, "{kind:?}");
+        let back = loaded.run.tokenizer.expect("kept").tokenizer(dir.path());
+        let back = back.expect("rebuilt");
+        assert_eq!(back, run, "{kind:?}");
+        assert_eq!(back.encode(text), run.encode(text), "{kind:?}");
+    }
+}
+
+#[test]
+fn a_kept_tokenizer_that_was_altered_is_refused_and_an_older_state_has_none() {
+    let dir = Path::new("ckpt-000000000010");
+    let shuffled = SavedTokenizer::Chars {
+        characters: "ba".into(),
+    };
+    let err = shuffled.tokenizer(dir).unwrap_err();
+    assert!(err.contains("not in code point order"), "{err}");
+    let bad = SavedTokenizer::File {
+        json: "{\"model\": 3}".into(),
+    };
+    let err = bad.tokenizer(dir).unwrap_err();
+    assert!(err.starts_with("ckpt-000000000010: "), "{err}");
+    // A state.json written before tokenisers were kept reads as having none.
+    let mut state = serde_json::to_value(&checkpoint(10).run).expect("serialises");
+    state.as_object_mut().expect("object").remove("tokenizer");
+    let older: RunState = serde_json::from_value(state).expect("an older state reads");
+    assert_eq!(older.tokenizer, None);
 }
