@@ -130,6 +130,10 @@ pub async fn start(
         "gradients received at once"
     );
     info!(model = %net.spec(), parameters = net.param_count(), data = %data.describe(), "training");
+    match config.local {
+        Some(local) => info!(steps = ?local.steps, inner = ?local.inner, "local phases"),
+        None => info!("one step per answer, answered with its gradient"),
+    }
     let fingerprint = Fingerprint::of(&config, &data, &net);
     let init = match config.init.clone() {
         Some(path) => Some((read_init(&path, &net)?, path)),

@@ -23,6 +23,8 @@ pub use report::{Report, WorkerReport};
 pub use scenario::{measured_step, Behaviour, Churn, Scenario, Until, WorkerSpec};
 
 #[cfg(test)]
+mod gpt_tests;
+#[cfg(test)]
 mod local_tests;
 #[cfg(test)]
 mod tests;

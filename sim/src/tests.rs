@@ -213,6 +213,37 @@ pub(crate) fn one_hostile_in_five(
     rounds: u64,
     clean_at_least: f64,
 ) {
+    let build = |workers| scenario(32, workers, settings.clone());
+    let (clean, attacked) = hostile_in_five(build, step, rounds);
+    let clean_accuracy = clean.accuracy.expect("evaluated");
+    assert!(clean_accuracy > clean_at_least, "{clean:?}");
+    for (attack, r) in attacked {
+        let accuracy = r.accuracy.expect("evaluated");
+        assert!(
+            accuracy >= clean_accuracy - 0.02,
+            "{attack:?}: {accuracy} against {clean_accuracy} clean"
+        );
+    }
+}
+
+/// The attacks every hostile-worker test runs, in turn.
+pub(crate) const ATTACKS: [Behaviour; 5] = [
+    Behaviour::Scaled(-10.0),
+    Behaviour::Noise(100.0),
+    Behaviour::Zeros,
+    Behaviour::Scaled(1.01),
+    Behaviour::WrongBatch,
+];
+
+/// Four honest workers, `rounds` rounds of the scenario `build` makes of them, on a 10 ms,
+/// 100 Mbit/s link, alone and then with a fifth that is each of [`ATTACKS`] in turn: the clean
+/// run and each attacked one. Every attack is caught by recomputation and its worker banned
+/// (the identity and its address); honest workers never are.
+pub(crate) fn hostile_in_five(
+    build: impl Fn(Vec<WorkerSpec>) -> Scenario,
+    step: Duration,
+    rounds: u64,
+) -> (Report, Vec<(Behaviour, Report)>) {
     let link = Link::symmetric(ms(10), 100.0);
     let train = |hostile: Option<Behaviour>| {
         let mut workers = honest(4, link, step);
@@ -223,32 +254,19 @@ pub(crate) fn one_hostile_in_five(
                     .behaving(b),
             );
         }
-        let mut s = scenario(32, workers, settings.clone());
+        let mut s = build(workers);
         s.until.rounds = Some(rounds);
         run(s)
     };
     let clean = train(None);
-    let clean_accuracy = clean.accuracy.expect("evaluated");
-    assert!(clean_accuracy > clean_at_least, "{clean:?}");
-    for attack in [
-        Behaviour::Scaled(-10.0),
-        Behaviour::Noise(100.0),
-        Behaviour::Zeros,
-        Behaviour::Scaled(1.01),
-        Behaviour::WrongBatch,
-    ] {
+    let attacked = ATTACKS.map(|attack| {
         let r = train(Some(attack));
-        let accuracy = r.accuracy.expect("evaluated");
-        assert!(
-            accuracy >= clean_accuracy - 0.02,
-            "{attack:?}: {accuracy} against {clean_accuracy} clean"
-        );
-        // Every attack here is caught by recomputation, and its worker banned; honest ones
-        // never are.
         assert_eq!(r.bans, 2, "{attack:?}: the identity and its address: {r:?}");
         assert_eq!(r.workers[4].ended.as_deref(), Some("banned"), "{attack:?}");
         assert!(r.workers[..4].iter().all(|w| w.ended.is_none()), "{r:?}");
-    }
+        (attack, r)
+    });
+    (clean, attacked.into())
 }
 
 #[test]

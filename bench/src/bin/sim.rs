@@ -75,10 +75,20 @@ struct Cli {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    let links = cli
+        .links
+        .iter()
+        .map(|l| link(l, cli.jitter))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let flags = cli.coordinator.split_whitespace();
     let seed = cli.seed.to_string();
+    // Workers behind links that are not loopback reach the coordinator from other machines:
+    // it listens beyond loopback, and a GPT's defaults are those of such a run.
+    let remote = links.iter().any(|l| *l != Link::LOOPBACK) && !cli.coordinator.contains("--host");
+    let host: &[&str] = if remote { &["--host", "0.0.0.0"] } else { &[] };
     let args = ["coordinator", "--seed", seed.as_str()]
         .into_iter()
+        .chain(host.iter().copied())
         .chain(flags);
     let coordinator = server::config::Cli::try_parse_from(args)
         .map_err(|e| anyhow::anyhow!("--coordinator: {e}"))?;
@@ -96,11 +106,6 @@ fn main() -> anyhow::Result<()> {
         "int8" => Compression::Int8,
         other => bail!("--compression none, f16 or int8, not {other:?}"),
     };
-    let links = cli
-        .links
-        .iter()
-        .map(|l| link(l, cli.jitter))
-        .collect::<anyhow::Result<Vec<_>>>()?;
     if cli.slower.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
         bail!("--slower: positive multipliers, like 1,1,2,4");
     }

@@ -21,7 +21,8 @@ pub struct Cli {
     #[arg(long)]
     pub config: Option<PathBuf>,
 
-    /// Address to listen on. Use 0.0.0.0 to accept workers from other machines.
+    /// Address to listen on. Use 0.0.0.0 to accept workers from other machines (a gpt then
+    /// takes local phases by default: --local-steps).
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
 
@@ -121,7 +122,8 @@ pub struct Cli {
     /// Each worker takes this many inner steps on consecutive batches before it answers,
     /// with the pseudo-gradient (the weights it got minus the weights it ended with), or
     /// `auto`: each worker's own number, so that its link takes at most about 10 % of its
-    /// time [default: one step, answered with its gradient].
+    /// time [default: one step, answered with its gradient; `auto` for a gpt whose --host
+    /// is not loopback, unless --warmup, --lr-decay-steps, --min-lr or --clip is given].
     #[arg(long)]
     pub local_steps: Option<String>,
 

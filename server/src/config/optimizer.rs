@@ -103,6 +103,25 @@ pub(super) fn optimizers(cli: &Cli, gpt: bool) -> Result<(Stepping, Option<Local
     Ok((stepping, local))
 }
 
+/// Whether a GPT's default is `--local-steps auto`: its coordinator listens beyond loopback
+/// (`--host` is not `localhost`, `127.0.0.1` or `::1`), so its volunteers' links are not
+/// the machine's own, and none of the flags that only apply to a step on each gradient
+/// (`--warmup`, `--lr-decay-steps`, `--min-lr`, `--clip`) asks for that exchange. On a home
+/// link one step per exchange keeps a volunteer about 5 % busy; `auto` gives each worker
+/// the phase length at which its link takes a tenth of its time. `--local-steps 1` asks for
+/// the per-step exchange anywhere.
+fn remote_default(cli: &Cli) -> bool {
+    let loopback = cli.host == "localhost"
+        || (cli.host.trim_matches(['[', ']']))
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    let per_step_asked = cli.warmup.is_some()
+        || cli.lr_decay_steps.is_some()
+        || cli.min_lr.is_some()
+        || cli.clip.is_some();
+    !loopback && !per_step_asked
+}
+
 /// `--warmup`, `--lr-decay-steps`, `--min-lr`; on by default for a GPT (`default_on`).
 fn schedule(cli: &Cli, lr: f32, default_on: bool) -> Result<Option<LrSchedule>, ConfigError> {
     let given = cli.warmup.is_some() || cli.lr_decay_steps.is_some() || cli.min_lr.is_some();
@@ -138,9 +157,15 @@ fn clip(cli: &Cli, default_on: bool) -> Result<Option<f32>, ConfigError> {
 }
 
 /// `--local-steps` and what goes with it; a GPT's phases step with AdamW (DiLoCo's inner
-/// optimizer) unless told otherwise.
+/// optimizer) unless told otherwise. A GPT whose coordinator listens beyond loopback takes
+/// local phases by default ([`remote_default`]).
 fn local(cli: &Cli, gpt: bool) -> Result<Option<Local>, ConfigError> {
-    let Some(steps) = cli.local_steps.as_deref() else {
+    let steps = match cli.local_steps.as_deref() {
+        Some(steps) => Some(steps),
+        None if gpt && remote_default(cli) => Some("auto"),
+        None => None,
+    };
+    let Some(steps) = steps else {
         if cli.max_local_steps.is_some()
             || cli.max_local_epochs.is_some()
             || cli.inner_optimizer.is_some()

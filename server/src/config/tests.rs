@@ -572,3 +572,46 @@ fn a_gpt_steps_as_nanogpt_does() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+/// A GPT takes `--local-steps auto` by default when its coordinator listens beyond
+/// loopback, and the per-step exchange on loopback, when asked with `--local-steps 1`, or
+/// when a flag of that exchange is given; other models keep one step everywhere.
+#[test]
+fn a_gpt_listening_beyond_loopback_takes_local_phases_by_default() {
+    use coordinator_core::LocalSteps;
+    use protocol::InnerOptimizer;
+    let steps = |args: &[&str]| parse(args).expect("valid").local.map(|l| l.steps);
+    let auto = Some(LocalSteps::Auto {
+        max: 4096,
+        passes: 1.0,
+    });
+    assert_eq!(steps(&["--model", "gpt"]), None, "127.0.0.1 by default");
+    for host in ["localhost", "::1", "[::1]", "127.0.0.1"] {
+        assert_eq!(steps(&["--model", "gpt", "--host", host]), None, "{host}");
+    }
+    for host in ["0.0.0.0", "::", "192.0.2.10", "coordinator.example"] {
+        assert_eq!(steps(&["--model", "gpt", "--host", host]), auto, "{host}");
+    }
+    let remote = parse(&["--model", "gpt", "--host", "0.0.0.0"]).expect("valid");
+    assert!(
+        matches!(remote.local.map(|l| l.inner), Some(InnerOptimizer::AdamW { lr, .. }) if lr == 0.001)
+    );
+    assert!(matches!(remote.optimizer, OptimizerKind::Nesterov { .. }));
+    let remote_gpt = ["--model", "gpt", "--host", "0.0.0.0"];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> { [&remote_gpt[..], extra].concat() };
+    assert_eq!(steps(&with(&["--local-steps", "1"])), None);
+    assert_eq!(steps(&with(&["--warmup", "50"])), None);
+    assert_eq!(steps(&with(&["--clip", "0.5"])), None);
+    assert_eq!(
+        steps(&with(&["--max-local-steps", "64"])),
+        Some(LocalSteps::Auto {
+            max: 64,
+            passes: 1.0
+        })
+    );
+    assert_eq!(
+        steps(&with(&["--local-steps", "32"])),
+        Some(LocalSteps::Fixed(32))
+    );
+    assert_eq!(steps(&["--model", "mlp", "--host", "0.0.0.0"]), None);
+}
