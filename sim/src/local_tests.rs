@@ -121,6 +121,7 @@ fn on_a_home_link_auto_keeps_workers_busy_and_reaches_the_target_sooner() {
     let auto = train(
         local(
             LocalSteps::Auto {
+                min: 1,
                 max: 4096,
                 passes: 1e6,
             },
@@ -140,6 +141,7 @@ fn on_a_home_link_auto_keeps_workers_busy_and_reaches_the_target_sooner() {
     let mixed = train(
         local(
             LocalSteps::Auto {
+                min: 1,
                 max: 4096,
                 passes: 1e6,
             },
@@ -171,6 +173,7 @@ fn deadlines_wait_for_phases_that_grew() {
         eval_interval: 5,
         ..local(
             LocalSteps::Auto {
+                min: 1,
                 max: 4096,
                 passes: 1e6,
             },

@@ -131,6 +131,11 @@ pub struct Cli {
     #[arg(long)]
     pub max_local_steps: Option<u32>,
 
+    /// With --local-steps auto: the fewest steps a phase may take [default: 16 for adam and
+    /// adamw, whose moments start fresh each phase; 1 otherwise].
+    #[arg(long)]
+    pub min_local_steps: Option<u32>,
+
     /// With --local-steps auto: the most passes a phase may make over the worker's own
     /// shard; longer phases drift towards the shard's samples [default: 1].
     #[arg(long)]

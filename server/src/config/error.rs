@@ -45,9 +45,11 @@ pub enum ConfigError {
     LocalSteps(String),
     #[error("--max-local-epochs must be a positive number, got {0}")]
     LocalEpochs(f64),
-    #[error("--max-local-steps and --max-local-epochs only apply to --local-steps auto")]
+    #[error("--min-local-steps must be from 1 to --max-local-steps ({max}), got {min}")]
+    MinLocalSteps { min: u32, max: u32 },
+    #[error("--min-local-steps, --max-local-steps and --max-local-epochs only apply to --local-steps auto")]
     MaxLocalStepsWithoutAuto,
-    #[error("--max-local-steps, --max-local-epochs, --inner-optimizer and --inner-lr only apply with --local-steps")]
+    #[error("--min-local-steps, --max-local-steps, --max-local-epochs, --inner-optimizer and --inner-lr only apply with --local-steps")]
     InnerWithoutLocalSteps,
     #[error("with --local-steps 1 every answer is one batch's gradient, for --optimizer to apply: --inner-optimizer and --inner-lr do not apply")]
     InnerWithOneStep,

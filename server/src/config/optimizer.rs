@@ -103,6 +103,15 @@ pub(super) fn optimizers(cli: &Cli, gpt: bool) -> Result<(Stepping, Option<Local
     Ok((stepping, local))
 }
 
+/// `--inner-optimizer`, or its default: AdamW for a GPT (DiLoCo's), SGD otherwise.
+fn inner_choice(cli: &Cli, gpt: bool) -> InnerChoice {
+    (cli.inner_optimizer).unwrap_or(if gpt {
+        InnerChoice::Adamw
+    } else {
+        InnerChoice::Sgd
+    })
+}
+
 /// Whether a GPT's default is `--local-steps auto`: its coordinator listens beyond loopback
 /// (`--host` is not `localhost`, `127.0.0.1` or `::1`), so its volunteers' links are not
 /// the machine's own, and none of the flags that only apply to a step on each gradient
@@ -167,6 +176,7 @@ fn local(cli: &Cli, gpt: bool) -> Result<Option<Local>, ConfigError> {
     };
     let Some(steps) = steps else {
         if cli.max_local_steps.is_some()
+            || cli.min_local_steps.is_some()
             || cli.max_local_epochs.is_some()
             || cli.inner_optimizer.is_some()
             || cli.inner_lr.is_some()
@@ -185,26 +195,41 @@ fn local(cli: &Cli, gpt: bool) -> Result<Option<Local>, ConfigError> {
             if !(passes.is_finite() && passes > 0.0 && passes <= 1e6) {
                 return Err(ConfigError::LocalEpochs(passes));
             }
-            LocalSteps::Auto { max, passes }
+            // Fresh Adam moments each phase: their first steps move every weight by
+            // about the learning rate whatever its gradient (`local.rs`).
+            let adam = matches!(
+                inner_choice(cli, gpt),
+                InnerChoice::Adam | InnerChoice::Adamw
+            );
+            let min = cli.min_local_steps.unwrap_or(if adam { 16 } else { 1 });
+            if !(1..=max).contains(&min) {
+                return Err(ConfigError::MinLocalSteps { min, max });
+            }
+            LocalSteps::Auto { min, max, passes }
         }
         // One step per answer is today's exchange, the gradient itself, bit for bit.
         "1" if cli.inner_optimizer.is_some() || cli.inner_lr.is_some() => {
             return Err(ConfigError::InnerWithOneStep)
         }
-        "1" if cli.max_local_steps.is_none() && cli.max_local_epochs.is_none() => return Ok(None),
+        "1" if cli.max_local_steps.is_none()
+            && cli.max_local_epochs.is_none()
+            && cli.min_local_steps.is_none() =>
+        {
+            return Ok(None)
+        }
         n => match n.parse::<u32>() {
-            Ok(_) if cli.max_local_steps.is_some() || cli.max_local_epochs.is_some() => {
+            Ok(_)
+                if cli.max_local_steps.is_some()
+                    || cli.max_local_epochs.is_some()
+                    || cli.min_local_steps.is_some() =>
+            {
                 return Err(ConfigError::MaxLocalStepsWithoutAuto)
             }
             Ok(h) if (1..=MAX_LOCAL_STEPS).contains(&h) => LocalSteps::Fixed(h),
             _ => return Err(ConfigError::LocalSteps(n.to_string())),
         },
     };
-    let choice = (cli.inner_optimizer).unwrap_or(if gpt {
-        InnerChoice::Adamw
-    } else {
-        InnerChoice::Sgd
-    });
+    let choice = inner_choice(cli, gpt);
     let lr = cli.inner_lr.unwrap_or(match choice {
         InnerChoice::Sgd => 0.1,
         InnerChoice::Momentum => 0.05,

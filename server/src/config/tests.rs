@@ -401,6 +401,7 @@ fn local_steps_take_their_own_flags() {
     assert_eq!(
         c.local.map(|l| l.steps),
         Some(LocalSteps::Auto {
+            min: 16,
             max: 500,
             passes: 1.0
         })
@@ -414,6 +415,7 @@ fn local_steps_take_their_own_flags() {
     assert_eq!(
         auto.local.map(|l| l.steps),
         Some(LocalSteps::Auto {
+            min: 1,
             max: 4096,
             passes: 1.0
         })
@@ -582,6 +584,7 @@ fn a_gpt_listening_beyond_loopback_takes_local_phases_by_default() {
     use protocol::InnerOptimizer;
     let steps = |args: &[&str]| parse(args).expect("valid").local.map(|l| l.steps);
     let auto = Some(LocalSteps::Auto {
+        min: 16,
         max: 4096,
         passes: 1.0,
     });
@@ -605,6 +608,7 @@ fn a_gpt_listening_beyond_loopback_takes_local_phases_by_default() {
     assert_eq!(
         steps(&with(&["--max-local-steps", "64"])),
         Some(LocalSteps::Auto {
+            min: 16,
             max: 64,
             passes: 1.0
         })
