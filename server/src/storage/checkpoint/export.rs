@@ -61,33 +61,33 @@ pub fn export(
         reason,
     };
     let net = gpt_of(&intact).map_err(fail)?;
-    if let Some(file) = tokenizer {
-        let Some(gpt) = net.as_ref().and_then(model::Network::as_gpt) else {
-            return Err(fail(
-                "--tokenizer: only a GPT has a tokeniser to export".into(),
-            ));
-        };
-        let kind = crate::dataset::TokenizerKind::File(file.to_path_buf());
-        let read = crate::dataset::Tokenizer::fit(&kind, "").map_err(fail)?;
-        read.fits(gpt.spec().vocab).map_err(|e| {
-            fail(format!(
-                "{}: {e}: give the run's tokenizer.json",
-                file.display()
-            ))
-        })?;
-    }
+    let given = match tokenizer {
+        Some(file) => {
+            let Some(gpt) = net.as_ref().and_then(model::Network::as_gpt) else {
+                return Err(fail(
+                    "--tokenizer: only a GPT has a tokeniser to export".into(),
+                ));
+            };
+            let kind = crate::dataset::TokenizerKind::File(file.to_path_buf());
+            let read = crate::dataset::Tokenizer::fit(&kind, "").map_err(fail)?;
+            read.fits(gpt.spec().vocab).map_err(|e| {
+                fail(format!(
+                    "{}: {e}: give the run's tokenizer.json",
+                    file.display()
+                ))
+            })?;
+            Some(read)
+        }
+        None => None,
+    };
     if let Some(net) = net {
-        let json = match tokenizer {
-            Some(file) => Some(std::fs::read(file).map_err(|error| CheckpointError::Write {
-                path: file.to_path_buf(),
-                error,
-            })?),
-            None => match saved_tokenizer(&intact, &from).map_err(fail)? {
-                Some(crate::dataset::Tokenizer::File(file)) => {
-                    Some(file.json().as_bytes().to_vec())
-                }
-                _ => None,
-            },
+        let kept = match given {
+            Some(given) => Some(given),
+            None => saved_tokenizer(&intact, &from).map_err(fail)?,
+        };
+        let json = match kept {
+            Some(crate::dataset::Tokenizer::File(file)) => Some(file.json().to_owned()),
+            _ => None,
         };
         let (values, _) = crate::storage::tensors_file::decode_params(params, net.layout())
             .map_err(|e| fail(e.to_string()))?;
