@@ -1,8 +1,9 @@
-//! A GPT's forward and backward on one core: tokens/s of `Network::loss_and_grad` on
-//! batches of windows from the embedded Shakespeare (character tokens), in the library's
-//! float order (a native worker's) and the unfused one (a tab's wasm, and the verifier's
-//! replay of a tab). One JSON line per (preset, order). PyTorch's figure on the same
-//! machine: `scripts/bench/gpt_torch.py`.
+//! A GPT's forward and backward: tokens/s of a worker's batch gradient on windows from the
+//! embedded Shakespeare (character tokens), in the library's float order (a native
+//! worker's) and the unfused one (a tab's wasm, and the verifier's replay of a tab), on one
+//! core or, with `--threads K`, as `worker --threads K` computes it (the batch in K parts on
+//! K threads, added in part order). One JSON line per (preset, order). PyTorch's figure on
+//! the same machine: `scripts/bench/gpt_torch.py`.
 //!
 //! `cargo run --release -p bench --bin gpt -- --preset gpt --batch 12 --seconds 10`
 
@@ -24,6 +25,9 @@ struct Cli {
     /// Orders measured: `library` and/or `unfused`.
     #[arg(long, value_delimiter = ',', default_value = "library,unfused")]
     order: Vec<String>,
+    /// Threads computing each batch, as `worker --threads` (1: on this thread).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -45,6 +49,7 @@ fn main() -> anyhow::Result<()> {
             vocab,
         )?;
         let params = net.init::<f32>(1);
+        let mut cores = worker_core::Cores::new(cli.threads.max(1));
         for order in &cli.order {
             let order = match order.as_str() {
                 "library" => Order::Library,
@@ -59,7 +64,14 @@ fn main() -> anyhow::Result<()> {
                     .batch((0..cli.batch).map(|i| (b * cli.batch + i) % split.train.len()));
                 b += 1;
                 let start = Instant::now();
-                with_order(order, || net.loss_and_grad(&params, x.view(), &labels, 0))?;
+                let job = worker_core::Job::new(
+                    &net,
+                    std::borrow::Cow::Borrowed(&params),
+                    (x.view(), &labels),
+                    0,
+                    cli.threads.max(1),
+                );
+                with_order(order, || job.run_on(&mut cores))?;
                 if b > 1 {
                     spent += start.elapsed().as_secs_f64();
                     batches += 1;
@@ -76,6 +88,7 @@ fn main() -> anyhow::Result<()> {
                     "params": net.param_count(),
                     "order": format!("{order:?}").to_lowercase(),
                     "batch": cli.batch,
+                    "threads": cli.threads.max(1),
                     "context": gpt.context,
                     "batches": batches,
                     "tokens_per_s": (tokens / spent).round(),

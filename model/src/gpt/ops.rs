@@ -130,24 +130,39 @@ fn tanh_by_exp<T: Scalar>(u: T) -> T {
 }
 
 /// GPT-2's GELU (`gelu_new`): `x/2 · (1 + tanh(sqrt(2/π) · (x + 0.044715 x³)))`.
+#[cfg(test)]
 pub(crate) fn gelu<T: Scalar>(x: T) -> T {
+    gelu_from(x, gelu_tanh(x))
+}
+
+/// GELU's `tanh(sqrt(2/π) · (x + 0.044715 x³))`: the one `exp` of its forward, kept by the
+/// pass so that the backward computes no other (it was half of GELU's cost).
+pub(crate) fn gelu_tanh<T: Scalar>(x: T) -> T {
     let (k, a) = (
         constant::<T>(0.797_884_560_802_865_4),
         constant::<T>(0.044_715),
     );
-    let half = constant::<T>(0.5);
-    let t = tanh_by_exp(k * (x + a * x * x * x));
-    half * x * (T::one() + t)
+    tanh_by_exp(k * (x + a * x * x * x))
+}
+
+/// GELU of `x` from its [`gelu_tanh`] `t`: `x/2 · (1 + t)`.
+pub(crate) fn gelu_from<T: Scalar>(x: T, t: T) -> T {
+    constant::<T>(0.5) * x * (T::one() + t)
 }
 
 /// Its derivative: `(1 + t)/2 + x/2 · (1 − t²) · sqrt(2/π) · (1 + 3 · 0.044715 x²)`.
+#[cfg(test)]
 pub(crate) fn gelu_slope<T: Scalar>(x: T) -> T {
+    gelu_slope_from(x, gelu_tanh(x))
+}
+
+/// The derivative at `x` from its [`gelu_tanh`] `t`.
+pub(crate) fn gelu_slope_from<T: Scalar>(x: T, t: T) -> T {
     let (k, a) = (
         constant::<T>(0.797_884_560_802_865_4),
         constant::<T>(0.044_715),
     );
     let (half, three) = (constant::<T>(0.5), constant::<T>(3.0));
-    let t = tanh_by_exp(k * (x + a * x * x * x));
     half * (T::one() + t) + half * x * (T::one() - t * t) * k * (T::one() + three * a * x * x)
 }
 

@@ -25,7 +25,20 @@ struct BlockActs<T> {
     ln2: Array2<T>,
     ln2_stats: Vec<(T, T)>,
     fc: Array2<T>,
-    gelu: Array2<T>,
+    /// GELU's `tanh` of each of `fc` (`ops::gelu_tanh`): the backward needs no `exp`, and
+    /// GELU's output is `fc` and this again, exactly.
+    gelu_tanh: Array2<T>,
+}
+
+impl<T: Scalar> BlockActs<T> {
+    /// GELU's output, from what the pass kept: the forward's values bit for bit.
+    fn gelu(&self) -> Array2<T> {
+        let mut out = self.fc.clone();
+        ndarray::Zip::from(&mut out)
+            .and(&self.gelu_tanh)
+            .for_each(|x, &t| *x = ops::gelu_from(*x, t));
+        out
+    }
 }
 
 /// A forward pass kept for its backward.
@@ -126,9 +139,10 @@ impl Gpt {
         let mut blocks = Vec::with_capacity(self.blocks.len());
         for at in &self.blocks {
             let acts = self.block_forward(params, at, h);
+            let gelu = acts.gelu();
             h = acts.mid.clone()
                 + &linear(
-                    acts.gelu.view(),
+                    gelu.view(),
                     self.tensor(params, at.mlp_w, 4 * c, c),
                     ArrayView1::from(self.vector(params, at.mlp_b, c)),
                 );
@@ -174,7 +188,7 @@ impl Gpt {
             self.tensor(params, at.fc_w, c, 4 * c),
             ArrayView1::from(v(at.fc_b, 4 * c)),
         );
-        let gelu = fc.mapv(ops::gelu);
+        let gelu_tanh = fc.mapv(ops::gelu_tanh);
         BlockActs {
             x,
             ln1,
@@ -186,7 +200,7 @@ impl Gpt {
             ln2,
             ln2_stats,
             fc,
-            gelu,
+            gelu_tanh,
         }
     }
 
@@ -299,7 +313,7 @@ impl Gpt {
         // MLP: out = mid + gelu(fc(ln2(mid))) · W + b.
         let (dw, db) = split_pair(grads, at.mlp_w, at.mlp_b, 4 * c * c, c);
         let dgelu = linear_backward(
-            a.gelu.view(),
+            a.gelu().view(),
             self.tensor(params, at.mlp_w, 4 * c, c),
             dh.view(),
             dw,
@@ -308,7 +322,8 @@ impl Gpt {
         let mut dfc = dgelu;
         ndarray::Zip::from(&mut dfc)
             .and(&a.fc)
-            .for_each(|d, &x| *d *= ops::gelu_slope(x));
+            .and(&a.gelu_tanh)
+            .for_each(|d, &x, &t| *d *= ops::gelu_slope_from(x, t));
         let (dw, db) = split_pair(grads, at.fc_w, at.fc_b, c * 4 * c, 4 * c);
         let dln2 = linear_backward(
             a.ln2.view(),

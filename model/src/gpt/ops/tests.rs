@@ -83,6 +83,47 @@ fn gelu_is_gpt2s_tanh_form_and_its_slope_the_difference() {
     }
 }
 
+/// The pass keeps GELU's `tanh` and computes the output and the slope from it: the values
+/// are those of computing each from `x` alone, bit for bit (a verifier of an older worker
+/// replays the same bits), in f32 and f64, saturated tails included.
+#[test]
+fn gelu_from_its_kept_tanh_is_gelu_bit_for_bit() {
+    fn alone<T: Scalar>(x: T) -> (T, T) {
+        let c = |v: f64| T::from_f64(v).unwrap();
+        let (k, a, half, two, three) = (
+            c(0.797_884_560_802_865_4),
+            c(0.044_715),
+            c(0.5),
+            c(2.0),
+            c(3.0),
+        );
+        let tanh =
+            |x: T| T::one() - two / ((two * (k * (x + a * x * x * x))).exp_portable() + T::one());
+        let out = half * x * (T::one() + tanh(x));
+        let t = tanh(x);
+        let slope = half * (T::one() + t)
+            + half * x * (T::one() - t * t) * k * (T::one() + three * a * x * x);
+        (out, slope)
+    }
+    let mut rng = SplitMix64::new(5);
+    for i in 0..20_000 {
+        let x = (rng.next_f64() * 2.0 - 1.0) * if i % 2 == 0 { 4.0 } else { 60.0 };
+        let t = gelu_tanh(x);
+        assert_eq!(
+            (gelu_from(x, t).to_bits(), gelu_slope_from(x, t).to_bits()),
+            {
+                let (o, s) = alone(x);
+                (o.to_bits(), s.to_bits())
+            }
+        );
+        let x = x as f32;
+        let t = gelu_tanh(x);
+        let (o, s) = alone(x);
+        assert_eq!(gelu_from(x, t).to_bits(), o.to_bits(), "{x}");
+        assert_eq!(gelu_slope_from(x, t).to_bits(), s.to_bits(), "{x}");
+    }
+}
+
 /// Attention by its definition, one query at a time.
 fn naive_attention(qkv: &Array2<f64>, context: usize, heads: usize) -> Array2<f64> {
     let width = qkv.ncols() / 3;
