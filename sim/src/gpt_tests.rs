@@ -3,14 +3,13 @@
 //! local AdamW phases, and every cheat is banned.
 
 use std::io::Read;
-use std::time::Duration;
 
 use coordinator_core::{Data, Local, LocalSteps, Settings};
 use model::gpt::GptSpec;
 use model::{Dataset, NetSpec, Network, Normalization, OptimizerKind, Shape, Values};
 use protocol::InnerOptimizer;
 
-use crate::tests::{hostile_in_five, ms, sync};
+use crate::tests::{hostile_in_five, ms, scenario_of, sync};
 use crate::*;
 
 /// A sample's positions.
@@ -85,16 +84,7 @@ fn gpt_scenario(workers: Vec<WorkerSpec>, settings: Settings) -> Scenario {
         width: 32,
     };
     let net = Network::new(NetSpec::gpt(spec), vocab).expect("a gpt");
-    Scenario {
-        settings,
-        net,
-        data,
-        workers,
-        seed: 7,
-        until: Until::default(),
-        evaluation_time: ms(50),
-        recompute_step: Duration::ZERO,
-    }
+    scenario_of(net, data, workers, settings)
 }
 
 /// The share of what the clean run learnt (its drop in validation loss from a uniform

@@ -31,6 +31,16 @@ pub(crate) fn mnist() -> Data {
 pub(crate) fn scenario(hidden: usize, workers: Vec<WorkerSpec>, settings: Settings) -> Scenario {
     let data = mnist();
     let net = Network::new(NetSpec::mlp(data.train.shape(), &[hidden], 10), 10).expect("model");
+    scenario_of(net, data, workers, settings)
+}
+
+/// `net` on `data`, seed 7, evaluations of 50 ms, recomputation free.
+pub(crate) fn scenario_of(
+    net: Network,
+    data: Data,
+    workers: Vec<WorkerSpec>,
+    settings: Settings,
+) -> Scenario {
     Scenario {
         settings,
         net,

@@ -14,6 +14,23 @@ fn home() -> (slowlink::Way, slowlink::Way) {
     (way, way)
 }
 
+/// `n` tabs, each behind its own home link to the coordinator at `addr` (its page, wasm
+/// and socket through the proxy), which `cancel` closes.
+async fn tabs_behind_home_links(
+    addr: std::net::SocketAddr,
+    n: usize,
+    cancel: &CancellationToken,
+) -> Vec<Browser> {
+    let mut tabs = Vec::new();
+    for _ in 0..n {
+        let addr = slowlink::proxy(addr, home(), cancel.clone())
+            .await
+            .expect("proxy");
+        tabs.push(Browser::open_with_devtools(&page(addr)));
+    }
+    tabs
+}
+
 /// Two native workers behind home links, `--local-steps auto`, a fifth of the phases
 /// recomputed: the coordinator lengthens the phases from 4 steps to a pass over each shard
 /// (125 steps), the workers compute over ten times as much of their time as per-step
@@ -202,13 +219,7 @@ async fn two_tabs_behind_home_links_train_the_cnn_to_97_5_percent_with_local_ste
     let mut status = server.status.clone();
     let cancel = CancellationToken::new();
     let started = Instant::now();
-    let mut tabs = Vec::new();
-    for _ in 0..2 {
-        let addr = slowlink::proxy(server.addr, home(), cancel.clone())
-            .await
-            .expect("proxy");
-        tabs.push(Browser::open(&page(addr)));
-    }
+    let tabs = tabs_behind_home_links(server.addr, 2, &cancel).await;
     // Progress in steps, each under the guard: a stalled run fails, a slow one does not.
     loop {
         let round = status.borrow().round;
@@ -281,13 +292,7 @@ async fn two_tabs_behind_home_links_train_a_gpt_to_a_validation_loss_of_2() {
     let server = start_server(&flags).await;
     let mut status = server.status.clone();
     let cancel = CancellationToken::new();
-    let mut tabs = Vec::new();
-    for _ in 0..2 {
-        let addr = slowlink::proxy(server.addr, home(), cancel.clone())
-            .await
-            .expect("proxy");
-        tabs.push(Browser::open_with_devtools(&page(addr)));
-    }
+    let tabs = tabs_behind_home_links(server.addr, 2, &cancel).await;
     wait_status(&mut status, "both tabs to join", |s| {
         s.worker_list.iter().filter(|w| w.kind == "browser").count() == 2
     })
