@@ -33,11 +33,9 @@ struct BlockActs<T> {
 impl<T: Scalar> BlockActs<T> {
     /// GELU's output, from what the pass kept: the forward's values bit for bit.
     fn gelu(&self) -> Array2<T> {
-        let mut out = self.fc.clone();
-        ndarray::Zip::from(&mut out)
+        ndarray::Zip::from(&self.fc)
             .and(&self.gelu_tanh)
-            .for_each(|x, &t| *x = ops::gelu_from(*x, t));
-        out
+            .map_collect(|&x, &t| ops::gelu_from(x, t))
     }
 }
 

@@ -192,9 +192,8 @@ impl Pretrained {
         Self::parse(json, path)
     }
 
-    /// A `tokenizer.json`'s text, read from `origin` (named in errors).
-    pub fn parse(json: String, origin: &Path) -> Result<Self, String> {
-        let path = origin;
+    /// A `tokenizer.json`'s text, read from `path` (named in errors).
+    pub fn parse(json: String, path: &Path) -> Result<Self, String> {
         let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
         let inner: tokenizers::Tokenizer = json.parse().map_err(|e| at(&e))?;
         let vocab = inner.get_vocab_size(true);
