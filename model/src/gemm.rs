@@ -15,11 +15,14 @@
 //! [`KC`]; each output value sums a block's products in order from zero, one rounded
 //! multiply then one rounded add each, scales the sum by `alpha`, and adds it to `beta · C`
 //! for the first block and to `C` for the others. Vectorised or not, each value's operations
-//! are these, in this order (the test below checks it against matrixmultiply itself, which
-//! on this machine fuses; `scripts/test.sh` checks it against wasm).
+//! are these, in this order (the test below checks it against a naive loop, and against
+//! matrixmultiply itself, which on this machine fuses, within rounding; `scripts/test.sh`
+//! checks it against wasm bit for bit). `unfused` computes it in packed register tiles.
 //!
 //! The order is a per-thread setting, [`with_order`], rather than a parameter of every
 //! forward and backward pass: only the coordinator's verifier changes it, around one replay.
+
+mod unfused;
 
 use std::cell::Cell;
 
@@ -77,57 +80,7 @@ pub(crate) fn gemm<T, SA, SB>(
 {
     match order() {
         Order::Library => general_mat_mul(alpha, a, b, beta, c),
-        Order::Unfused => unfused(alpha, a, b, beta, c),
-    }
-}
-
-fn unfused<T, SA, SB>(
-    alpha: T,
-    a: &ArrayBase<SA, Ix2>,
-    b: &ArrayBase<SB, Ix2>,
-    beta: T,
-    c: &mut ArrayViewMut2<'_, T>,
-) where
-    T: Scalar,
-    SA: Data<Elem = T>,
-    SB: Data<Elem = T>,
-{
-    let ((m, k), (k2, n)) = (a.dim(), b.dim());
-    assert!(
-        k == k2 && c.dim() == (m, n),
-        "gemm shapes: {:?} · {:?} into {:?}",
-        a.dim(),
-        b.dim(),
-        c.dim()
-    );
-    if k == 0 {
-        c.mapv_inplace(|v| if beta.is_zero() { T::zero() } else { v * beta });
-        return;
-    }
-    let b = b.as_standard_layout();
-    let b = b.as_slice().expect("standard layout");
-    let mut sums = vec![T::zero(); n];
-    for i in 0..m {
-        let a_row = a.row(i);
-        let mut c_row = c.row_mut(i);
-        for (block, start) in (0..k).step_by(KC).enumerate() {
-            sums.fill(T::zero());
-            for p in start..(start + KC).min(k) {
-                let a_ip = a_row[p];
-                // A rounded multiply, then a rounded add: Rust never fuses them.
-                for (s, &b_pj) in sums.iter_mut().zip(&b[p * n..(p + 1) * n]) {
-                    *s += a_ip * b_pj;
-                }
-            }
-            for (c_ij, &s) in c_row.iter_mut().zip(&sums) {
-                let s = s * alpha;
-                *c_ij = match (block, beta.is_zero()) {
-                    (0, true) => s,
-                    (0, false) => beta * *c_ij + s,
-                    _ => *c_ij + s,
-                };
-            }
-        }
+        Order::Unfused => unfused::gemm(alpha, a, b, beta, c),
     }
 }
 
@@ -144,7 +97,13 @@ mod tests {
 
     /// The naive reference: each value's products summed in order from zero, block by block
     /// of [`KC`].
-    fn reference(a: &Array2<f32>, b: &Array2<f32>, beta: f32, c: &Array2<f32>) -> Array2<f32> {
+    fn reference(
+        alpha: f32,
+        a: &Array2<f32>,
+        b: &Array2<f32>,
+        beta: f32,
+        c: &Array2<f32>,
+    ) -> Array2<f32> {
         let (m, k, n) = (a.nrows(), a.ncols(), b.ncols());
         let mut out = c.clone();
         for i in 0..m {
@@ -155,6 +114,7 @@ mod tests {
                     for p in start..(start + KC).min(k) {
                         s += a[[i, p]] * b[[p, j]];
                     }
+                    s *= alpha;
                     value = if block == 0 && beta == 0.0 {
                         s
                     } else if block == 0 {
@@ -178,27 +138,46 @@ mod tests {
             (32, 300, 10),
             (9, 600, 17),
             (16, 25, 33),
+            // More than one block of columns, and three of `k` (the last part-filled).
+            (6, 530, 300),
+            (13, 70, 9),
         ] {
             let a = random(&mut rng, m, k);
             let b = random(&mut rng, k, n);
             let c0 = random(&mut rng, m, n);
-            for beta in [0.0f32, 1.0] {
+            for (alpha, beta) in [(1.0f32, 0.0f32), (1.0, 1.0), (0.3, 0.0), (0.3, 0.7)] {
                 let mut c = c0.clone();
                 with_order(Order::Unfused, || {
-                    gemm(1.0, &a, &b, beta, &mut c.view_mut())
+                    gemm(alpha, &a, &b, beta, &mut c.view_mut())
                 });
-                let want = reference(&a, &b, beta, &c0);
+                let want = reference(alpha, &a, &b, beta, &c0);
                 assert!(
                     c.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits()),
-                    "{m}×{k}×{n}, beta {beta}"
+                    "{m}×{k}×{n}, alpha {alpha}, beta {beta}"
                 );
                 // Transposed operands (the backward passes' views) give the same values.
                 let (at, bt) = (a.t().to_owned(), b.t().to_owned());
                 let mut c_t = c0.clone();
                 with_order(Order::Unfused, || {
-                    gemm(1.0, &at.t(), &bt.t(), beta, &mut c_t.view_mut())
+                    gemm(alpha, &at.t(), &bt.t(), beta, &mut c_t.view_mut())
                 });
                 assert_eq!(c_t, c);
+                // So does a C that is some columns of a wider array, and a transposed C.
+                let mut wide = Array2::zeros((m, n + 3));
+                wide.slice_mut(ndarray::s![.., 1..n + 1]).assign(&c0);
+                let mut c_t = c0.t().to_owned();
+                with_order(Order::Unfused, || {
+                    gemm(
+                        alpha,
+                        &a,
+                        &b,
+                        beta,
+                        &mut wide.slice_mut(ndarray::s![.., 1..n + 1]),
+                    );
+                    gemm(alpha, &a, &b, beta, &mut c_t.view_mut().reversed_axes());
+                });
+                assert_eq!(wide.slice(ndarray::s![.., 1..n + 1]), c);
+                assert_eq!(c_t.t(), c);
             }
         }
     }
