@@ -55,9 +55,9 @@ pub(super) fn gemm<T, SA, SB>(
     for (block, k0) in (0..k).step_by(KC).enumerate() {
         let kc = KC.min(k - k0);
         let into = match (block, beta.is_zero()) {
-            (0, true) => Into::Set,
-            (0, false) => Into::Scaled(beta),
-            _ => Into::Add,
+            (0, true) => Store::Set,
+            (0, false) => Store::Scaled(beta),
+            _ => Store::Add,
         };
         for n0 in (0..n).step_by(NC) {
             let nc = NC.min(n - n0);
@@ -98,13 +98,13 @@ pub(super) fn gemm<T, SA, SB>(
 /// How a block's sums (times `alpha`) go into C: the first block's into `beta · C`, the others'
 /// added.
 #[derive(Clone, Copy)]
-enum Into<T> {
+enum Store<T> {
     Set,
     Scaled(T),
     Add,
 }
 
-impl<T: Scalar> Into<T> {
+impl<T: Scalar> Store<T> {
     #[inline(always)]
     fn write<'c>(self, alpha: T, sums: &[T], c: impl Iterator<Item = &'c mut T>) {
         for (c_ij, &s) in c.zip(sums) {
