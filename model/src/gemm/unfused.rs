@@ -14,7 +14,7 @@
 //! half as fast on the attention's 64 × 32 × 64), so one kernel computes the tab's products
 //! and this one replays them, and the wasm tests check that they agree bit for bit.
 
-use ndarray::{s, ArrayBase, ArrayViewMut2, Data, Ix2};
+use ndarray::{s, ArrayBase, ArrayView2, ArrayViewMut2, Data, Ix2};
 
 use super::KC;
 use crate::scalar::Scalar;
@@ -54,7 +54,7 @@ pub(super) fn gemm<T, SA, SB>(
     let mut a_strip = Vec::new();
     for (block, k0) in (0..k).step_by(KC).enumerate() {
         let kc = KC.min(k - k0);
-        let into = match (block, beta.is_zero()) {
+        let store = match (block, beta.is_zero()) {
             (0, true) => Store::Set,
             (0, false) => Store::Scaled(beta),
             _ => Store::Add,
@@ -71,22 +71,12 @@ pub(super) fn gemm<T, SA, SB>(
                     let sums = tile(&a_strip, panel);
                     for (r, sums) in sums.iter().enumerate().take(mr) {
                         let sums = &sums[..nr];
-                        match c.as_slice_mut() {
-                            // Standard layout: the row's values are a slice.
-                            Some(c) => {
-                                let at = (m0 + r) * n + j0;
-                                into.write(alpha, sums, c[at..at + nr].iter_mut());
-                            }
-                            // A view of some columns (an attention head's): each row is
-                            // still a slice.
-                            None => match c.row_mut(m0 + r).into_slice() {
-                                Some(row) => into.write(alpha, sums, row[j0..j0 + nr].iter_mut()),
-                                None => into.write(
-                                    alpha,
-                                    sums,
-                                    c.slice_mut(s![m0 + r, j0..j0 + nr]).iter_mut(),
-                                ),
-                            },
+                        let mut row = c.row_mut(m0 + r);
+                        match row.as_slice_mut() {
+                            // A row of C is a slice (in a whole matrix or an attention head's
+                            // columns) but where C is a transposed view.
+                            Some(row) => store.write(alpha, sums, row[j0..j0 + nr].iter_mut()),
+                            None => store.write(alpha, sums, row.iter_mut().skip(j0)),
                         }
                     }
                 }
@@ -135,8 +125,7 @@ fn tile<T: Scalar>(a: &[T], b: &[T]) -> [[T; NR]; MR] {
     sums
 }
 
-/// Rows `m0..m0 + mr` of A's columns `k0..k0 + kc`, step by step: `out[p · MR + r]`. Read
-/// along whichever axis is contiguous (A is a transposed view in the backward passes).
+/// Rows `m0..m0 + mr` of A's columns `k0..k0 + kc`, step by step: `out[p · MR + r]`.
 fn pack_a<T: Scalar, S: Data<Elem = T>>(
     a: &ArrayBase<S, Ix2>,
     m0: usize,
@@ -147,25 +136,13 @@ fn pack_a<T: Scalar, S: Data<Elem = T>>(
 ) {
     out.clear();
     out.resize(kc * MR, T::zero());
-    let a = a.slice(s![m0..m0 + mr, k0..k0 + kc]);
-    if a.strides()[1] == 1 {
-        for (r, row) in a.rows().into_iter().enumerate() {
-            for (p, &x) in row.iter().enumerate() {
-                out[p * MR + r] = x;
-            }
-        }
-    } else {
-        for (p, column) in a.columns().into_iter().enumerate() {
-            for (r, &x) in column.iter().enumerate() {
-                out[p * MR + r] = x;
-            }
-        }
-    }
+    each(a.slice(s![m0..m0 + mr, k0..k0 + kc]), |r, p, x| {
+        out[p * MR + r] = x;
+    });
 }
 
 /// B's rows `k0..k0 + kc` and columns `n0..n0 + nc`, in strips of [`NR`] columns, each strip
-/// step by step: strip `s` holds `out[s · kc · NR + p · NR + j]`. Read along whichever axis
-/// is contiguous.
+/// step by step: strip `s` holds `out[s · kc · NR + p · NR + j]`.
 fn pack_b<T: Scalar, S: Data<Elem = T>>(
     b: &ArrayBase<S, Ix2>,
     k0: usize,
@@ -176,18 +153,25 @@ fn pack_b<T: Scalar, S: Data<Elem = T>>(
 ) {
     out.clear();
     out.resize(nc.div_ceil(NR) * kc * NR, T::zero());
-    let at = |p: usize, j: usize| (j / NR) * kc * NR + p * NR + j % NR;
-    let b = b.slice(s![k0..k0 + kc, n0..n0 + nc]);
-    if b.strides()[1] == 1 {
-        for (p, row) in b.rows().into_iter().enumerate() {
+    each(b.slice(s![k0..k0 + kc, n0..n0 + nc]), |p, j, x| {
+        out[(j / NR) * kc * NR + p * NR + j % NR] = x;
+    });
+}
+
+/// `f(i, j, value)` for every value of `view`, read along whichever axis is contiguous (an
+/// operand is a transposed view in the backward passes).
+#[inline(always)]
+fn each<T: Copy>(view: ArrayView2<'_, T>, mut f: impl FnMut(usize, usize, T)) {
+    if view.strides()[1] == 1 {
+        for (i, row) in view.rows().into_iter().enumerate() {
             for (j, &x) in row.iter().enumerate() {
-                out[at(p, j)] = x;
+                f(i, j, x);
             }
         }
     } else {
-        for (j, column) in b.columns().into_iter().enumerate() {
-            for (p, &x) in column.iter().enumerate() {
-                out[at(p, j)] = x;
+        for (j, column) in view.columns().into_iter().enumerate() {
+            for (i, &x) in column.iter().enumerate() {
+                f(i, j, x);
             }
         }
     }
