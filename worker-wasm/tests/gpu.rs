@@ -20,6 +20,8 @@ wasm_bindgen_test_configure!(run_in_browser);
 const ABS: f32 = 1e-6;
 const REL: f32 = 1e-4;
 const ROUNDING: f32 = 1e-5;
+/// A GPT's unordered answer: each tensor within this share of its norm (`verify.rs`).
+const GPT_TENSOR: f64 = 1e-4;
 
 /// A small model for each layer type, each behind or in front of what gives it a gradient.
 const LAYERS: [(&str, &str); 10] = [
@@ -256,4 +258,59 @@ async fn a_phase_on_the_gpu_stays_near_its_replay_from_the_start() {
         );
         assert!(off < 1e-4, "{preset} {name}: {off} of the norm away");
     }
+}
+
+/// Each parameter tensor's distance from the CPU path's gradient, over its norm (with 1e-6
+/// a value of absolute floor, for tensors whose true gradient is zero): the largest, and
+/// its tensor's name.
+fn tensor_distance(net: &Network, gpu: &[f32], cpu: &[f32]) -> (f64, String) {
+    let gpt = net.as_gpt().expect("a GPT");
+    let mut worst = (0.0, String::new());
+    for t in gpt.layout().tensors() {
+        let (mut off, mut norm) = (0f64, 0f64);
+        for (&g, &c) in gpu[t.range()].iter().zip(&cpu[t.range()]) {
+            off += f64::from(g - c).powi(2);
+            norm += f64::from(c).powi(2);
+        }
+        let distance = off.sqrt() / (norm.sqrt() + f64::from(ABS) * (t.len() as f64).sqrt());
+        if distance > worst.0 {
+            worst = (distance, t.name.clone());
+        }
+    }
+    worst
+}
+
+/// The GPT on the GPU (embeddings, LayerNorm, causal attention, GELU's tanh form, the tied
+/// head, cross-entropy at every position, and every backward): its gradient within
+/// `GPT_TENSOR` of the CPU path's in every tensor, its loss within rounding; ×1.01 and
+/// another batch's gradient are not.
+#[wasm_bindgen_test]
+async fn a_gpt_agrees_with_the_cpu_path() {
+    let gpu = gpu().await;
+    let (net, params, data) = fixture::gpt_inputs();
+    let (x, labels) = data.batch(0..8);
+    let seed = model::batch_seed(0, 0);
+    let (gpu_loss, grads) = gpu
+        .gradient(&net, &params, x.view(), &labels, seed)
+        .await
+        .expect("computes");
+    let (cpu_loss, cpu) = fixture::gpt_gradient();
+    let (distance, tensor) = tensor_distance(&net, &grads, &cpu);
+    let scaled: Vec<f32> = grads.iter().map(|g| g * 1.01).collect();
+    let (_, other) = gpu
+        .gradient(&net, &params, data.batch(1..8).0.view(), &labels[1..], seed)
+        .await
+        .expect("computes");
+    let (cheat, _) = tensor_distance(&net, &scaled, &cpu);
+    let (wrong, _) = tensor_distance(&net, &other, &cpu);
+    web_sys::console::log_1(
+        &format!(
+            "gpt: loss {gpu_loss} against {cpu_loss}; largest distance {distance:.2e} ({tensor}); \
+             ×1.01 {cheat:.2e}, another batch {wrong:.2e}"
+        )
+        .into(),
+    );
+    assert!(distance < GPT_TENSOR, "{tensor}: {distance}");
+    assert!((gpu_loss - cpu_loss).abs() <= 1e-5 * cpu_loss.abs().max(1.0));
+    assert!(cheat > GPT_TENSOR && wrong > GPT_TENSOR);
 }

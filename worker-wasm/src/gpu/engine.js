@@ -102,7 +102,7 @@ export class Engine {
     return pipeline;
   }
 
-  // A plan's buffers and bind groups: {rows, params, acts, masks, kernels: [name],
+  // A plan's buffers and bind groups: {rows, labels, params, acts, masks, kernels: [name],
   // uniforms: Uint32Array (16 a dispatch), groups: Uint32Array (x, y a dispatch)}.
   prepare(plan) {
     const d = this.device;
@@ -114,7 +114,7 @@ export class Engine {
       act: buffer(plan.acts),
       dact: buffer(plan.acts),
       mask: buffer(plan.masks),
-      lab: buffer(plan.rows),
+      lab: buffer(plan.labels),
       loss: buffer(plan.rows),
       gRead: buffer(plan.params, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST),
       lossRead: buffer(plan.rows, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST),
@@ -157,7 +157,7 @@ export class Engine {
     d.pushErrorScope("out-of-memory");
     d.pushErrorScope("validation");
     d.queue.writeBuffer(b.w, 0, weights);
-    d.queue.writeBuffer(b.act, 0, x);
+    if (x.length) d.queue.writeBuffer(b.act, 0, x);
     d.queue.writeBuffer(b.lab, 0, labels);
     if (masks.length) d.queue.writeBuffer(b.mask, 0, masks);
     const encoder = d.createCommandEncoder();

@@ -13,6 +13,7 @@
 //! where they are replayed exactly: a flipped ReLU in one step of an unordered phase moves
 //! every later step.
 
+mod gpt_plan;
 mod plan;
 
 use std::cell::RefCell;
@@ -25,7 +26,7 @@ use wasm_bindgen_futures::JsFuture;
 
 pub use plan::{Dispatch, Plan, TooLarge};
 
-static KERNELS: &str = include_str!("kernels.wgsl");
+static KERNELS: &str = concat!(include_str!("kernels.wgsl"), include_str!("gpt.wgsl"));
 
 #[wasm_bindgen(module = "/src/gpu/engine.js")]
 extern "C" {
@@ -148,6 +149,7 @@ impl Gpu {
             .collect();
         for (key, value) in [
             ("rows", JsValue::from(plan.rows as u32)),
+            ("labels", JsValue::from(plan.labels as u32)),
             ("params", JsValue::from(plan.params as u32)),
             ("acts", JsValue::from(plan.acts as u32)),
             ("masks", JsValue::from(plan.masks as u32)),
@@ -192,8 +194,19 @@ impl Gpu {
                     .unwrap_or_default(),
             );
         }
-        let x = x.as_standard_layout();
-        let labels: Vec<u32> = labels.iter().map(|&l| u32::from(l)).collect();
+        // A GPT reads its windows as token ids (each position's target, then its token);
+        // a chain its input rows and a label each.
+        let (x, labels) = match net.as_gpt() {
+            Some(gpt) => {
+                let (tokens, targets) = gpt.tokens(x, true).map_err(|e| e.to_string())?;
+                let ids = targets.iter().chain(&tokens).map(|&id| id as u32);
+                (ndarray::Array2::zeros((0, 0)), ids.collect())
+            }
+            None => (
+                x.as_standard_layout().into_owned(),
+                labels.iter().map(|&l| u32::from(l)).collect::<Vec<u32>>(),
+            ),
+        };
         let promise = self
             .engine
             .run(
@@ -211,8 +224,9 @@ impl Gpu {
             return Err("the GPU returned a gradient of the wrong length".into());
         }
         let grads = grads.to_vec();
-        // The CPU path's loss: the rows' sum, over the batch.
-        let loss = losses.to_vec().iter().fold(0.0f32, |s, &l| s + l) / rows as f32;
+        // The CPU path's loss: the rows' sum (a GPT's: its positions'), over their number.
+        let losses = losses.to_vec();
+        let loss = losses.iter().fold(0.0f32, |s, &l| s + l) / losses.len() as f32;
         if !grads.iter().all(|g| g.is_finite()) {
             return Err("the GPU computed values that are not finite".into());
         }

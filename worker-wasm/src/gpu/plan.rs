@@ -17,7 +17,7 @@ pub struct Dispatch {
 }
 
 impl Dispatch {
-    fn new(kernel: &'static str, values: usize, rest: &[usize]) -> Self {
+    pub(super) fn new(kernel: &'static str, values: usize, rest: &[usize]) -> Self {
         let mut p = [0u32; 16];
         p[0] = values as u32;
         for (slot, &v) in p[1..].iter_mut().zip(rest) {
@@ -37,7 +37,12 @@ impl Dispatch {
 /// A batch's forward pass, loss and backward pass on the GPU.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
+    /// Rows of the loss: the batch's samples (a GPT's: its positions, every sample's
+    /// context), whose losses' sum over `rows` is the batch's mean loss.
     pub rows: usize,
+    /// Values of the label buffer: a label a row (a GPT's: each position's target, then
+    /// its token).
+    pub labels: usize,
     /// Values of the weights and of the gradient (full layout).
     pub params: usize,
     /// Values of all activations (and of their gradients, laid out alike).
@@ -53,23 +58,21 @@ pub struct Plan {
 pub enum TooLarge {
     /// An offset past what its 32-bit indices reach.
     Values(usize),
-    /// A GPT: its kernels are not written yet (the tab computes it on its cores).
-    Gpt,
 }
 
 impl std::fmt::Display for TooLarge {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Values(n) => write!(f, "{n} values are more than the GPU path indexes"),
-            Self::Gpt => f.write_str("the GPU path has no kernels for a GPT yet"),
         }
     }
 }
 
 impl Plan {
+    /// The plan for `net` and batches of `rows` samples.
     pub fn new(net: &Network, rows: usize) -> Result<Self, TooLarge> {
-        if net.as_gpt().is_some() {
-            return Err(TooLarge::Gpt);
+        if let Some(gpt) = net.as_gpt() {
+            return super::gpt_plan::plan(gpt, rows);
         }
         let stages = net.stages();
         // Where each layer's input lives (the last entry: the logits); a flatten's output
@@ -110,6 +113,7 @@ impl Plan {
         }
         Ok(Self {
             rows,
+            labels: rows,
             params: net.param_count(),
             acts: end,
             dropouts,
@@ -191,7 +195,7 @@ fn forward(s: &Stage, rows: usize, x: usize, y: usize, mask: usize) -> Vec<Dispa
         Layer::Tanh => one("tanh_forward"),
         Layer::Gelu => one("gelu_forward"),
         Layer::Dropout { .. } => one("dropout_forward"),
-        Layer::Gpt(_) => unreachable!("Plan::new refuses a gpt"),
+        Layer::Gpt(_) => unreachable!("a GPT has its own plan"),
     }
 }
 
@@ -249,7 +253,7 @@ fn backward(
         Layer::Tanh => out.push(one("tanh_input")),
         Layer::Gelu => out.push(one("gelu_input")),
         Layer::Dropout { .. } => out.push(one("dropout_input")),
-        Layer::Gpt(_) => unreachable!("Plan::new refuses a gpt"),
+        Layer::Gpt(_) => unreachable!("a GPT has its own plan"),
     }
     out
 }
