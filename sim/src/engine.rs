@@ -30,7 +30,7 @@ use protocol::{
 use worker_core::{ComputeClock, WorkerCore};
 
 use crate::link::{on_the_wire, Pipe};
-use crate::report::{Report, WorkerReport};
+use crate::report::{Point, Report, WorkerReport};
 use crate::scenario::{Behaviour, Churn, Scenario, Until};
 
 /// How long a worker refused for too many new identities waits before it tries again.
@@ -146,7 +146,7 @@ struct Engine {
     evaluation_time: Duration,
     recompute_step: Duration,
     target_at: Option<Duration>,
-    curve: Vec<(f64, u64, f64)>,
+    curve: Vec<Point>,
     stopped: bool,
     pool: Pool,
     /// Fresh addresses handed to workers coming back (`comes_back`).
@@ -314,7 +314,12 @@ impl Engine {
                 if let (Some(round), Some(accuracy)) =
                     (status.evaluated_round, status.test_accuracy)
                 {
-                    let point = (self.now.as_secs_f64(), round, accuracy);
+                    let point = Point {
+                        seconds: self.now.as_secs_f64(),
+                        round,
+                        accuracy,
+                        loss: status.test_loss,
+                    };
                     if self.curve.last() != Some(&point) {
                         self.curve.push(point);
                     }

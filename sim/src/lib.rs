@@ -19,7 +19,7 @@ pub mod scenario;
 
 pub use engine::{run, run_measured};
 pub use link::{Link, Way};
-pub use report::{Report, WorkerReport};
+pub use report::{Point, Report, WorkerReport};
 pub use scenario::{measured_step, Behaviour, Churn, Scenario, Until, WorkerSpec};
 
 #[cfg(test)]

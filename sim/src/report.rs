@@ -36,9 +36,21 @@ pub struct Report {
     pub replicas_agreed: u64,
     pub replicas_disputed: u64,
     pub bans: usize,
-    /// Each evaluation: (virtual seconds, round, accuracy).
-    pub curve: Vec<(f64, u64, f64)>,
+    /// Each evaluation, in turn.
+    pub curve: Vec<Point>,
     pub workers: Vec<WorkerReport>,
+}
+
+/// One evaluation of the run's model.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Point {
+    /// Virtual seconds since the start.
+    pub seconds: f64,
+    /// The update it evaluated.
+    pub round: u64,
+    pub accuracy: f64,
+    /// Validation loss (a language model's in nats a token), where evaluated.
+    pub loss: Option<f64>,
 }
 
 /// One simulated worker.

@@ -119,8 +119,8 @@ fn main() -> anyhow::Result<()> {
     let timed = report
         .curve
         .iter()
-        .find(|(_, round, _)| *round >= cli.warmup)
-        .map(|(t, round, _)| (*t, *round));
+        .find(|point| point.round >= cli.warmup)
+        .map(|point| (point.seconds, point.round));
     println!(
         "{}",
         serde_json::json!({
