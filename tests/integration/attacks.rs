@@ -345,8 +345,8 @@ async fn verification_catches_subtle_cheats_and_bans_them() {
 }
 
 /// The same cheats on a small GPT trained on the embedded Shakespeare: a GPT's answers are
-/// replayed in order (it has no rounding envelope), so each is caught and banned, and the
-/// honest two are never struck.
+/// replayed in order, or, said to be a GPU's, compared tensor by tensor (it has no
+/// rounding envelope), so each is caught and banned, and the honest two are never struck.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verification_catches_cheats_on_a_gpt() {
     let _heavy = HEAVY.lock().await;

@@ -786,6 +786,53 @@ async fn a_finished_run_thanks_its_tab_which_stops_computing() {
     tab.close().await;
 }
 
+/// A tab on the GPU path (`?gpu=fallback`: SwiftShader here) trains a small GPT step by
+/// step, every answer recomputed (`--verify-fraction 1`): each said to be unordered
+/// (`cores` 0), checked tensor by tensor against the coordinator's gradient and never
+/// flagged, while the validation loss falls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tab_trains_a_gpt_on_its_gpu_and_is_never_flagged() {
+    let _heavy = HEAVY.lock().await;
+    let mut flags = crate::language::SMALL_GPT.to_vec();
+    flags.extend(["--verify-fraction", "1", "--eval-interval", "10"]);
+    let server = start_server(&flags).await;
+    let mut status = server.status.clone();
+    let tab = Browser::open_with_devtools(&format!("http://{}/?gpu=fallback", server.addr));
+    tab.until(
+        "the page to compute on the GPU",
+        "document.getElementById('device').dataset.device === 'gpu'",
+    )
+    .await;
+    let first = wait_status(&mut status, "a first evaluation", |s| s.test_loss.is_some()).await;
+    let s = wait_status(
+        &mut status,
+        "40 answers from the tab's GPU, evaluated",
+        |s| {
+            s.evaluated_round >= first.evaluated_round.map(|r| r + 30)
+                && s.worker_list
+                    .iter()
+                    .any(|w| w.cores == 0 && w.gradients >= 40)
+        },
+    )
+    .await;
+    let (before, after) = (
+        first.test_loss.expect("evaluated"),
+        s.test_loss.expect("evaluated"),
+    );
+    println!(
+        "a GPT on a tab's GPU: validation loss {before:.3} at round {:?}, {after:.3} at round \
+         {:?}; {} answers verified, {} mismatches",
+        first.evaluated_round, s.evaluated_round, s.gradients_verified, s.verification_mismatches
+    );
+    assert!(after < before - 0.1, "the loss falls: {before} to {after}");
+    assert!(s.gradients_verified >= 40, "{s:?}");
+    assert_eq!(s.verification_mismatches, 0, "{s:?}");
+    assert!(s.worker_list.iter().all(|w| w.strikes == 0), "{s:?}");
+    assert!(s.bans.is_empty(), "{s:?}");
+    tab.close().await;
+    stop(server).await;
+}
+
 /// A tab trains a GPT beside a native worker, every answer replayed natively (the wasm GPT
 /// computes bit for bit what the native one does), and its page shows a language model: the
 /// validation loss with perplexity and bits per character, the tab's tokens per second, what

@@ -24,6 +24,10 @@
 //!
 //! Any other value outside the tolerance is a mismatch, however small.
 //!
+//! A GPT has no near-ties (no ReLU, no max-pool) and no magnitude pass: its unordered
+//! answers (a GPU's) are compared tensor by tensor instead, each within [`GPT_TENSOR`] of
+//! its norm beyond the wire's rounding ([`compare_tensors`]).
+//!
 //! A gradient scaled by 1.01 or computed on another batch is outside that on most values;
 //! one value changed anywhere no near-tie reaches is refused too.
 //!
@@ -225,10 +229,20 @@ pub fn verify(
         .map(|(_, g)| net.compact(g))
     };
     // An unordered answer (a GPU's, `protocol::UNORDERED`) matches no order bit for bit:
-    // it is checked within rounding and the near-ties' envelope at once.
-    // A GPT has no envelope: every claim of one is replayed in both orders.
+    // it is checked within rounding and the near-ties' envelope at once; a GPT's (which
+    // has no near-ties) tensor by tensor. Any other claim of a GPT is replayed in both
+    // orders.
     let orders: &[Order] = match (claim.parts, net.as_gpt()) {
         (0, None) => &[],
+        (0, Some(gpt)) => {
+            let expected = gradient(Order::Library)?;
+            return Ok(compare_tensors(
+                gpt.layout(),
+                claim.grads,
+                &expected,
+                claim.compression,
+            ));
+        }
         _ => &[claim.order, other(claim.order)],
     };
     let mut expected = Vec::new();
@@ -243,8 +257,8 @@ pub fn verify(
             expected = computed;
         }
     }
-    // A GPT's answers are computed in order on every worker (no GPU path, no envelope):
-    // outside rounding in both orders is a mismatch, whatever order it claims.
+    // A GPT's ordered answers (a CPU's): outside rounding in both orders is a mismatch,
+    // whatever order it claims.
     if let (Some(mismatch), Some(_)) = (last, net.as_gpt()) {
         return Ok(Err(mismatch));
     }
@@ -281,6 +295,80 @@ pub fn verify(
             }),
         },
     )
+}
+
+/// An unordered GPT answer (a GPU's): each parameter tensor's distance from the
+/// coordinator's gradient, beyond what the wire's compression moved each value, within
+/// this share of the tensor's norm (plus [`ABS`] a value, for a tensor whose gradient is
+/// zero or nearly). A GPT has no ReLU and no max-pool, so no near-tie moves a value
+/// beyond rounding; its sums' rounding in another order (measured: a GPU on SwiftShader,
+/// 3.9e-7 of a tensor's norm; the coordinator's two CPU orders and f64, in the tests)
+/// lies far inside it. A gradient scaled by 1.01 is 1e-2 away in every tensor.
+pub const GPT_TENSOR: f64 = 1e-4;
+
+/// [`GPT_TENSOR`]'s check, tensor by tensor over the layout: the first tensor outside it.
+pub fn compare_tensors(
+    layout: &model::ParamLayout,
+    got: &[f32],
+    expected: &[f32],
+    compression: Compression,
+) -> Result<(), Mismatch> {
+    if got.len() != expected.len() || expected.len() != layout.total() {
+        return measure(got, expected, compression, 1.0, None).map_or(Ok(()), Err);
+    }
+    let wire = wire_rounding(expected, compression);
+    for t in layout.tensors() {
+        let range = t.range();
+        let (mut off_sq, mut norm_sq, mut worst) = (0f64, 0f64, (0f32, range.start));
+        for i in range.clone() {
+            let off = if got[i].is_nan() {
+                f32::INFINITY
+            } else {
+                ((got[i] - expected[i]).abs() - wire[i]).max(0.0)
+            };
+            off_sq += f64::from(off).powi(2);
+            norm_sq += f64::from(expected[i]).powi(2);
+            if off > worst.0 {
+                worst = (off, i);
+            }
+        }
+        let bound = GPT_TENSOR * (norm_sq.sqrt() + f64::from(ABS) * (range.len() as f64).sqrt());
+        let off = off_sq.sqrt();
+        if off > bound || off.is_nan() {
+            let i = worst.1;
+            return Err(Mismatch {
+                index: i,
+                got: got[i],
+                expected: expected[i],
+                tolerance: bound as f32,
+                outside: range
+                    .filter(|&j| (got[j] - expected[j]).abs() > ABS + REL * expected[j].abs())
+                    .count(),
+                excess: off / norm_sq.sqrt().max(f64::MIN_POSITIVE),
+                ties: None,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// How far the wire's compression may have moved each value (with 1 % room): f16's
+/// rounding, or half of int8's step in the value's chunk.
+fn wire_rounding(expected: &[f32], compression: Compression) -> Vec<f32> {
+    match compression {
+        Compression::None => vec![0.0; expected.len()],
+        Compression::F16 => expected
+            .iter()
+            .map(|v| (v.abs() / 2048.0 + 3e-8) * 1.01)
+            .collect(),
+        Compression::Int8 => expected
+            .chunks(INT8_CHUNK)
+            .flat_map(|chunk| {
+                let step = chunk.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 127.0;
+                std::iter::repeat_n(HALF_STEP * step * 1.01, chunk.len())
+            })
+            .collect(),
+    }
 }
 
 fn fewer_outside(a: Mismatch, b: Mismatch) -> Mismatch {
@@ -691,6 +779,134 @@ mod tests {
         assert!(verify(&mlp, &train, &unordered(&one))
             .expect("computes")
             .is_err());
+    }
+
+    /// A small GPT on 64 random windows of 40 tokens, its weights five SGD steps from
+    /// their initialisation.
+    fn gpt_setup() -> (Network, Dataset, Vec<f32>) {
+        let spec = model::gpt::GptSpec {
+            vocab: 40,
+            context: 16,
+            layers: 2,
+            heads: 2,
+            width: 32,
+        };
+        let net = Network::new(model::NetSpec::gpt(spec), 40).expect("a GPT");
+        let mut rng = model::SplitMix64::new(5);
+        let ids = (0..64 * 17).map(|_| rng.below(40) as u8).collect();
+        let data = Dataset::from_parts(
+            model::Shape::flat(17),
+            model::Values::U8(ids),
+            vec![0; 64],
+            model::Normalization::new(vec![0.0], vec![1.0]),
+        )
+        .expect("windows");
+        let mut params: Vec<f32> = net.init(9);
+        for k in 0..5 {
+            let (x, labels) = data.batch(batch_positions(64, k, 8));
+            let (_, g) = net
+                .loss_and_grad(&params, x.view(), &labels, 0)
+                .expect("grad");
+            for (p, g) in params.iter_mut().zip(&g) {
+                *p -= 0.5 * g;
+            }
+        }
+        (net, data, params)
+    }
+
+    /// The largest distance of any tensor of `got` from `expected`, over its norm.
+    fn largest_distance(layout: &model::ParamLayout, got: &[f32], expected: &[f32]) -> f64 {
+        let norm = |v: &[f32]| v.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>().sqrt();
+        layout
+            .tensors()
+            .iter()
+            .map(|t| {
+                let off: Vec<f32> = got[t.range()]
+                    .iter()
+                    .zip(&expected[t.range()])
+                    .map(|(a, b)| a - b)
+                    .collect();
+                norm(&off) / norm(&expected[t.range()])
+            })
+            .fold(0.0, f64::max)
+    }
+
+    /// A GPU's GPT answer is checked tensor by tensor (`GPT_TENSOR`): answers in the
+    /// coordinator's other order and in f64 (two other float orders) pass through every
+    /// compression; ×1.01, another batch, and one tensor moved by 1e-3 of its norm are
+    /// refused.
+    #[test]
+    fn an_unordered_gpt_answer_is_checked_tensor_by_tensor() {
+        let (gpt, data, params) = gpt_setup();
+        let layout = gpt.as_gpt().expect("a GPT").layout().clone();
+        let batch = |k| {
+            let (x, labels) = data.batch(batch_positions(64, k, 8));
+            let seed = batch_seed(k, 0);
+            let wide: Vec<f64> = params.iter().map(|&v| f64::from(v)).collect();
+            let (_, g64) = gpt
+                .loss_and_grad(&wide, x.mapv(f64::from).view(), &labels, seed)
+                .expect("grad");
+            let in_order = |order| {
+                with_order(order, || {
+                    gpt.loss_and_grad(&params, x.view(), &labels, seed)
+                })
+                .expect("grad")
+                .1
+            };
+            let f64_order: Vec<f32> = g64.into_iter().map(|v| v as f32).collect();
+            (
+                in_order(Order::Library),
+                in_order(Order::Unfused),
+                f64_order,
+            )
+        };
+        let (library, unfused, f64_order) = batch(3);
+        let (_, _, other_batch) = batch(4);
+        for (name, honest) in [("unfused", &unfused), ("f64", &f64_order)] {
+            assert_ne!(honest, &library, "{name}: another order");
+            println!(
+                "{name}: largest distance {:.2e} of a tensor's norm",
+                largest_distance(&layout, honest, &library)
+            );
+        }
+        let scaled: Vec<f32> = f64_order.iter().map(|v| v * 1.01).collect();
+        let mut one = f64_order.clone();
+        let proj = layout
+            .tensors()
+            .iter()
+            .find(|t| t.name == "h.1.attn.c_proj.weight")
+            .expect("a tensor")
+            .range();
+        let norm = one[proj.clone()].iter().map(|v| v * v).sum::<f32>().sqrt();
+        one[proj.start] += 1e-3 * norm;
+        for c in [Compression::None, Compression::F16, Compression::Int8] {
+            let verdict = |grads: &[f32]| {
+                let claim = Claim {
+                    local: None,
+                    order: Order::Library,
+                    parts: usize::from(protocol::UNORDERED),
+                    weights: &params,
+                    shard: 0..64,
+                    batch_index: 3,
+                    batch_size: 8,
+                    compression: c,
+                    grads: &wire(grads, c),
+                };
+                verify(&gpt, &data, &claim).expect("computes")
+            };
+            assert_eq!(verdict(&unfused), Ok(()), "{c:?}");
+            assert_eq!(verdict(&f64_order), Ok(()), "{c:?}");
+            // (Beyond the wire's rounding: all of the 1 % but in int8, whose half step
+            // takes much of it.)
+            let err = verdict(&scaled).expect_err("×1.01");
+            assert!(err.excess > 10.0 * GPT_TENSOR, "{c:?}: {err}");
+            assert!(verdict(&other_batch).is_err(), "{c:?}: another batch");
+            if c != Compression::Int8 {
+                // (int8's step in that chunk is larger than the lie.)
+                let err = verdict(&one).expect_err("one tensor moved");
+                assert_eq!(err.index, proj.start, "{c:?}: {err}");
+            }
+        }
     }
 
     #[test]
