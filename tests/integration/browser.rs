@@ -793,6 +793,8 @@ async fn a_finished_run_thanks_its_tab_which_stops_computing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tab_trains_a_gpt_on_its_gpu_and_is_never_flagged() {
     let _heavy = HEAVY.lock().await;
+    // A mismatch's reason, should one come, in the test's output.
+    let _ = tracing_subscriber::fmt().with_env_filter("warn").try_init();
     let mut flags = crate::language::SMALL_GPT.to_vec();
     flags.extend(["--verify-fraction", "1", "--eval-interval", "10"]);
     let server = start_server(&flags).await;

@@ -83,6 +83,54 @@ fn the_gradient_of_the_whole_model_is_the_differences() {
     }
 }
 
+/// The key bias is inert: its gradient is zero but for rounding, and moving it changes no
+/// logit beyond rounding (a query's scores all move by the same amount, which the softmax
+/// does not see); every other tensor's gradient is not. Adam, which divides a gradient by
+/// its own running size, turns that rounding into steps of up to its learning rate, so
+/// these values end a phase computed in another float order wherever rounding sent them.
+#[test]
+fn the_key_bias_changes_nothing_the_model_computes() {
+    let gpt = tiny();
+    let params = random_params(&gpt, 5);
+    let x = windows(&gpt, 3, 6);
+    let mut grads = Vec::new();
+    let acts = gpt.forward(&params, x.view(), true).unwrap();
+    gpt.backward(&params, acts, 3, &mut grads).unwrap();
+    // Each block's key bias: the middle third of `attn.c_attn.bias`.
+    let c = gpt.spec().width;
+    let inert: Vec<_> = gpt
+        .layout()
+        .tensors()
+        .iter()
+        .filter(|t| t.name.ends_with("attn.c_attn.bias"))
+        .map(|t| t.offset + c..t.offset + 2 * c)
+        .collect();
+    assert_eq!(inert.len(), 2);
+    let largest = grads.iter().fold(0.0f64, |m, g| m.max(g.abs()));
+    let mut moved = params.clone();
+    for range in &inert {
+        assert_eq!(range.len(), 8);
+        for i in range.clone() {
+            assert!(grads[i].abs() < 1e-12 * largest, "{i}: {}", grads[i]);
+            moved[i] += 0.3;
+        }
+    }
+    let a = gpt.forward(&params, x.view(), true).unwrap().logits;
+    let b = gpt.forward(&moved, x.view(), true).unwrap().logits;
+    let off = a
+        .iter()
+        .zip(&b)
+        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+    assert!(off < 1e-12, "{off}");
+    for spec in gpt.layout().tensors() {
+        let live = spec
+            .range()
+            .filter(|i| !inert.iter().any(|r| r.contains(i)));
+        let size = live.map(|i| grads[i].abs()).fold(0.0, f64::max);
+        assert!(size > 1e-6 * largest, "{}: {size}", spec.name);
+    }
+}
+
 #[test]
 fn a_later_token_never_moves_an_earlier_prediction() {
     let gpt = tiny();
