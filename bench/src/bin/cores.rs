@@ -11,8 +11,12 @@
 //!
 //! `--gpu auto` (a real adapter) or `--gpu fallback` (a software one too) measures tabs on
 //! the GPU path (`?gpu=`; Chromium with `--enable-unsafe-webgpu`). A GPU computes plain
-//! gradients only (local phases stay on the CPU), so the coordinator then runs none: each
-//! answer waits for its round trip, on loopback a fraction of a millisecond.
+//! gradients only (local phases stay on the CPU), so the coordinator then runs none
+//! (`--local-steps 1`): each answer waits for its round trip, on loopback a fraction of a
+//! millisecond. A GPT (`--preset gpt,gpt-10m`) prints its tokens/s too.
+//!
+//! `cores --preset gpt,gpt-10m --worker tab --cores 1 --gpu auto`, then `--gpu off`: a tab's
+//! GPU against its CPU, on a machine with a GPU.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -61,10 +65,11 @@ async fn main() -> anyhow::Result<()> {
     for preset in &cli.preset {
         for kind in &cli.worker {
             for &k in &cli.cores {
-                let rate = measure(&cli, preset, kind, k).await?;
+                let (rate, tokens) = measure(&cli, preset, kind, k).await?;
                 println!(
                     "{}",
                     serde_json::json!({
+                        "tokens_per_s": tokens.map(|t| (rate * t as f64).round()),
                         "preset": preset,
                         "worker": kind,
                         "cores": k,
@@ -80,7 +85,13 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn measure(cli: &Cli, preset: &str, kind: &str, k: usize) -> anyhow::Result<f64> {
+/// Samples/s, and a GPT's tokens a sample (its context).
+async fn measure(
+    cli: &Cli,
+    preset: &str,
+    kind: &str,
+    k: usize,
+) -> anyhow::Result<(f64, Option<usize>)> {
     let steps = cli.local_steps.to_string();
     let mut args = vec![
         "coordinator",
@@ -95,9 +106,7 @@ async fn measure(cli: &Cli, preset: &str, kind: &str, k: usize) -> anyhow::Resul
         "--eval-interval",
         "1000000",
     ];
-    if !cli.on_gpu() {
-        args.extend(["--local-steps", &steps]);
-    }
+    args.extend(["--local-steps", if cli.on_gpu() { "1" } else { &steps }]);
     let config = server::Config::from_args(args.into_iter().map(String::from))
         .map_err(anyhow::Error::msg)?;
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
@@ -167,7 +176,14 @@ async fn measure(cli: &Cli, preset: &str, kind: &str, k: usize) -> anyhow::Resul
     if let Some(native) = native {
         let _ = native.await;
     }
+    let spec: Option<model::NetSpec> = status.borrow().model.parse().ok();
+    let tokens = spec.and_then(|spec| {
+        spec.layers.iter().find_map(|l| match l.layer {
+            model::Layer::Gpt(gpt) => Some(gpt.context),
+            _ => None,
+        })
+    });
     server.stop().await?;
     let _ = std::fs::remove_dir_all(&profile);
-    Ok((to - from) as f64 / took.as_secs_f64())
+    Ok(((to - from) as f64 / took.as_secs_f64(), tokens))
 }
