@@ -2,12 +2,14 @@
 //! it: recomputation for a sampled fraction ([`audit`], [`verify`](mod@verify), off its task
 //! within a budget of cores: [`recompute`]), agreement with its
 //! replicas (`--replicate`, [`replicas`]), the norm bound ([`clip`]), the weight it deserves
-//! (its assigned batch).
+//! (its assigned batch). [`segment`] is the check of one segment of a GPU's local phase,
+//! which no challenge calls yet.
 
 pub mod audit;
 pub mod clip;
 pub mod recompute;
 pub mod replicas;
+pub mod segment;
 pub mod verify;
 
 use std::sync::Arc;

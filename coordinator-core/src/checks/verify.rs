@@ -502,7 +502,7 @@ fn measure(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use protocol::tensor::{decode_payload, encode_payload};
 
     use super::*;
@@ -783,7 +783,7 @@ mod tests {
 
     /// A small GPT on 64 random windows of 40 tokens, its weights five SGD steps from
     /// their initialisation.
-    fn gpt_setup() -> (Network, Dataset, Vec<f32>) {
+    pub(crate) fn gpt_setup() -> (Network, Dataset, Vec<f32>) {
         let spec = model::gpt::GptSpec {
             vocab: 40,
             context: 16,
