@@ -129,122 +129,85 @@ pub(super) fn plan(gpt: &Gpt, samples: usize) -> Result<Plan, TooLarge> {
     for (b, p) in blocks.iter().zip(&weights) {
         let attention = [t, heads, c, b.qkv, b.att, b.y];
         out.extend([
-            d(
-                "layer_norm_forward",
-                n,
-                &[c, b.x, b.ln1, b.ln1_stats, p.ln1_g, p.ln1_b],
-            ),
-            d(
-                "dense_forward",
-                n * 3 * c,
-                &[n, c, 3 * c, b.ln1, b.qkv, p.attn_w, p.attn_b],
-            ),
+            layer_norm(n, c, (b.x, b.ln1, b.ln1_stats), (p.ln1_g, p.ln1_b)),
+            linear(n, (c, 3 * c), (b.ln1, b.qkv), (p.attn_w, p.attn_b)),
             d("attention_forward", samples * heads * t, &attention[..5]),
             d("attention_values", n * c, &attention),
-            d(
-                "dense_forward",
-                n * c,
-                &[n, c, c, b.y, b.proj, p.proj_w, p.proj_b],
-            ),
+            linear(n, (c, c), (b.y, b.proj), (p.proj_w, p.proj_b)),
             d("add", n * c, &[b.x, b.proj, b.mid]),
-            d(
-                "layer_norm_forward",
-                n,
-                &[c, b.mid, b.ln2, b.ln2_stats, p.ln2_g, p.ln2_b],
-            ),
-            d(
-                "dense_forward",
-                n * 4 * c,
-                &[n, c, 4 * c, b.ln2, b.fc, p.fc_w, p.fc_b],
-            ),
+            layer_norm(n, c, (b.mid, b.ln2, b.ln2_stats), (p.ln2_g, p.ln2_b)),
+            linear(n, (c, 4 * c), (b.ln2, b.fc), (p.fc_w, p.fc_b)),
             d("gelu_tanh_forward", n * 4 * c, &[b.fc, b.gelu]),
-            d(
-                "dense_forward",
-                n * c,
-                &[n, 4 * c, c, b.gelu, b.mlp, p.mlp_w, p.mlp_b],
-            ),
+            linear(n, (4 * c, c), (b.gelu, b.mlp), (p.mlp_w, p.mlp_b)),
             d("add", n * c, &[b.mid, b.mlp, b.out]),
         ]);
     }
     out.extend([
-        d(
-            "layer_norm_forward",
-            n,
-            &[c, last, lnf, lnf_stats, lnf_g, lnf_b],
-        ),
+        layer_norm(n, c, (last, lnf, lnf_stats), (lnf_g, lnf_b)),
         d("gpt_head_forward", n * v, &[v, c, lnf, logits, wte]),
         d("softmax_cross_entropy", n, &[v, n, logits, logits]),
         // The head, tied to the token embedding: its share of dwte first.
         d("gpt_head_weights", v * c, &[v, c, lnf, logits, wte, n]),
         d("gpt_head_input", n * c, &[v, c, lnf, logits, wte]),
-        d(
-            "layer_norm_input",
-            n,
-            &[c, last, lnf_stats, lnf, last, 0, 0, lnf_g],
-        ),
-        d(
-            "layer_norm_weights",
-            2 * c,
-            &[c, last, lnf_stats, lnf, lnf_g, lnf_b, n],
-        ),
     ]);
+    out.extend(layer_norm_backward(
+        n,
+        c,
+        (last, lnf_stats, lnf),
+        None,
+        (lnf_g, lnf_b),
+    ));
     for (b, p) in blocks.iter().zip(&weights).rev() {
         let attention = [t, heads, c, b.qkv, b.att, b.y];
+        // The MLP: out = mid + gelu(fc(ln2(mid)))·W + b.
+        out.extend(linear_backward(
+            n,
+            (4 * c, c),
+            (b.gelu, b.out),
+            (p.mlp_w, p.mlp_b),
+        ));
+        out.push(d(
+            "gelu_tanh_input",
+            n * 4 * c,
+            &[b.fc, b.gelu, b.fc, b.gelu],
+        ));
+        out.extend(linear_backward(
+            n,
+            (c, 4 * c),
+            (b.ln2, b.fc),
+            (p.fc_w, p.fc_b),
+        ));
+        out.extend(layer_norm_backward(
+            n,
+            c,
+            (b.mid, b.ln2_stats, b.ln2),
+            Some(b.out),
+            (p.ln2_g, p.ln2_b),
+        ));
+        // The attention: mid = x + proj(attention(qkv(ln1(x)))).
+        out.extend(linear_backward(
+            n,
+            (c, c),
+            (b.y, b.mid),
+            (p.proj_w, p.proj_b),
+        ));
         out.extend([
-            // The MLP: out = mid + gelu(fc(ln2(mid)))·W + b.
-            d(
-                "dense_weights",
-                (4 * c + 1) * c,
-                &[n, 4 * c, c, b.gelu, b.out, p.mlp_w, p.mlp_b],
-            ),
-            d(
-                "dense_input",
-                n * 4 * c,
-                &[n, 4 * c, c, b.out, b.gelu, p.mlp_w],
-            ),
-            d("gelu_tanh_input", n * 4 * c, &[b.fc, b.gelu, b.fc, b.gelu]),
-            d(
-                "dense_weights",
-                (c + 1) * 4 * c,
-                &[n, c, 4 * c, b.ln2, b.fc, p.fc_w, p.fc_b],
-            ),
-            d("dense_input", n * c, &[n, c, 4 * c, b.fc, b.ln2, p.fc_w]),
-            d(
-                "layer_norm_input",
-                n,
-                &[c, b.mid, b.ln2_stats, b.ln2, b.mid, b.out, 1, p.ln2_g],
-            ),
-            d(
-                "layer_norm_weights",
-                2 * c,
-                &[c, b.mid, b.ln2_stats, b.ln2, p.ln2_g, p.ln2_b, n],
-            ),
-            // The attention: mid = x + proj(attention(qkv(ln1(x)))).
-            d(
-                "dense_weights",
-                (c + 1) * c,
-                &[n, c, c, b.y, b.mid, p.proj_w, p.proj_b],
-            ),
-            d("dense_input", n * c, &[n, c, c, b.mid, b.y, p.proj_w]),
             d("attention_scores_input", samples * heads * t, &attention),
             d("attention_input", n * 3 * c, &attention),
-            d(
-                "dense_weights",
-                (c + 1) * 3 * c,
-                &[n, c, 3 * c, b.ln1, b.qkv, p.attn_w, p.attn_b],
-            ),
-            d("dense_input", n * c, &[n, c, 3 * c, b.qkv, b.ln1, p.attn_w]),
-            d(
-                "layer_norm_input",
-                n,
-                &[c, b.x, b.ln1_stats, b.ln1, b.x, b.mid, 1, p.ln1_g],
-            ),
-            d(
-                "layer_norm_weights",
-                2 * c,
-                &[c, b.x, b.ln1_stats, b.ln1, p.ln1_g, p.ln1_b, n],
-            ),
         ]);
+        out.extend(linear_backward(
+            n,
+            (c, 3 * c),
+            (b.ln1, b.qkv),
+            (p.attn_w, p.attn_b),
+        ));
+        out.extend(layer_norm_backward(
+            n,
+            c,
+            (b.x, b.ln1_stats, b.ln1),
+            Some(b.mid),
+            (p.ln1_g, p.ln1_b),
+        ));
     }
     out.push(d(
         "gpt_embed_weights",
@@ -265,6 +228,62 @@ pub(super) fn plan(gpt: &Gpt, samples: usize) -> Result<Plan, TooLarge> {
         masks: 0,
         dispatches: out,
     })
+}
+
+/// A linear layer (GPT-2's `Conv1D`, `[in, out]`: the dense kernels) over `n` rows, from
+/// `x` to `y` in the activations, with weight and bias `(w, b)`.
+fn linear(
+    n: usize,
+    (nin, nout): (usize, usize),
+    (x, y): (usize, usize),
+    (w, b): (usize, usize),
+) -> Dispatch {
+    Dispatch::new("dense_forward", n * nout, &[n, nin, nout, x, y, w, b])
+}
+
+/// Its backward: the weights' and bias's gradients, then the input's (the gradient at `y`
+/// flows to `x`).
+fn linear_backward(
+    n: usize,
+    (nin, nout): (usize, usize),
+    (x, y): (usize, usize),
+    (w, b): (usize, usize),
+) -> [Dispatch; 2] {
+    [
+        Dispatch::new(
+            "dense_weights",
+            (nin + 1) * nout,
+            &[n, nin, nout, x, y, w, b],
+        ),
+        Dispatch::new("dense_input", n * nin, &[n, nin, nout, y, x, w]),
+    ]
+}
+
+/// LayerNorm of `n` rows of width `c`, from `x` to `y`, keeping each row's statistics, with
+/// gain and bias `(g, b)`.
+fn layer_norm(
+    n: usize,
+    c: usize,
+    (x, y, stats): (usize, usize, usize),
+    (g, b): (usize, usize),
+) -> Dispatch {
+    Dispatch::new("layer_norm_forward", n, &[c, x, y, stats, g, b])
+}
+
+/// Its backward: the input's gradient (plus the residual stream's, `dres`, where the input
+/// is also the stream's), then the gain's and bias's.
+fn layer_norm_backward(
+    n: usize,
+    c: usize,
+    (x, stats, y): (usize, usize, usize),
+    dres: Option<usize>,
+    (g, b): (usize, usize),
+) -> [Dispatch; 2] {
+    let (add, dres) = dres.map_or((0, 0), |at| (1, at));
+    [
+        Dispatch::new("layer_norm_input", n, &[c, x, stats, y, x, dres, add, g]),
+        Dispatch::new("layer_norm_weights", 2 * c, &[c, x, stats, y, g, b, n]),
+    ]
 }
 
 #[cfg(test)]
