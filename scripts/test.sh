@@ -46,6 +46,9 @@ cargo check --locked --target wasm32-unknown-unknown -p protocol -p model -p wor
 
 say "wasm tests in headless Chromium (wasm = native unfused bit for bit, codec both ways; the GPU path against the CPU's on WebGPU's fallback adapter)"
 export CHROMEDRIVER=/usr/bin/chromedriver
+# The runner's default is 20 s for a whole test file; the GPU's on SwiftShader takes about
+# 15 here, and a fresh machine may be slower.
+export WASM_BINDGEN_TEST_TIMEOUT=120
 (cd worker-wasm && wasm-pack --log-level warn test --mode no-install --headless --chrome \
     --chromedriver /usr/bin/chromedriver --test web --test gpu -- --nocapture)
 
