@@ -399,9 +399,11 @@ async fn after_kill_9_a_resumed_coordinator_continues_and_workers_come_back() {
         "{version} < {durable}"
     );
     // A checkpoint is durable one write after it is due: `every` rounds, plus those applied
-    // while the newest one was still being written (more on a loaded machine; see
-    // docs/BENCHMARKS.md); this bound only catches a resume from far behind.
-    assert!(lost <= 4 * EVERY, "{lost} rounds lost");
+    // while the newest one was still being written. How many that is depends on the disk
+    // and the machine's load, not on the coordinator (7-8 rounds in a debug build alone, 21
+    // once with the whole suite beside it; docs/JOURNAL.md): it is printed, not bounded.
+    // What is the coordinator's, resuming from the newest checkpoint it made durable, is
+    // asserted above.
     until_line(&mut run.lines, "ten more rounds", |l| {
         is_round(l).is_some_and(|r| r >= version + 10)
     })
