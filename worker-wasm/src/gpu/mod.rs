@@ -2,16 +2,18 @@
 //!
 //! The kernels are hand-written WGSL (`kernels.wgsl`, and `gpt.wgsl` for what a GPT adds),
 //! one a layer's forward and one a gradient backward, and the loss; [`Plan`] says which
-//! run, in what order, on which slices of the buffers, built from the network alone. `engine.js` is the WebGPU host: it
-//! picks the adapter (a real one by default, a fallback only when asked), keeps the
-//! buffers and pipelines, and runs a plan. This file hands it the batch and the dropout
-//! masks the CPU path would draw, and takes back the gradient.
+//! run, in what order, on which slices of the buffers, built from the network alone.
+//! `engine.js` is the WebGPU host: it picks the adapter (a real one by default, a fallback
+//! only when asked), keeps the buffers and pipelines, and runs a plan. This file hands it
+//! the batch (a GPT's as token ids) and the dropout masks the CPU path would draw, and
+//! takes back the gradient.
 //!
 //! A GPU's sums run in no order the coordinator can reproduce, so its answers say so
 //! (`Gradient::parts` 0, `Compute::Unordered`) and are checked within rounding rather than
-//! replayed bit for bit (`coordinator-core`'s `verify.rs`; a GPT's tensor by tensor). Local phases stay on the CPU,
-//! where they are replayed exactly: a flipped ReLU in one step of an unordered phase moves
-//! every later step.
+//! replayed bit for bit (`coordinator-core`'s `verify.rs`; a GPT's tensor by tensor). Local
+//! phases stay on the CPU, where they are replayed exactly: a flipped ReLU in one step of
+//! an unordered phase moves every later step, and in a GPT Adam's steps on values whose
+//! gradient is rounding do (docs/DESIGN.md#a-gpus-local-phase-checked-not-yet-built).
 
 mod gpt_plan;
 mod plan;
