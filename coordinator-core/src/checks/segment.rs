@@ -110,7 +110,13 @@ pub fn check(
     end: &State,
 ) -> Result<Verdict, ModelError> {
     let len = net.param_count();
-    if start.weights.len() != len || end.weights.len() != len || !net.frozen().is_empty() {
+    if !net.frozen().is_empty() {
+        return Ok(unfit(
+            "weights",
+            "a model with frozen layers (not checked by segments)",
+        ));
+    }
+    if start.weights.len() != len || end.weights.len() != len {
         return Ok(unfit("weights", "not the model's length"));
     }
     if end.optimizer.step != start.optimizer.step + u64::from(segment.steps) {
