@@ -92,15 +92,6 @@ fn unfit(what: &str, why: impl std::fmt::Display) -> Verdict {
     })
 }
 
-fn learning_rate(optimizer: protocol::InnerOptimizer) -> f32 {
-    match optimizer {
-        protocol::InnerOptimizer::Sgd { lr }
-        | protocol::InnerOptimizer::Momentum { lr, .. }
-        | protocol::InnerOptimizer::Adam { lr, .. }
-        | protocol::InnerOptimizer::AdamW { lr, .. } => lr,
-    }
-}
-
 /// Replays `segment` from `start` and compares the replay with `end`.
 pub fn check(
     net: &Network,
@@ -152,7 +143,7 @@ pub fn check(
         Some((_, v)) => ties(net, v),
         None => vec![false; len],
     };
-    let reach = ADAM_STEP * learning_rate(segment.optimizer).abs() * segment.steps as f32;
+    let reach = ADAM_STEP * kind.lr().abs() * segment.steps as f32;
     let delta =
         |w: &[f32]| -> Vec<f32> { start.weights.iter().zip(w).map(|(s, e)| s - e).collect() };
     let mut parts = vec![("weights".to_string(), delta(&end.weights), delta(&weights))];

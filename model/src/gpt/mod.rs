@@ -111,9 +111,9 @@ impl fmt::Display for GptSpec {
     }
 }
 
-/// Where one block's tensors lie in the flat parameters.
+/// Where one block's tensors lie in the flat parameters (the offset of each's first value).
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct BlockAt {
+pub struct BlockAt {
     pub ln1_g: usize,
     pub ln1_b: usize,
     pub attn_w: usize,
@@ -191,6 +191,21 @@ impl Gpt {
 
     pub fn layout(&self) -> &ParamLayout {
         &self.layout
+    }
+
+    /// Where the token and position embeddings lie in the flat parameters.
+    pub fn embeddings_at(&self) -> (usize, usize) {
+        (self.wte, self.wpe)
+    }
+
+    /// Where each block's tensors lie.
+    pub fn blocks_at(&self) -> &[BlockAt] {
+        &self.blocks
+    }
+
+    /// Where the final LayerNorm's gain and bias lie.
+    pub fn final_norm_at(&self) -> (usize, usize) {
+        (self.lnf_g, self.lnf_b)
     }
 
     /// GPT-2's initialisation: weights and embeddings from `N(0, 0.02)`, each residual

@@ -32,32 +32,6 @@ struct BlockActs {
     out: usize,
 }
 
-/// Where one block's parameters start in `w` (and their gradients in `g`).
-struct BlockParams {
-    ln1_g: usize,
-    ln1_b: usize,
-    attn_w: usize,
-    attn_b: usize,
-    proj_w: usize,
-    proj_b: usize,
-    ln2_g: usize,
-    ln2_b: usize,
-    fc_w: usize,
-    fc_b: usize,
-    mlp_w: usize,
-    mlp_b: usize,
-}
-
-/// A tensor's offset in the flat parameters, by its GPT-2 name.
-fn offset(gpt: &Gpt, name: &str) -> usize {
-    gpt.layout()
-        .tensors()
-        .iter()
-        .find(|t| t.name == name)
-        .unwrap_or_else(|| panic!("a GPT lays out {name}"))
-        .offset
-}
-
 /// A bump allocator over `act`.
 struct Acts(usize);
 
@@ -102,31 +76,13 @@ pub(super) fn plan(gpt: &Gpt, samples: usize) -> Result<Plan, TooLarge> {
     let lnf = acts.take(n * c);
     let lnf_stats = acts.take(2 * n);
     let logits = acts.take(n * v);
-    let (wte, wpe) = (offset(gpt, "wte.weight"), offset(gpt, "wpe.weight"));
-    let (lnf_g, lnf_b) = (offset(gpt, "ln_f.weight"), offset(gpt, "ln_f.bias"));
-    let weights: Vec<BlockParams> = (0..spec.layers)
-        .map(|i| {
-            let p = |name: &str| offset(gpt, &format!("h.{i}.{name}"));
-            BlockParams {
-                ln1_g: p("ln_1.weight"),
-                ln1_b: p("ln_1.bias"),
-                attn_w: p("attn.c_attn.weight"),
-                attn_b: p("attn.c_attn.bias"),
-                proj_w: p("attn.c_proj.weight"),
-                proj_b: p("attn.c_proj.bias"),
-                ln2_g: p("ln_2.weight"),
-                ln2_b: p("ln_2.bias"),
-                fc_w: p("mlp.c_fc.weight"),
-                fc_b: p("mlp.c_fc.bias"),
-                mlp_w: p("mlp.c_proj.weight"),
-                mlp_b: p("mlp.c_proj.bias"),
-            }
-        })
-        .collect();
+    let (wte, wpe) = gpt.embeddings_at();
+    let (lnf_g, lnf_b) = gpt.final_norm_at();
+    let weights = gpt.blocks_at();
 
     let d = Dispatch::new;
     let mut out = vec![d("gpt_embed", n * c, &[c, t, n, wte, wpe, h0])];
-    for (b, p) in blocks.iter().zip(&weights) {
+    for (b, p) in blocks.iter().zip(weights) {
         let attention = [t, heads, c, b.qkv, b.att, b.y];
         out.extend([
             layer_norm(n, c, (b.x, b.ln1, b.ln1_stats), (p.ln1_g, p.ln1_b)),
@@ -157,7 +113,7 @@ pub(super) fn plan(gpt: &Gpt, samples: usize) -> Result<Plan, TooLarge> {
         None,
         (lnf_g, lnf_b),
     ));
-    for (b, p) in blocks.iter().zip(&weights).rev() {
+    for (b, p) in blocks.iter().zip(weights).rev() {
         let attention = [t, heads, c, b.qkv, b.att, b.y];
         // The MLP: out = mid + gelu(fc(ln2(mid)))·W + b.
         out.extend(linear_backward(
@@ -337,7 +293,7 @@ mod tests {
             .iter()
             .map(|t| t.offset as u32)
             .collect();
-        offsets.push(offset(&gpt, "wte.weight") as u32);
+        offsets.push(gpt.embeddings_at().0 as u32);
         let (mut a, mut b) = (written, offsets);
         a.sort_unstable();
         b.sort_unstable();
