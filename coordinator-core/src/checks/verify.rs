@@ -352,23 +352,45 @@ pub fn compare_tensors(
     Ok(())
 }
 
-/// How far the wire's compression may have moved each value (with 1 % room): f16's
-/// rounding, or half of int8's step in the value's chunk.
-fn wire_rounding(expected: &[f32], compression: Compression) -> Vec<f32> {
-    match compression {
-        Compression::None => vec![0.0; expected.len()],
-        Compression::F16 => expected
-            .iter()
-            .map(|v| (v.abs() / 2048.0 + 3e-8) * 1.01)
-            .collect(),
-        Compression::Int8 => expected
-            .chunks(INT8_CHUNK)
-            .flat_map(|chunk| {
-                let step = chunk.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 127.0;
-                std::iter::repeat_n(HALF_STEP * step * 1.01, chunk.len())
-            })
-            .collect(),
+/// How far the wire's compression may have moved a value within one chunk of
+/// [`INT8_CHUNK`] values: nothing for f32, f16's rounding of the value, or half of int8's
+/// step, which the chunk's largest value sets.
+#[derive(Debug, Clone, Copy)]
+struct Wire {
+    compression: Compression,
+    /// int8's step in this chunk.
+    step: f32,
+}
+
+impl Wire {
+    /// For a chunk whose values are as large as `sizes`.
+    fn for_chunk(compression: Compression, sizes: impl Iterator<Item = f32>) -> Self {
+        let step = match compression {
+            Compression::Int8 => sizes.fold(0.0f32, f32::max) / 127.0,
+            _ => 0.0,
+        };
+        Self { compression, step }
     }
+
+    /// For a value as large as `size`.
+    fn at(self, size: f32) -> f32 {
+        match self.compression {
+            Compression::None => 0.0,
+            Compression::F16 => size / 2048.0 + 3e-8,
+            Compression::Int8 => HALF_STEP * self.step,
+        }
+    }
+}
+
+/// How far the wire's compression may have moved each value of `expected` (with 1 % room).
+fn wire_rounding(expected: &[f32], compression: Compression) -> Vec<f32> {
+    expected
+        .chunks(INT8_CHUNK)
+        .flat_map(|chunk| {
+            let wire = Wire::for_chunk(compression, chunk.iter().map(|v| v.abs()));
+            chunk.iter().map(move |v| wire.at(v.abs()) * 1.01)
+        })
+        .collect()
 }
 
 fn fewer_outside(a: Mismatch, b: Mismatch) -> Mismatch {
@@ -446,22 +468,14 @@ fn measure(
         .enumerate()
     {
         let base = chunk_at * INT8_CHUNK;
-        let step = match compression {
-            Compression::Int8 => {
-                e.iter().enumerate().fold(0.0f32, |m, (i, &v)| {
-                    let (lo, hi) = reach(base + i, v);
-                    m.max(lo.abs()).max(hi.abs())
-                }) / 127.0
-            }
-            _ => 0.0,
+        let size = |i: usize, v: f32| {
+            let (lo, hi) = reach(base + i, v);
+            lo.abs().max(hi.abs())
         };
+        let wire = Wire::for_chunk(compression, e.iter().enumerate().map(|(i, &v)| size(i, v)));
         for (i, (&got, &expected)) in g.iter().zip(e).enumerate() {
             let (lo, hi) = reach(base + i, expected);
-            let wire = match compression {
-                Compression::None => 0.0,
-                Compression::F16 => lo.abs().max(hi.abs()) / 2048.0 + 3e-8,
-                Compression::Int8 => HALF_STEP * step,
-            };
+            let wire = wire.at(size(i, expected));
             let slack = widened.map_or(0.0, |w| w.slack[base + i]);
             let tolerance = claims * wire * 1.01 + ABS + REL * lo.abs().max(hi.abs()) + slack;
             norm_sq += f64::from(expected) * f64::from(expected);
