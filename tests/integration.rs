@@ -15,6 +15,10 @@ mod nats;
 #[path = "integration/cluster.rs"]
 mod cluster;
 
+/// A GPU's local phases, committed, challenged and replayed by segments; cheats banned.
+#[path = "integration/gpu_phases.rs"]
+mod gpu_phases;
+
 /// A GPT on text: trained by native workers, every answer replayed, exported for Hugging
 /// Face and read back.
 #[path = "integration/language.rs"]

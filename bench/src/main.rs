@@ -378,6 +378,7 @@ pub(crate) async fn worker(
             }
             CoordinatorToWorker::Shard(_)
             | CoordinatorToWorker::Task(_)
+            | CoordinatorToWorker::Challenge(_)
             | CoordinatorToWorker::Frozen { .. } => {}
             CoordinatorToWorker::Error { code, message } => {
                 bail!("worker {k}: {code:?}: {message}")

@@ -57,6 +57,8 @@ pub struct Coordinator {
     pub(crate) train: Arc<Dataset>,
     /// Answers being recomputed off the coordinator's task, and those waiting for a core.
     pub(crate) recomputations: crate::checks::recompute::Recomputations,
+    /// GPU phases' commitments, and the challenges open for their states.
+    pub(crate) challenges: crate::checks::challenge::Challenges,
     pub(crate) outcome: Option<Outcome>,
     pub(crate) last_eval: Option<Evaluation>,
     /// A language model's vocabulary and prompt: each evaluation also writes a sample.
@@ -118,7 +120,14 @@ impl Coordinator {
         let trainer = Trainer::new(net, settings.seed, settings.optimizer, data.test)?
             .stepping(settings.lr_schedule, settings.clip_norm);
         let params = trainer.params().len();
-        let local = settings.local.map(LocalPlan::new);
+        // A model with frozen layers is not checked by segments: its phases stay ordered.
+        let frozen = !trainer.net().frozen().is_empty();
+        let local = settings.local.map(|mut local| {
+            if frozen {
+                local.segment = 0;
+            }
+            LocalPlan::new(local)
+        });
         let reference = trainer.reference_norm(
             &data.train,
             settings.batch_size as usize,
@@ -159,6 +168,7 @@ impl Coordinator {
             .audit_seed
             .unwrap_or_else(crate::checks::unpredictable_seed);
         let audits = Audits::new(seed);
+        let challenges = crate::checks::challenge::Challenges::new(seed);
         let kind = settings.aggregator;
         let momenta = (kind.momentum > 0.0).then(|| {
             crate::aggregate::Momenta::new(
@@ -182,6 +192,7 @@ impl Coordinator {
             momenta,
             train: Arc::new(data.train),
             recomputations: crate::checks::recompute::Recomputations::new(settings_cores),
+            challenges,
             outcome: None,
             last_eval: None,
             writer,
@@ -258,9 +269,14 @@ impl Coordinator {
         self.history.points()
     }
 
-    /// When [`Coordinator::handle_timeout`] is next due.
+    /// When [`Coordinator::handle_timeout`] is next due: a round's deadline, or the time a
+    /// challenged phase's states are due by.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.schedule.deadline()
+        let reveal = self.challenges.due();
+        match (self.schedule.deadline(), reveal) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The time passed [`Coordinator::poll_timeout`]: a round deadline.
@@ -272,12 +288,14 @@ impl Coordinator {
         }
         let actions = self.schedule.tick(now);
         self.execute(actions);
+        self.expire_challenges(now);
         self.settle(now);
         self.publish();
     }
 
     /// Something an input changed: settle, then publish. Every input ends with it.
     pub(crate) fn done(&mut self, now: Instant) {
+        self.expire_challenges(now);
         self.settle(now);
         self.publish();
     }

@@ -62,6 +62,8 @@ pub use settings::{Mode, Settings};
 pub use status::Status;
 
 #[cfg(test)]
+mod challenge_tests;
+#[cfg(test)]
 mod local_tests;
 #[cfg(test)]
 mod tests;

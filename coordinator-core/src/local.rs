@@ -48,6 +48,10 @@ pub enum LocalSteps {
 pub struct Local {
     pub steps: LocalSteps,
     pub inner: InnerOptimizer,
+    /// `--segment-steps`: a GPU may take a phase in its own order, committing to its state
+    /// every this many steps, and is checked by segments (0: never; a phase in one
+    /// ordered part, replayed whole).
+    pub segment: u32,
 }
 
 impl Local {
@@ -119,17 +123,21 @@ impl LocalPlan {
     pub fn phase(&mut self, id: WorkerId, pass: usize) -> LocalPhase {
         self.workers.entry(id).or_default().pass = Some(pass.max(1));
         self.refresh(id);
+        let steps = self.steps(id);
         LocalPhase {
-            steps: self.steps(id),
+            steps,
             optimizer: self.local.inner,
+            segment: self.local.segment.min(steps),
         }
     }
 
     /// The phase before anything is known (the norm bound's reference).
     pub fn first_phase(&self) -> LocalPhase {
+        let steps = self.steps(WorkerId(0));
         LocalPhase {
-            steps: self.steps(WorkerId(0)),
+            steps,
             optimizer: self.local.inner,
+            segment: self.local.segment.min(steps),
         }
     }
 
@@ -249,6 +257,7 @@ mod tests {
                 passes: 1e9,
             },
             inner: InnerOptimizer::Sgd { lr: 0.1 },
+            segment: 0,
         })
     }
 
@@ -259,6 +268,7 @@ mod tests {
         let mut plan = LocalPlan::new(Local {
             steps: LocalSteps::Fixed(10),
             inner: InnerOptimizer::Sgd { lr: 0.1 },
+            segment: 0,
         });
         assert_eq!(plan.expected(), None);
         let ms = Duration::from_millis;
@@ -320,6 +330,7 @@ mod tests {
                 passes: 1e9,
             },
             inner: InnerOptimizer::Sgd { lr: 0.1 },
+            segment: 0,
         });
         let (fast, slow) = (WorkerId(1), WorkerId(2));
         assert_eq!(plan.steps(fast), 16);
@@ -341,6 +352,7 @@ mod tests {
                     passes,
                 },
                 inner: InnerOptimizer::Sgd { lr: 0.1 },
+                segment: 0,
             });
             let id = WorkerId(1);
             assert_eq!(plan.phase(id, 62).steps, FIRST_STEPS);
@@ -358,6 +370,7 @@ mod tests {
         let fixed = LocalPlan::new(Local {
             steps: LocalSteps::Fixed(16),
             inner: InnerOptimizer::Sgd { lr: 0.1 },
+            segment: 0,
         });
         assert_eq!(fixed.scale(16), 1.0);
         let mut plan = auto(1000);

@@ -58,6 +58,7 @@ fn one_worker_h_local_steps_under_outer_sgd_at_1_are_h_steps_of_sgd() {
         local: Some(Local {
             steps: LocalSteps::Fixed(H),
             inner: InnerOptimizer::Sgd { lr: 0.05 },
+            segment: 0,
         }),
         aggregator: AggregatorKind {
             rule: Rule::Mean,
@@ -133,6 +134,7 @@ fn a_resumed_run_with_local_steps_continues_bit_for_bit() {
         local: Some(Local {
             steps: LocalSteps::Fixed(6),
             inner: InnerOptimizer::Sgd { lr: 0.05 },
+            segment: 0,
         }),
         verify_fraction: 1.0,
         audit_seed: Some(2),

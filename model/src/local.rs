@@ -100,6 +100,17 @@ impl LocalPhase {
         }
     }
 
+    /// Its state as one flat vector: the trained tensors, then the inner optimizer's (in
+    /// its order), and the steps taken: what a GPU's phase commits to and reveals
+    /// (`protocol::commit`).
+    pub fn flat_state(&self) -> (u64, Vec<f32>) {
+        let state = self.optimizer.state();
+        let mut flat = Vec::with_capacity(self.trained.len() * (1 + state.tensors.len()));
+        flat.extend_from_slice(&self.trained);
+        state.flatten_into(&mut flat);
+        (u64::from(self.taken), flat)
+    }
+
     /// Takes the next step with the gradient (full layout) and loss computed at
     /// [`LocalPhase::weights`], wherever they were computed.
     pub fn apply(&mut self, net: &Network, loss: f32, grads: &[f32]) {

@@ -150,6 +150,34 @@ pub struct OptimizerState {
 pub struct StateError(String);
 
 impl OptimizerState {
+    /// Its tensors' values one after the other, in its order, onto `out` (what a revealed
+    /// state carries after the weights).
+    pub fn flatten_into(&self, out: &mut Vec<f32>) {
+        for (_, values) in &self.tensors {
+            out.extend_from_slice(values);
+        }
+    }
+
+    /// A state of `step` steps with `like`'s tensors (names and lengths), read in order
+    /// from `values`; `None` unless `values` holds exactly that many.
+    pub fn unflatten(like: &Self, step: u64, values: &[f32]) -> Option<Self> {
+        let needed: usize = like.tensors.iter().map(|(_, t)| t.len()).sum();
+        if values.len() != needed {
+            return None;
+        }
+        let mut rest = values;
+        let tensors = like
+            .tensors
+            .iter()
+            .map(|(name, t)| {
+                let (these, after) = rest.split_at(t.len());
+                rest = after;
+                (name.clone(), these.to_vec())
+            })
+            .collect();
+        Some(Self { step, tensors })
+    }
+
     /// Takes the tensors named `names`, in that order, each `len` long and finite; nothing
     /// else may be there.
     fn take(self, names: &[&str], len: usize) -> Result<(u64, Vec<Vec<f32>>), StateError> {

@@ -10,6 +10,7 @@
 
 use thiserror::Error;
 
+use crate::commit::{Challenge, Commitments, RevealChunk, MAX_CHALLENGED};
 use crate::ids::{Round, WorkerId};
 use crate::message::{
     CoordinatorToWorker, ErrorCode, GradientChunk, Hello, InnerOptimizer, LocalPhase, ModelSpec,
@@ -35,12 +36,15 @@ pub const HEADER_LEN: usize = 5;
 
 const TAG_HELLO: u8 = 0x01;
 const TAG_GRADIENT: u8 = 0x02;
+const TAG_COMMITMENTS: u8 = 0x03;
+const TAG_REVEAL: u8 = 0x04;
 const TAG_WELCOME: u8 = 0x81;
 const TAG_SHARD: u8 = 0x82;
 const TAG_WEIGHTS: u8 = 0x83;
 const TAG_ERROR: u8 = 0x84;
 const TAG_FROZEN: u8 = 0x85;
 const TAG_TASK: u8 = 0x86;
+const TAG_CHALLENGE: u8 = 0x87;
 
 /// Why a frame was refused.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -93,7 +97,39 @@ pub fn encode_from_worker(msg: &WorkerToCoordinator) -> Vec<u8> {
             let head = (g.samples, g.loss, g.compute_us, g.parts);
             gradient_chunk(g.round, head, pos, &g.grads, Compression::None)
         }
+        WorkerToCoordinator::Commitments(c) => {
+            let mut w = Writer::new(TAG_COMMITMENTS, 12 + 32 * c.hashes.len());
+            w.u64(c.round.0);
+            w.u32(u32::try_from(c.hashes.len()).expect("at most MAX_LOCAL_STEPS hashes"));
+            for h in &c.hashes {
+                w.raw(h);
+            }
+            w.buf
+        }
+        WorkerToCoordinator::Reveal(c) => {
+            let mut w = Writer::new(TAG_REVEAL, 32 + 4 * c.values.len());
+            w.u64(c.round.0);
+            w.u32(c.boundary);
+            w.chunk((c.total, c.offset), &c.values, Compression::None);
+            w.buf
+        }
     }
+}
+
+/// A revealed state's chunk frames (raw `f32`: its hash is of the exact values).
+pub fn encode_reveal(round: Round, boundary: u32, values: &[f32]) -> Vec<Vec<u8>> {
+    let total = u32::try_from(values.len()).expect("a state of at most 4 Gi values");
+    crate::chunk::chunks(values.len())
+        .map(|r| {
+            encode_from_worker(&WorkerToCoordinator::Reveal(RevealChunk {
+                round,
+                boundary,
+                total,
+                offset: r.start as u32,
+                values: values[r].to_vec(),
+            }))
+        })
+        .collect()
 }
 
 /// Encodes a message sent by the coordinator.
@@ -170,7 +206,17 @@ pub fn encode_from_coordinator(msg: &CoordinatorToWorker) -> Vec<u8> {
                     if let InnerOptimizer::AdamW { weight_decay, .. } = phase.optimizer {
                         w.f32(weight_decay);
                     }
+                    w.u32(phase.segment);
                 }
+            }
+            w.buf
+        }
+        CoordinatorToWorker::Challenge(c) => {
+            let mut w = Writer::new(TAG_CHALLENGE, 12 + 4 * c.boundaries.len());
+            w.u64(c.round.0);
+            w.u32(u32::try_from(c.boundaries.len()).expect("a few boundaries"));
+            for &b in &c.boundaries {
+                w.u32(b);
             }
             w.buf
         }
@@ -215,6 +261,8 @@ fn header(frame: &[u8]) -> Result<(u8, Reader<'_>), DecodeError> {
 pub enum WorkerFrame<'a> {
     Hello(Hello),
     Gradient(RawGradientChunk<'a>),
+    Commitments(Commitments),
+    Reveal(RevealChunk),
 }
 
 /// Decodes a frame received from a worker, leaving a gradient chunk's values in the frame.
@@ -257,6 +305,42 @@ pub fn decode_worker_frame(frame: &[u8]) -> Result<WorkerFrame<'_>, DecodeError>
                 payload,
             })
         }
+        TAG_COMMITMENTS => {
+            let round = Round(r.u64()?);
+            let (count, raw) = r.counted(32)?;
+            if count > MAX_LOCAL_STEPS as usize {
+                return Err(DecodeError::InvalidValue {
+                    field: "commitments.count",
+                    value: count as u64,
+                });
+            }
+            let hashes = raw
+                .chunks_exact(32)
+                .map(|h| h.try_into().expect("32 bytes"))
+                .collect();
+            WorkerFrame::Commitments(Commitments { round, hashes })
+        }
+        TAG_REVEAL => {
+            let (round, boundary) = (Round(r.u64()?), r.u32()?);
+            let (total, offset) = (r.u32()?, r.u32()?);
+            let (compression, count, payload) = r.raw_tensor()?;
+            if compression != Compression::None {
+                return Err(DecodeError::InvalidValue {
+                    field: "reveal encoding",
+                    value: u64::from(compression.to_u8()),
+                });
+            }
+            chunk_pos(total, offset, count)?;
+            let mut values = Vec::with_capacity(count);
+            crate::tensor::decode_payload_append(payload, count, &mut values, compression);
+            WorkerFrame::Reveal(RevealChunk {
+                round,
+                boundary,
+                total,
+                offset,
+                values,
+            })
+        }
         other => return Err(DecodeError::UnknownTag(other)),
     };
     r.finish()?;
@@ -281,6 +365,8 @@ pub fn decode_from_worker(frame: &[u8]) -> Result<WorkerToCoordinator, DecodeErr
                 grads,
             })
         }
+        WorkerFrame::Commitments(c) => WorkerToCoordinator::Commitments(c),
+        WorkerFrame::Reveal(c) => WorkerToCoordinator::Reveal(c),
     })
 }
 
@@ -363,6 +449,27 @@ pub fn decode_from_coordinator(frame: &[u8]) -> Result<CoordinatorToWorker, Deco
                 params,
             }
         }
+        TAG_CHALLENGE => {
+            let round = Round(r.u64()?);
+            let (count, raw) = r.counted(4)?;
+            if count > MAX_CHALLENGED {
+                return Err(DecodeError::InvalidValue {
+                    field: "challenge.count",
+                    value: count as u64,
+                });
+            }
+            let boundaries: Vec<u32> = raw
+                .chunks_exact(4)
+                .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+                .collect();
+            if boundaries.windows(2).any(|w| w[0] >= w[1]) || boundaries.first() == Some(&0) {
+                return Err(DecodeError::InvalidValue {
+                    field: "challenge.boundaries",
+                    value: count as u64,
+                });
+            }
+            CoordinatorToWorker::Challenge(Challenge { round, boundaries })
+        }
         TAG_ERROR => CoordinatorToWorker::Error {
             code: ErrorCode::from_u16(r.u16()?),
             message: r.str("message")?,
@@ -422,7 +529,15 @@ fn local_phase(r: &mut Reader<'_>) -> Result<Option<LocalPhase>, DecodeError> {
         2 | 3 => return Err(invalid("task.eps", bits(eps))),
         v => return Err(invalid("task.inner_optimizer", v.into())),
     };
-    Ok(Some(LocalPhase { steps, optimizer }))
+    let segment = r.u32()?;
+    if segment > steps {
+        return Err(invalid("task.segment", segment.into()));
+    }
+    Ok(Some(LocalPhase {
+        steps,
+        optimizer,
+        segment,
+    }))
 }
 
 #[cfg(test)]

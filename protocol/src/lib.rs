@@ -11,9 +11,11 @@
 //! - [`ids`]: the `WorkerId` and `Round` newtypes.
 //! - [`tensor`]: tensors as raw `f32`, or compressed to `f16` / `int8`.
 //! - [`chunk`]: tensors split into chunks of at most 64 KiB, and their order.
+//! - [`commit`]: a GPU phase's commitments, the coordinator's challenge and the reveal.
 
 pub mod chunk;
 pub mod codec;
+pub mod commit;
 pub mod ids;
 pub mod message;
 pub mod tensor;
@@ -21,9 +23,10 @@ pub mod tensor;
 pub use chunk::{ChunkPos, CHUNK_VALUES};
 pub use codec::{
     decode_from_coordinator, decode_from_worker, decode_worker_frame, encode_from_coordinator,
-    encode_from_worker, encode_frozen, encode_gradient, encode_weights, gradient_wire_len,
-    DecodeError, RawGradientChunk, WorkerFrame,
+    encode_from_worker, encode_frozen, encode_gradient, encode_reveal, encode_weights,
+    gradient_wire_len, DecodeError, RawGradientChunk, WorkerFrame,
 };
+pub use commit::{state_hash, Challenge, Commitments, RevealChunk};
 pub use ids::{Round, WorkerId};
 pub use message::{
     CoordinatorToWorker, ErrorCode, Gradient, GradientChunk, Hello, InnerOptimizer, LocalPhase,
@@ -34,4 +37,4 @@ pub use tensor::Compression;
 
 /// Version of the wire format. Every frame starts with it; a peer speaking another version
 /// is refused with [`ErrorCode::VersionMismatch`]. Bump it on any incompatible change.
-pub const PROTOCOL_VERSION: u16 = 9;
+pub const PROTOCOL_VERSION: u16 = 10;

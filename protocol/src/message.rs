@@ -1,5 +1,6 @@
 //! The messages, one enum per direction. Byte layout lives in [`crate::codec`].
 
+use crate::commit::{Challenge, Commitments, RevealChunk};
 use crate::ids::{Round, WorkerId};
 use crate::tensor::Compression;
 
@@ -9,6 +10,10 @@ pub enum WorkerToCoordinator {
     Hello(Hello),
     /// One chunk of a gradient (see [`crate::chunk`]).
     Gradient(GradientChunk),
+    /// The hashes of a GPU phase's states, sent just before its answer (version 10).
+    Commitments(Commitments),
+    /// One chunk of a state a `Challenge` asked for (version 10).
+    Reveal(RevealChunk),
 }
 
 /// Everything the coordinator may send.
@@ -29,6 +34,8 @@ pub enum CoordinatorToWorker {
         offset: u32,
         params: Vec<f32>,
     },
+    /// Some states of a committed phase to reveal (version 10).
+    Challenge(Challenge),
     Error {
         code: ErrorCode,
         message: String,
@@ -139,6 +146,10 @@ pub struct Task {
 pub struct LocalPhase {
     pub steps: u32,
     pub optimizer: InnerOptimizer,
+    /// 0: computed in the coordinator's order, replayed whole. `k > 0`: a worker that
+    /// computes in an order nobody can replay (a GPU) may take the phase so, committing to
+    /// its state every `k` steps (`Commitments`), and is checked by segments (version 10).
+    pub segment: u32,
 }
 
 /// The optimizer of a local phase's inner steps.

@@ -595,6 +595,14 @@ impl Engine {
         };
         let taken = match decode_worker_frame(frame) {
             Ok(WorkerFrame::Gradient(chunk)) => conn.upload.take(&chunk, &conn.joined),
+            Ok(WorkerFrame::Commitments(c)) => {
+                let j = conn.joined;
+                return self.core.commitments(j.worker, j.session, c, now);
+            }
+            Ok(WorkerFrame::Reveal(chunk)) => {
+                let j = conn.joined;
+                return self.core.revealed(j.worker, j.session, chunk, now);
+            }
             Ok(WorkerFrame::Hello(_)) => Err(Refusal::new(
                 protocol::ErrorCode::UnexpectedMessage,
                 "Hello was already received",

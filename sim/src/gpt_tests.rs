@@ -157,6 +157,7 @@ fn one_hostile_worker_in_five_costs_a_gpt_in_local_phases_no_more_than_the_mlp()
                 eps: 1e-8,
                 weight_decay: 0.1,
             },
+            segment: 0,
         }),
         optimizer: OptimizerKind::Nesterov {
             lr: 0.7,

@@ -11,7 +11,11 @@ use crate::*;
 
 fn local(steps: LocalSteps, inner: InnerOptimizer) -> Settings {
     Settings {
-        local: Some(Local { steps, inner }),
+        local: Some(Local {
+            steps,
+            inner,
+            segment: 0,
+        }),
         optimizer: OptimizerKind::Nesterov {
             lr: 0.7,
             momentum: 0.9,

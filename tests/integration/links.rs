@@ -9,7 +9,7 @@ use crate::browser::{page, Browser};
 use crate::util::*;
 
 /// 25 ms and 10 Mbit/s each way: a 50 ms round trip.
-fn home() -> (slowlink::Way, slowlink::Way) {
+pub(crate) fn home() -> (slowlink::Way, slowlink::Way) {
     let way = slowlink::Way::new(Duration::from_millis(25), 10.0);
     (way, way)
 }

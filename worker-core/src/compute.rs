@@ -20,8 +20,9 @@ pub enum Compute {
     Deferred(usize),
     /// By the transport, the whole batch at once in an order the coordinator cannot
     /// replay (a tab's GPU): answered with `Gradient::parts` 0, which the verifier checks
-    /// within rounding. A local phase is still computed in one ordered part (its replay
-    /// must be exact).
+    /// within rounding. A local phase too when its `Task` names a segment length (it is
+    /// committed every so many steps and checked by segments, `commit.rs`); else in one
+    /// ordered part (its replay must be exact).
     Unordered,
 }
 

@@ -19,6 +19,8 @@ use protocol::{
     CoordinatorToWorker, DecodeError, ErrorCode, Gradient, Hello, InnerOptimizer, Round, Shard,
     ShardValues, Task, Weights, Welcome, WorkerId, WorkerKind, WorkerToCoordinator,
 };
+
+mod commit;
 use thiserror::Error;
 
 mod compute;
@@ -28,6 +30,7 @@ mod timing;
 
 use std::sync::Arc;
 
+use commit::{Committing, Revealable};
 use incoming::Incoming;
 use pending::{Of, Pending};
 
@@ -111,8 +114,10 @@ struct Phase {
     compute_us: u64,
     /// The parts every step of it is computed in, fixed when it starts: the coordinator
     /// replays every step in as many, so cores lent or taken back mid-phase count from
-    /// the next phase.
+    /// the next phase. 0: unordered (a GPU's), committed every `segment` steps.
     parts: usize,
+    /// An unordered phase's states, hashed and kept every `segment` steps.
+    committing: Option<Committing>,
 }
 
 #[derive(Debug)]
@@ -128,6 +133,10 @@ pub struct WorkerCore {
     /// This process's threads, for [`Compute::Threads`].
     cores: Cores,
     pending: Option<Pending>,
+    /// The last committed phase's states, kept for the coordinator's `Challenge`.
+    revealable: Option<Revealable>,
+    /// The commitments of a phase that just finished, sent before its answer.
+    commitments: Option<protocol::Commitments>,
 }
 
 impl WorkerCore {
@@ -147,6 +156,8 @@ impl WorkerCore {
             compute: Compute::default(),
             cores: Cores::default(),
             pending: None,
+            revealable: None,
+            commitments: None,
         }
     }
 
@@ -202,11 +213,29 @@ impl WorkerCore {
             started: self.clock.start(),
             of: Of::Step,
         };
-        let compression = joined.compression;
-        Ok(match self.start(pending)? {
-            Some(gradient) => encode_gradient(&gradient, compression),
-            None => Vec::new(),
-        })
+        let answer = self.start(pending)?;
+        Ok(self.frames(answer))
+    }
+
+    /// An answer's frames: a committed phase's `Commitments` first, then its chunks.
+    pub(crate) fn frames(&mut self, answer: Option<Gradient>) -> Vec<Vec<u8>> {
+        let Some(gradient) = answer else {
+            return Vec::new();
+        };
+        let compression = self
+            .joined
+            .as_ref()
+            .map_or(Compression::None, |j| j.compression);
+        let mut frames = Vec::new();
+        if let Some(c) = self
+            .commitments
+            .take()
+            .filter(|c| c.round == gradient.round)
+        {
+            frames.push(encode_from_worker(&WorkerToCoordinator::Commitments(c)));
+        }
+        frames.extend(encode_gradient(&gradient, compression));
+        frames
     }
 
     /// Asks the coordinator to send and accept tensors with this compression.
@@ -249,12 +278,11 @@ impl WorkerCore {
     /// gradient's chunks, once the last chunk of a `Weights` message is in), or none.
     pub fn handle_frame(&mut self, frame: &[u8]) -> Result<Vec<Vec<u8>>, WorkerError> {
         let msg = decode_from_coordinator(frame)?;
+        if let CoordinatorToWorker::Challenge(challenge) = &msg {
+            return Ok(self.reveal(challenge));
+        }
         let reply = self.handle(msg)?;
-        let compression = self
-            .joined
-            .as_ref()
-            .map_or(Compression::None, |j| j.compression);
-        Ok(reply.map_or_else(Vec::new, |g| encode_gradient(&g, compression)))
+        Ok(self.frames(reply))
     }
 
     /// Handles one decoded message (a `Weights` or `Frozen` message may be one chunk of
@@ -274,6 +302,8 @@ impl WorkerCore {
                 offset,
                 params,
             } => self.on_frozen_chunk(total, offset, params).map(|()| None),
+            // Answered by `handle_frame` (`WorkerCore::reveal`): it is frames, not a gradient.
+            CoordinatorToWorker::Challenge(_) => Ok(None),
             CoordinatorToWorker::Error { code, message } if code.is_fatal() => {
                 Err(WorkerError::Rejected { code, message })
             }
@@ -414,6 +444,9 @@ impl WorkerCore {
             return Ok(None);
         };
         if let Some(local) = task.local {
+            // A GPU takes a phase in its own order only if the coordinator checks it by
+            // segments; else in one ordered part, replayed whole.
+            let committed = self.compute == Compute::Unordered && local.segment > 0;
             // A phase replaces one under way (the coordinator moved on: its answer would be
             // refused as late anyway).
             self.phase = Some(Phase {
@@ -424,7 +457,12 @@ impl WorkerCore {
                 phase: LocalPhase::new(net, &weights.params, inner(local.optimizer), local.steps),
                 samples: 0,
                 compute_us: 0,
-                parts: self.compute.parts().max(1),
+                parts: if committed {
+                    0
+                } else {
+                    self.compute.parts().max(1)
+                },
+                committing: committed.then(|| Committing::new(local.segment)),
             });
             // A step of the replaced phase left to the transport is dropped with it.
             self.pending = None;

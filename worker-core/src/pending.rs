@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 
 use ndarray::Array2;
-use protocol::{encode_gradient, Compression, Gradient, Round};
+use protocol::{Gradient, Round};
 
 use crate::{Job, Joined, Phase, WorkerCore, WorkerError};
 
@@ -48,14 +48,8 @@ impl WorkerCore {
         let Some(pending) = self.pending.take() else {
             return Ok(Vec::new());
         };
-        let compression = self
-            .joined
-            .as_ref()
-            .map_or(Compression::None, |j| j.compression);
-        Ok(match self.finish(pending, loss, &grads)? {
-            Some(gradient) => encode_gradient(&gradient, compression),
-            None => Vec::new(),
-        })
+        let answer = self.finish(pending, loss, &grads)?;
+        Ok(self.frames(answer))
     }
 
     /// Sets `pending` and, unless the transport computes it, computes it now; returns the
@@ -106,6 +100,9 @@ impl WorkerCore {
             phase.samples += samples;
             phase.compute_us += compute_us;
             self.stats.local_steps += 1;
+            if let Some(committing) = phase.committing.as_mut() {
+                committing.after_step(&phase.phase);
+            }
             if !phase.phase.is_done() {
                 return Ok(None);
             }
@@ -114,8 +111,14 @@ impl WorkerCore {
                 phase,
                 samples,
                 compute_us,
+                committing,
                 ..
             } = self.phase.take().expect("under way");
+            if let Some(committing) = committing {
+                let (commitments, revealable) = committing.finish(round);
+                self.commitments = Some(commitments);
+                self.revealable = Some(revealable);
+            }
             let result = phase.finish();
             self.stats.gradients_sent += 1;
             self.stats.compute_us += compute_us;

@@ -270,6 +270,7 @@ fn a_shard_arriving_mid_phase_is_for_the_next_phase() {
         local: Some(protocol::LocalPhase {
             steps: 5,
             optimizer: protocol::InnerOptimizer::Sgd { lr: 0.5 },
+            segment: 0,
         }),
     });
     let run = |recut: bool| {
@@ -333,6 +334,7 @@ fn a_deferred_job_answers_what_threads_answer() {
     let phase = Some(protocol::LocalPhase {
         steps: 3,
         optimizer: protocol::InnerOptimizer::Sgd { lr: 0.1 },
+        segment: 0,
     });
     for local in [None, phase] {
         let task = encode_from_coordinator(&CoordinatorToWorker::Task(Task {

@@ -182,6 +182,7 @@ fn local(steps: u32) -> protocol::LocalPhase {
     protocol::LocalPhase {
         steps,
         optimizer: protocol::InnerOptimizer::Sgd { lr: 0.1 },
+        segment: 0,
     }
 }
 

@@ -107,6 +107,7 @@ fn main() -> anyhow::Result<()> {
             let local = LocalPhase {
                 steps: 16,
                 optimizer: InnerOptimizer::Sgd { lr: 0.05 },
+                segment: 0,
             };
             let batches = Batches {
                 shard: shard.clone(),

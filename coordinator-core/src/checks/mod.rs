@@ -2,10 +2,11 @@
 //! it: recomputation for a sampled fraction ([`audit`], [`verify`](mod@verify), off its task
 //! within a budget of cores: [`recompute`]), agreement with its
 //! replicas (`--replicate`, [`replicas`]), the norm bound ([`clip`]), the weight it deserves
-//! (its assigned batch). [`segment`] is the check of one segment of a GPU's local phase,
-//! which no challenge calls yet.
+//! (its assigned batch). A GPU's local phase is checked by segments instead: [`challenge`]
+//! asks for its committed states, and [`segment`] replays each segment.
 
 pub mod audit;
+pub mod challenge;
 pub mod clip;
 pub mod recompute;
 pub mod replicas;
@@ -18,9 +19,8 @@ use std::time::Instant;
 use protocol::{Compression, ErrorCode, Gradient, WorkerId};
 use tracing::{debug, warn};
 
-use self::recompute::{Held, Inputs, Recomputed, Then};
+use self::recompute::{Held, Inputs, Recomputed, Refuted, Then};
 use self::replicas::Fate;
-use self::verify::Mismatch;
 use crate::io::{Outbound, Output, SessionId};
 use crate::refusal::Refusal;
 use crate::registry::tally::Note;
@@ -67,10 +67,26 @@ impl Coordinator {
             debug!(%worker, round = %gradient.round, "on probation and not recomputed; dropped");
             return self.unchecked(worker);
         }
+        let committed = self.committed(worker, gradient);
         let Some(audit) = self.audits.take(worker, gradient.round.0) else {
             return self.replicated(worker, gradient, norm, now);
         };
         let probation = self.registry.on_probation(worker);
+        // A GPU's phase: held while its states are asked for, then replayed by segments.
+        if let Some(local) = committed {
+            if probation {
+                self.metrics.probation_checked();
+            }
+            let held = Held {
+                worker,
+                session,
+                gradient: Arc::new(gradient.clone()),
+                norm,
+                pull: audit.pull.clone(),
+                then: Then::Check,
+            };
+            return self.challenge(held, audit, local, now);
+        }
         if probation {
             self.metrics.probation_checked();
         }
@@ -86,7 +102,7 @@ impl Coordinator {
             pull: audit.pull,
             then: if after { Then::Judge } else { Then::Check },
         };
-        self.hold(held, audit.weights, audit.compression, now);
+        self.hold(held, audit.weights, audit.compression, None, now);
         if after {
             self.replicated(worker, gradient, norm, now);
         }
@@ -155,7 +171,7 @@ impl Coordinator {
                             pull,
                             then: Then::Admit,
                         };
-                        self.hold(held, weights, compression, now);
+                        self.hold(held, weights, compression, None, now);
                     }
                     _ => self.admit(worker, gradient, norm, now),
                 }
@@ -221,7 +237,14 @@ impl Coordinator {
     /// off the coordinator's task (`recompute.rs`). With no room left for it, a probation
     /// answer or a disputed replica is dropped without a strike, and a sampled one goes on
     /// unchecked.
-    fn hold(&mut self, held: Held, weights: Arc<[f32]>, compression: Compression, now: Instant) {
+    pub(crate) fn hold(
+        &mut self,
+        held: Held,
+        weights: Arc<[f32]>,
+        compression: Compression,
+        segments: Option<challenge::Revealed>,
+        now: Instant,
+    ) {
         let order = self
             .registry
             .kind(held.worker)
@@ -233,6 +256,7 @@ impl Coordinator {
             compression,
             batch_size: self.settings.batch_size as usize,
             order,
+            segments,
         };
         let started = self.recomputations.start(held, inputs);
         self.metrics.recomputing(self.recomputations.len(), 0.0);
@@ -273,7 +297,19 @@ impl Coordinator {
         self.done(now);
     }
 
-    fn judge(&mut self, held: Held, verdict: Result<Result<(), Mismatch>, String>, now: Instant) {
+    /// An answer refuted before (or without) its recomputation: as a mismatch's verdict.
+    pub(crate) fn refute(&mut self, held: Held, refuted: Refuted, now: Instant) {
+        self.judge(held, Ok(Err(refuted)), now);
+    }
+
+    fn judge(&mut self, held: Held, verdict: Result<Result<(), Refuted>, String>, now: Instant) {
+        let verdict = match verdict {
+            Ok(Err(Refuted::Marginal { segment, why })) => {
+                return self.marginal(held, segment, why, now);
+            }
+            other => other,
+        };
+        self.close_challenge(&held);
         let Held {
             worker,
             session,

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use model::{Dataset, Network, Order};
 use protocol::{Compression, Gradient, WorkerId};
 
-use super::verify::{verify, Claim, Mismatch};
+use super::verify::{verify, Claim};
 use crate::io::SessionId;
 use crate::registry::Pull;
 
@@ -57,6 +57,28 @@ pub struct RecomputeJob {
     compression: Compression,
     local: Option<protocol::LocalPhase>,
     order: Order,
+    /// A committed phase (a GPU's): the segments to replay from its revealed states,
+    /// instead of the whole phase.
+    segments: Option<super::challenge::Revealed>,
+}
+
+/// Why a recomputation refuted an answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refuted {
+    /// It does not match: a strike.
+    Mismatch(String),
+    /// A segment of a committed phase just outside its tolerance (`segment::MARGINAL`):
+    /// more segments are asked for, not a strike.
+    Marginal { segment: u32, why: String },
+}
+
+impl std::fmt::Display for Refuted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Mismatch(why) => f.write_str(why),
+            Self::Marginal { segment, why } => write!(f, "segment {segment} is marginal: {why}"),
+        }
+    }
 }
 
 /// What a [`RecomputeJob`] came to.
@@ -65,7 +87,7 @@ pub struct Recomputed {
     pub id: u64,
     /// `Ok(Ok(()))`: it matches; `Ok(Err(_))`: it does not; `Err(_)`: it could not be
     /// recomputed (the answer is not held against its worker).
-    pub verdict: Result<Result<(), Mismatch>, String>,
+    pub verdict: Result<Result<(), Refuted>, String>,
     /// Seconds of a core the recomputation took, as the job measured them.
     pub seconds: f64,
 }
@@ -73,7 +95,10 @@ pub struct Recomputed {
 impl RecomputeJob {
     /// The steps it replays: a local phase's, else one gradient.
     pub fn steps(&self) -> u32 {
-        self.local.map_or(1, |l| l.steps)
+        match (&self.segments, self.local) {
+            (Some(revealed), _) => revealed.steps(),
+            (None, local) => local.map_or(1, |l| l.steps),
+        }
     }
 
     /// Recomputes and compares (seconds for a GPT phase: run it off the coordinator's task).
@@ -92,7 +117,19 @@ impl RecomputeJob {
             parts: usize::from(self.gradient.parts),
         };
         let verdict = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            verify(&self.net, &self.train, &claim)
+            match (&self.segments, self.local) {
+                (Some(revealed), Some(local)) => {
+                    let batches = super::verify::Batches {
+                        shard: self.shard.clone(),
+                        first: self.batch_index,
+                        size: self.batch_size,
+                        parts: 1,
+                    };
+                    revealed.check(&self.net, &self.train, &batches, local, &claim)
+                }
+                _ => verify(&self.net, &self.train, &claim)
+                    .map(|v| v.map_err(|m| Refuted::Mismatch(m.to_string()))),
+            }
         }));
         let verdict = match verdict {
             Ok(Ok(verdict)) => Ok(verdict),
@@ -138,6 +175,8 @@ pub(crate) struct Inputs<'a> {
     pub compression: Compression,
     pub batch_size: usize,
     pub order: Order,
+    /// A committed phase's revealed states: its segments are replayed instead.
+    pub segments: Option<super::challenge::Revealed>,
 }
 
 /// The jobs running and waiting, and the answers they hold.
@@ -179,6 +218,7 @@ impl Recomputations {
             compression: inputs.compression,
             local: held.pull.local,
             order: inputs.order,
+            segments: inputs.segments,
         };
         if self.running.len() < self.cores {
             self.running.insert(job.id, held);
@@ -254,6 +294,7 @@ mod tests {
             compression: Compression::None,
             batch_size: 1,
             order: Order::Library,
+            segments: None,
         };
         let mut r = Recomputations::new(2);
         let first = r.start(held(1), inputs()).unwrap().expect("a free core");

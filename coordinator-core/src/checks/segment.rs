@@ -1,10 +1,9 @@
 //! One segment of a local phase computed in an order nobody can replay (a GPU's), checked
 //! from the states the worker revealed at its two ends: replayed from the start state
 //! (weights and the inner optimizer's moments) in the coordinator's order, and compared
-//! with the end state tensor by tensor (docs/DESIGN.md#a-gpus-local-phase-checked-not-yet-built).
+//! with the end state tensor by tensor (docs/DESIGN.md#a-gpus-local-phase-checked-by-segments).
 //!
-//! This is the check a challenge runs; the commitments, the challenge and the reveal on the
-//! wire are not built yet, so nothing calls it outside its tests. Its tolerances are
+//! This is the check a challenge runs ([`super::challenge`]). Its tolerances are
 //! calibrated by `target/release/drift --segment` (docs/BENCHMARKS.md#a-tabs-gpu).
 //!
 //! - A segment starts with Adam's moments already built, so the first step's whole-rate

@@ -711,6 +711,7 @@ pub(crate) mod tests {
         let local = protocol::LocalPhase {
             steps: 40,
             optimizer: protocol::InnerOptimizer::Sgd { lr: 0.1 },
+            segment: 0,
         };
         // A tab on one core, and a tab whose batches are split over three Web Workers.
         for parts in [1, 3] {

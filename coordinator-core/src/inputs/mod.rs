@@ -1,7 +1,8 @@
 //! The coordinator's inputs, one file each: a `Hello` ([`join`]), a checked gradient
 //! ([`gradient`]), a session's end, an unreachable one or one closed for bad input
-//! ([`leave`]).
+//! ([`leave`]), a GPU phase's commitments and revealed states ([`reveal`]).
 
 mod gradient;
 mod join;
 mod leave;
+mod reveal;

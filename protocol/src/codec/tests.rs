@@ -45,6 +45,21 @@ fn all_worker_messages() -> Vec<WorkerToCoordinator> {
             offset: 0,
             grads: vec![],
         }),
+        WorkerToCoordinator::Commitments(Commitments {
+            round: Round(12),
+            hashes: vec![[7; 32], [0; 32], [255; 32]],
+        }),
+        WorkerToCoordinator::Commitments(Commitments {
+            round: Round(0),
+            hashes: vec![],
+        }),
+        WorkerToCoordinator::Reveal(RevealChunk {
+            round: Round(12),
+            boundary: 3,
+            total: 20_000,
+            offset: 16_384,
+            values: vec![0.0, -1.5, f32::MIN_POSITIVE, 1e30, -0.0],
+        }),
     ]
 }
 
@@ -76,6 +91,14 @@ fn all_coordinator_messages() -> Vec<CoordinatorToWorker> {
             mean: vec![1.0, 2.0],
             std: vec![0.5, 4.0],
         }),
+        CoordinatorToWorker::Challenge(Challenge {
+            round: Round(12),
+            boundaries: vec![1, 2, 8],
+        }),
+        CoordinatorToWorker::Challenge(Challenge {
+            round: Round(3),
+            boundaries: vec![],
+        }),
         CoordinatorToWorker::Frozen {
             total: 3,
             offset: 0,
@@ -92,6 +115,7 @@ fn all_coordinator_messages() -> Vec<CoordinatorToWorker> {
             local: Some(LocalPhase {
                 steps: 1,
                 optimizer: InnerOptimizer::Sgd { lr: 0.05 },
+                segment: 0,
             }),
         }),
         CoordinatorToWorker::Task(Task {
@@ -103,6 +127,7 @@ fn all_coordinator_messages() -> Vec<CoordinatorToWorker> {
                     lr: 0.01,
                     momentum: 0.9,
                 },
+                segment: 0,
             }),
         }),
         CoordinatorToWorker::Task(Task {
@@ -116,6 +141,7 @@ fn all_coordinator_messages() -> Vec<CoordinatorToWorker> {
                     beta2: 0.999,
                     eps: 1e-8,
                 },
+                segment: 64,
             }),
         }),
         CoordinatorToWorker::Task(Task {
@@ -130,6 +156,7 @@ fn all_coordinator_messages() -> Vec<CoordinatorToWorker> {
                     eps: 1e-8,
                     weight_decay: 0.1,
                 },
+                segment: 4,
             }),
         }),
         CoordinatorToWorker::Weights(Weights::whole(
@@ -652,6 +679,8 @@ fn impossible_local_phases_are_refused_by_field() {
         for v in values {
             frame.extend_from_slice(&v.to_le_bytes());
         }
+        // Segments of 4 steps.
+        frame.extend_from_slice(&4u32.to_le_bytes());
         decode_from_coordinator(&frame)
     };
     let field = |r: Result<CoordinatorToWorker, DecodeError>| match r {
@@ -659,6 +688,7 @@ fn impossible_local_phases_are_refused_by_field() {
         other => panic!("expected a refusal, got {other:?}"),
     };
     assert!(phase(4, 2, [1e-3, 0.9, 0.999, 1e-8]).is_ok());
+    assert_eq!(field(phase(3, 0, [0.1, 0.0, 0.0, 0.0])), "task.segment");
     assert_eq!(field(phase(0, 0, [0.1, 0.0, 0.0, 0.0])), "task.steps");
     assert_eq!(
         field(phase(MAX_LOCAL_STEPS + 1, 0, [0.1, 0.0, 0.0, 0.0])),
@@ -705,6 +735,7 @@ fn an_adamw_task_carries_its_decay_and_a_bad_one_is_refused() {
                     eps: 1e-8,
                     weight_decay,
                 },
+                segment: 0,
             }),
         }))
     };
@@ -716,4 +747,64 @@ fn an_adamw_task_carries_its_decay_and_a_bad_one_is_refused() {
     // Cut before the decay: a short frame, not a default.
     let whole = task(0.1);
     assert!(decode_from_coordinator(&whole[..whole.len() - 4]).is_err());
+}
+
+/// A challenge names boundaries once each, in order, from 1; a reveal is raw `f32` (its
+/// hash is of the exact values); commitments and challenges are bounded before anything
+/// is allocated.
+#[test]
+fn challenges_reveals_and_commitments_are_checked_by_field() {
+    let field = |r: Result<CoordinatorToWorker, DecodeError>| match r {
+        Err(DecodeError::InvalidValue { field, .. }) => field,
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    let challenge = |boundaries: Vec<u32>| {
+        decode_from_coordinator(&encode_from_coordinator(&CoordinatorToWorker::Challenge(
+            Challenge {
+                round: Round(1),
+                boundaries,
+            },
+        )))
+    };
+    assert!(challenge(vec![1, 4, 9]).is_ok());
+    for bad in [vec![0, 1], vec![2, 2], vec![3, 1]] {
+        assert_eq!(field(challenge(bad)), "challenge.boundaries");
+    }
+    let many = (1..=crate::commit::MAX_CHALLENGED as u32 + 1).collect();
+    assert_eq!(field(challenge(many)), "challenge.count");
+
+    let reveal = encode_reveal(Round(2), 1, &[1.0, 2.0, 3.0]);
+    let mut f16 = one(reveal.clone());
+    // The tensor's encoding byte: header, round, boundary, total, offset.
+    f16[HEADER_LEN + 8 + 4 + 4 + 4] = Compression::F16.to_u8();
+    assert!(matches!(
+        decode_worker_frame(&f16),
+        Err(DecodeError::InvalidValue {
+            field: "reveal encoding",
+            ..
+        })
+    ));
+    let big: Vec<f32> = (0..CHUNK_VALUES + 5).map(|i| i as f32).collect();
+    let frames = encode_reveal(Round(2), 3, &big);
+    assert_eq!(frames.len(), 2);
+    let mut back = Vec::new();
+    for f in &frames {
+        let Ok(WorkerToCoordinator::Reveal(c)) = decode_from_worker(f) else {
+            panic!("a reveal chunk");
+        };
+        assert_eq!(
+            (c.round, c.boundary, c.total),
+            (Round(2), 3, big.len() as u32)
+        );
+        back.extend(c.values);
+    }
+    assert_eq!(back, big);
+
+    let mut lying = encode_from_worker(&WorkerToCoordinator::Commitments(Commitments {
+        round: Round(1),
+        hashes: vec![],
+    }));
+    let at = lying.len() - 4;
+    lying[at..].copy_from_slice(&(MAX_LOCAL_STEPS + 1).to_le_bytes());
+    assert!(decode_worker_frame(&lying).is_err());
 }

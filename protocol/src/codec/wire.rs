@@ -50,6 +50,10 @@ impl Writer {
             }
         }
     }
+    /// Bytes whose length the reader knows (a count said before them).
+    pub(super) fn raw(&mut self, b: &[u8]) {
+        self.buf.extend_from_slice(b);
+    }
     pub(super) fn bytes(&mut self, b: &[u8]) {
         self.u32(len_u32(b.len()));
         self.buf.extend_from_slice(b);

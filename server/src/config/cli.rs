@@ -151,6 +151,12 @@ pub struct Cli {
     #[arg(long)]
     pub inner_lr: Option<f32>,
 
+    /// With --local-steps: a GPU may take a phase in its own order, committing to its state
+    /// every this many steps, and is checked by segments; 0 keeps every phase in the
+    /// coordinator's order [default: 8 for a GPT, else 0].
+    #[arg(long)]
+    pub segment_steps: Option<u32>,
+
     /// Samples per gradient, per worker and round.
     #[arg(long, default_value_t = 32)]
     pub batch_size: u32,

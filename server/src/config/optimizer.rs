@@ -262,5 +262,17 @@ fn local(cli: &Cli, gpt: bool) -> Result<Option<Local>, ConfigError> {
             }
         }
     };
-    Ok(Some(Local { steps, inner }))
+    // Calibrated on the GPT (docs/BENCHMARKS.md, "A tab's GPU"): a ReLU model's near-ties
+    // are not followed by the segment check, so its phases stay ordered unless asked.
+    let segment = cli.segment_steps.unwrap_or(if gpt { 8 } else { 0 });
+    if segment > MAX_LOCAL_STEPS {
+        return Err(ConfigError::LocalSteps(format!(
+            "--segment-steps {segment}"
+        )));
+    }
+    Ok(Some(Local {
+        steps,
+        inner,
+        segment,
+    }))
 }

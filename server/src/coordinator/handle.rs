@@ -7,7 +7,7 @@ use coordinator_core::{
     Evaluated, Joined, Outbound, Recomputed, SessionId, Status, WeightsSnapshot,
 };
 use model::Network;
-use protocol::{Gradient, Hello, WorkerId};
+use protocol::{Commitments, Gradient, Hello, RevealChunk, WorkerId};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::edge::upload::Slot;
@@ -34,6 +34,18 @@ pub enum Event {
         norm: f64,
         /// The upload slot its values occupy, given back once it is aggregated.
         slot: Option<Slot>,
+    },
+    /// A GPU phase's state hashes, before its answer.
+    Commitments {
+        worker: WorkerId,
+        session: SessionId,
+        commitments: Commitments,
+    },
+    /// One chunk of a state a challenge asked for.
+    Reveal {
+        worker: WorkerId,
+        session: SessionId,
+        chunk: RevealChunk,
     },
     Leave {
         worker: WorkerId,
@@ -146,6 +158,28 @@ impl CoordinatorHandle {
             gradient,
             norm,
             slot,
+        })
+        .await
+    }
+
+    pub async fn commitments(
+        &self,
+        joined: &Joined,
+        commitments: Commitments,
+    ) -> Result<(), Stopped> {
+        self.send(Event::Commitments {
+            worker: joined.worker,
+            session: joined.session,
+            commitments,
+        })
+        .await
+    }
+
+    pub async fn revealed(&self, joined: &Joined, chunk: RevealChunk) -> Result<(), Stopped> {
+        self.send(Event::Reveal {
+            worker: joined.worker,
+            session: joined.session,
+            chunk,
         })
         .await
     }

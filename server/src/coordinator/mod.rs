@@ -186,6 +186,16 @@ impl Driver {
                     slot.recycle(gradient.grads);
                 }
             }
+            Event::Commitments {
+                worker,
+                session,
+                commitments,
+            } => self.core.commitments(worker, session, commitments, now),
+            Event::Reveal {
+                worker,
+                session,
+                chunk,
+            } => self.core.revealed(worker, session, chunk, now),
             Event::Leave { worker, session } => {
                 self.outboxes.remove(&session);
                 self.core.leave(worker, session, now);

@@ -211,7 +211,7 @@ where
     };
     let hello = match decode_worker_frame(&frame) {
         Ok(WorkerFrame::Hello(hello)) => hello,
-        Ok(WorkerFrame::Gradient(_)) => {
+        Ok(_) => {
             return Err(End::refuse(
                 ErrorCode::UnexpectedMessage,
                 "the first frame must be Hello",

@@ -122,6 +122,19 @@ pub(super) async fn take_frame(
 ) -> Result<Taken, End> {
     let chunk = match decode_worker_frame(frame) {
         Ok(WorkerFrame::Gradient(chunk)) => chunk,
+        // A GPU phase's hashes, and the states a challenge asked for: the coordinator's.
+        Ok(WorkerFrame::Commitments(commitments)) => {
+            return match coordinator.commitments(joined, commitments).await {
+                Ok(()) => Ok(Taken::Chunk),
+                Err(_) => Err(End::Shutdown),
+            };
+        }
+        Ok(WorkerFrame::Reveal(chunk)) => {
+            return match coordinator.revealed(joined, chunk).await {
+                Ok(()) => Ok(Taken::Chunk),
+                Err(_) => Err(End::Shutdown),
+            };
+        }
         Ok(WorkerFrame::Hello(_)) => {
             return Err(End::refuse(
                 ErrorCode::UnexpectedMessage,

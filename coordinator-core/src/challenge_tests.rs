@@ -1,0 +1,368 @@
+//! A GPU's committed phases end to end in process: the real coordinator and a real worker
+//! core computing every step "on its GPU" (here: in another float order, or a cheat's way),
+//! every frame through the codec, the commitments, the challenge and the reveal.
+
+use std::time::Instant;
+
+use model::{Network, OptimizerKind, Order};
+use protocol::{
+    decode_from_worker, decode_worker_frame, encode_gradient, Compression, Hello, InnerOptimizer,
+    WorkerFrame, WorkerKind, WorkerToCoordinator,
+};
+use worker_core::{Compute, WorkerCore};
+
+use crate::aggregate::{AggregatorKind, Rule};
+use crate::upload::{Progress, Upload};
+use crate::*;
+use protocol::WorkerId;
+
+/// How the "GPU" computes, or cheats.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Gpu {
+    /// Honestly, in another float order than the coordinator's.
+    Honest,
+    /// Honest states and commitments, the answer ×1.01.
+    ScaledAnswer,
+    /// One step's gradient not computed (zero): a skipped step.
+    SkippedStep,
+    /// Each step on half its batch.
+    OtherBatches,
+    /// Each step's products on weights rounded to f16.
+    Fp16,
+    /// A revealed state changed after its commitment.
+    TamperedReveal,
+    /// The answer without its commitments.
+    Uncommitted,
+}
+
+fn gpt() -> (Network, Data) {
+    let (net, train, _) = crate::checks::verify::tests::gpt_setup();
+    let test = train.clone();
+    let data = Data {
+        train,
+        test,
+        classes: (0..40).map(|c| c.to_string()).collect(),
+        description: "random tokens".into(),
+        vocabulary: None,
+    };
+    (net, data)
+}
+
+fn settings(rounds: u64, verify: f64) -> Settings {
+    Settings {
+        optimizer: OptimizerKind::Sgd { lr: 1.0 },
+        local: Some(Local {
+            steps: LocalSteps::Fixed(8),
+            inner: InnerOptimizer::AdamW {
+                lr: 1e-3,
+                beta1: 0.9,
+                beta2: 0.99,
+                eps: 1e-8,
+                weight_decay: 0.1,
+            },
+            segment: 4,
+        }),
+        aggregator: AggregatorKind {
+            rule: Rule::Mean,
+            ..AggregatorKind::default()
+        },
+        batch_size: 8,
+        verify_fraction: verify,
+        max_grad_norm: Some(1e30),
+        audit_seed: Some(3),
+        max_rounds: Some(rounds),
+        ..Settings::default()
+    }
+}
+
+/// What one run came to.
+#[derive(Debug, Default)]
+struct Seen {
+    challenges: usize,
+    revealed_states: usize,
+    committed_answers: usize,
+    errors: Vec<String>,
+}
+
+/// Computes the job the core waits for, as `gpu` does.
+fn compute(w: &mut WorkerCore, gpu: Gpu, step: &mut u32) -> Vec<Vec<u8>> {
+    let Some(job) = w.job() else {
+        return Vec::new();
+    };
+    assert!(job.unordered(), "a committed phase's steps are the GPU's");
+    let rows = job.x.nrows();
+    let (x, labels) = match gpu {
+        Gpu::OtherBatches => (
+            job.x.slice_move(ndarray::s![..rows / 2, ..]),
+            &job.labels[..rows / 2],
+        ),
+        _ => (job.x, job.labels),
+    };
+    let weights: Vec<f32> = match gpu {
+        Gpu::Fp16 => {
+            let mut bytes = Vec::new();
+            protocol::tensor::encode_payload(&mut bytes, &job.weights, Compression::F16);
+            protocol::tensor::decode_payload(&bytes, job.weights.len(), Compression::F16)
+        }
+        _ => job.weights.to_vec(),
+    };
+    let (loss, mut grads) = model::with_order(Order::Unfused, || {
+        job.net.loss_and_grad(&weights, x, labels, job.seed)
+    })
+    .expect("a gradient");
+    if gpu == Gpu::SkippedStep && *step % 8 == 5 {
+        grads.iter_mut().for_each(|g| *g = 0.0);
+    }
+    *step += 1;
+    w.complete(loss, grads).expect("an honest core")
+}
+
+/// Moves frames both ways until neither side has anything left to say; the worker's
+/// frames are changed as `gpu` cheats.
+fn exchange(
+    c: &mut Coordinator,
+    w: &mut WorkerCore,
+    joined: &Joined,
+    gpu: Gpu,
+    refusals: usize,
+) -> Seen {
+    let now = Instant::now();
+    let mut upload = Upload::default();
+    let mut seen = Seen::default();
+    let mut step = 0;
+    let mut rounds = 0;
+    loop {
+        let mut replies = Vec::new();
+        while let Some(output) = c.poll_output() {
+            match output {
+                Output::Send { message, .. } => {
+                    for frame in message.frames() {
+                        if let Ok(protocol::CoordinatorToWorker::Challenge(_)) =
+                            protocol::decode_from_coordinator(frame)
+                        {
+                            seen.challenges += 1;
+                        }
+                        if let Ok(protocol::CoordinatorToWorker::Error { message, .. }) =
+                            protocol::decode_from_coordinator(frame)
+                        {
+                            seen.errors.push(message);
+                        }
+                        match w.handle_frame(frame) {
+                            Ok(frames) => replies.extend(frames),
+                            Err(_) => return seen,
+                        }
+                    }
+                }
+                Output::Recompute(job) => c.recomputed(job.run(), now),
+                _ => {}
+            }
+        }
+        while w.working() {
+            replies.extend(w.work().expect("an honest core"));
+            replies.extend(compute(w, gpu, &mut step));
+            assert!(step < 10_000, "{gpu:?}: a phase that never ends");
+        }
+        if replies.is_empty() || seen.errors.len() >= refusals {
+            return seen;
+        }
+        rounds += 1;
+        assert!(
+            rounds < 1_000,
+            "{gpu:?}: an exchange that never ends: {:?}",
+            seen.errors.first()
+        );
+        for frame in cheat(replies, gpu) {
+            match decode_worker_frame(&frame).expect("valid frames") {
+                WorkerFrame::Gradient(chunk) => {
+                    if let Progress::Done(g, norm) = upload.take(&chunk, joined).expect("valid") {
+                        seen.committed_answers += usize::from(g.parts == protocol::UNORDERED);
+                        c.gradient(joined.worker, joined.session, &g, norm, now);
+                    }
+                }
+                WorkerFrame::Commitments(commitments) => {
+                    c.commitments(joined.worker, joined.session, commitments, now);
+                }
+                WorkerFrame::Reveal(chunk) => {
+                    seen.revealed_states += usize::from(chunk.offset == 0);
+                    c.revealed(joined.worker, joined.session, chunk, now);
+                }
+                WorkerFrame::Hello(_) => panic!("no second Hello"),
+            }
+        }
+    }
+}
+
+/// The frames as a cheat changes them after the core made them.
+fn cheat(frames: Vec<Vec<u8>>, gpu: Gpu) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut answer: Option<protocol::Gradient> = None;
+    for frame in frames {
+        match decode_from_worker(&frame).expect("valid") {
+            WorkerToCoordinator::Gradient(chunk) if gpu == Gpu::ScaledAnswer => {
+                let g = answer.get_or_insert(protocol::Gradient {
+                    round: chunk.round,
+                    samples: chunk.samples,
+                    loss: chunk.loss,
+                    compute_us: chunk.compute_us,
+                    parts: chunk.parts,
+                    grads: Vec::new(),
+                });
+                g.grads.extend(chunk.grads.iter().map(|v| v * 1.01));
+                if g.grads.len() == chunk.total as usize {
+                    out.extend(encode_gradient(
+                        &answer.take().expect("whole"),
+                        Compression::None,
+                    ));
+                }
+            }
+            WorkerToCoordinator::Commitments(_) if gpu == Gpu::Uncommitted => {}
+            WorkerToCoordinator::Reveal(mut chunk) if gpu == Gpu::TamperedReveal => {
+                if chunk.offset == 0 {
+                    chunk.values[0] += 1e-3;
+                }
+                out.push(protocol::encode_from_worker(&WorkerToCoordinator::Reveal(
+                    chunk,
+                )));
+            }
+            _ => out.push(frame),
+        }
+    }
+    out
+}
+
+/// `refusals`: how many refusals to wait for (a cheat's one worker is sent the same
+/// round again and again).
+fn run(gpu: Gpu, rounds: u64, refusals: usize) -> (Coordinator, Seen) {
+    let (net, data) = gpt();
+    let now = Instant::now();
+    let mut c = Coordinator::new(settings(rounds, 1.0), net, data, now).expect("a GPT");
+    let mut w = WorkerCore::new(WorkerKind::Browser, None).with_compute(Compute::Unordered);
+    let hello = Hello {
+        kind: Some(WorkerKind::Browser),
+        ..Hello::default()
+    };
+    let joined = c
+        .join(&hello, std::net::Ipv4Addr::LOCALHOST.into(), now)
+        .expect("admitted");
+    let seen = exchange(&mut c, &mut w, &joined, gpu, refusals);
+    (c, seen)
+}
+
+/// An honest GPU's phases, in another float order, each challenged (every answer checked):
+/// every state revealed matches its hash, every segment replays within its tolerance, and
+/// the worker is never struck while the model trains.
+#[test]
+fn an_honest_gpus_phases_are_checked_by_segments_and_never_struck() {
+    let (c, seen) = run(Gpu::Honest, 6, usize::MAX);
+    let counters = c.metrics.counters();
+    assert_eq!(c.trainer.version(), 6, "{seen:?}");
+    assert_eq!(seen.committed_answers, 6, "every phase in the GPU's order");
+    assert_eq!(seen.challenges, 6, "every phase challenged");
+    // Two segments of 4 in 8 steps: both drawn, so both states (the last is one of them).
+    assert_eq!(seen.revealed_states, 12, "{seen:?}");
+    assert_eq!(
+        (
+            counters.gradients_verified,
+            counters.verification_mismatches
+        ),
+        (6, 0),
+        "{seen:?}"
+    );
+    assert!(seen.errors.is_empty(), "{:?}", seen.errors);
+    assert_eq!(c.registry.strikes(WorkerId(1)), 0);
+}
+
+/// Each cheat's answers are refused as mismatches, with a reason naming what gave it away,
+/// a strike each (its one worker is sent round 0 again, on new batches, until banned).
+#[test]
+fn cheats_on_a_committed_phase_are_caught() {
+    for (gpu, why) in [
+        (Gpu::ScaledAnswer, "last committed state"),
+        (Gpu::SkippedStep, "segment"),
+        (Gpu::OtherBatches, "segment"),
+        (Gpu::Fp16, "segment"),
+        (Gpu::TamperedReveal, "hash committed"),
+        (Gpu::Uncommitted, "without its commitments"),
+    ] {
+        let (c, seen) = run(gpu, 6, 3);
+        let counters = c.metrics.counters();
+        assert_eq!(
+            (
+                counters.gradients_verified,
+                counters.verification_mismatches
+            ),
+            (3, 3),
+            "{gpu:?}: {:?}",
+            seen.errors
+        );
+        assert_eq!(seen.errors.len(), 3, "{gpu:?}: {:?}", seen.errors);
+        assert!(
+            seen.errors.iter().all(|e| e.contains(why)),
+            "{gpu:?}: {:?}",
+            seen.errors
+        );
+        println!("{gpu:?}: {}", seen.errors[0]);
+        assert_eq!(c.registry.strikes(WorkerId(1)), 3, "{gpu:?}: a strike each");
+        assert_eq!(c.trainer.version(), 0, "{gpu:?}: nothing of it counted");
+    }
+}
+
+/// A worker that never reveals loses its answer, and is not struck for it.
+#[test]
+fn a_phase_whose_states_never_come_is_dropped_without_a_strike() {
+    let (net, data) = gpt();
+    let now = Instant::now();
+    let mut c = Coordinator::new(settings(3, 1.0), net, data, now).expect("a GPT");
+    let mut w = WorkerCore::new(WorkerKind::Browser, None).with_compute(Compute::Unordered);
+    let joined = c
+        .join(&Hello::default(), std::net::Ipv4Addr::LOCALHOST.into(), now)
+        .expect("admitted");
+    let mut upload = Upload::default();
+    let mut step = 0;
+    let mut challenged = false;
+    // Until the first challenge: the answer goes in, the challenge is ignored.
+    while !challenged {
+        let mut replies = Vec::new();
+        while let Some(output) = c.poll_output() {
+            if let Output::Send { message, .. } = output {
+                for frame in message.frames() {
+                    if let Ok(protocol::CoordinatorToWorker::Challenge(_)) =
+                        protocol::decode_from_coordinator(frame)
+                    {
+                        challenged = true;
+                        continue;
+                    }
+                    replies.extend(w.handle_frame(frame).expect("honest"));
+                }
+            }
+        }
+        while w.working() {
+            replies.extend(w.work().expect("honest"));
+            replies.extend(compute(&mut w, Gpu::Honest, &mut step));
+        }
+        for frame in replies {
+            match decode_worker_frame(&frame).expect("valid") {
+                WorkerFrame::Gradient(chunk) => {
+                    if let Progress::Done(g, norm) = upload.take(&chunk, &joined).expect("valid") {
+                        c.gradient(joined.worker, joined.session, &g, norm, now);
+                    }
+                }
+                WorkerFrame::Commitments(cm) => {
+                    c.commitments(joined.worker, joined.session, cm, now)
+                }
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(
+        c.challenges.open.len(),
+        1,
+        "held while its states are awaited"
+    );
+    let later =
+        now + checks::challenge::reveal_time(c.state_len() * 2) + std::time::Duration::from_secs(1);
+    c.handle_timeout(later);
+    assert!(c.challenges.open.is_empty(), "given up");
+    assert_eq!(c.registry.strikes(WorkerId(1)), 0);
+    assert_eq!(c.metrics.counters().verification_mismatches, 0);
+}

@@ -1,0 +1,547 @@
+//! A GPU's local phase, checked by segments (docs/DESIGN.md, "A GPU's local phase,
+//! checked"). A worker that took a phase in its own order (`Gradient::parts` 0, a `Task`
+//! whose phase names a segment length `k`) sent the hashes of its state every `k` steps
+//! before its answer ([`protocol::Commitments`]). When the answer is to be checked (sampled,
+//! or on probation), the coordinator holds it and asks ([`protocol::Challenge`]) for the
+//! states at both ends of [`SEGMENTS`] segments drawn at random, and for the last state,
+//! whose weights must give the answer exactly. Each revealed state must match its hash; the
+//! segments are then replayed off the coordinator's task ([`Revealed::check`], run by a
+//! `RecomputeJob`), each from the worker's own start state ([`super::segment`]).
+//!
+//! - A state that is not its hash, an answer that is not the last state's weights, a
+//!   segment beyond `segment::MARGINAL` times its tolerance, or a reveal other than the
+//!   one asked for: a mismatch, a strike.
+//! - A marginal segment asks for the segments beside it, once; if they match, the answer
+//!   goes on, and if one is marginal again it is dropped without a strike.
+//! - No reveal within [`reveal_time`], or a worker that left: the answer is dropped, no
+//!   strike (the round never waited on it: it had not reached the schedule).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use model::{Dataset, ModelError, Network, OptimizerState, SplitMix64};
+use protocol::chunk::{chunks, Assembly};
+use protocol::commit::{boundaries, boundary_step};
+use protocol::tensor::{decode_payload, encode_payload};
+use protocol::{Commitments, Compression, LocalPhase, Round, WorkerId};
+
+use super::recompute::{Held, Refuted};
+use super::segment::{check, Segment, State, Verdict};
+use super::verify::{Batches, Claim};
+use crate::io::SessionId;
+
+/// Segments drawn for each challenged phase (more if one is marginal).
+pub const SEGMENTS: usize = 2;
+/// A reveal may take at least this long.
+const REVEAL_FLOOR: Duration = Duration::from_secs(60);
+/// The slowest a reveal may come, in bytes a second (a gradient's floor, as the sessions'
+/// `MIN_UPLOAD_RATE`).
+const REVEAL_RATE: f64 = 64.0 * 1024.0;
+
+/// How long `values` values may take to reveal.
+pub fn reveal_time(values: usize) -> Duration {
+    Duration::from_secs_f64(values as f64 * 4.0 / REVEAL_RATE).max(REVEAL_FLOOR)
+}
+
+/// The commitments received, the challenges open, and the draw.
+#[derive(Debug)]
+pub(crate) struct Challenges {
+    commitments: HashMap<WorkerId, Commitments>,
+    pub(crate) open: HashMap<WorkerId, Open>,
+    rng: SplitMix64,
+}
+
+/// A challenged answer: what its check needs, the states in so far, and the answer itself
+/// while its states are awaited (`None` while its segments replay).
+#[derive(Debug)]
+pub(crate) struct Open {
+    pub round: Round,
+    pub session: SessionId,
+    pub start: Arc<[f32]>,
+    pub compression: Compression,
+    pub local: LocalPhase,
+    hashes: Vec<[u8; 32]>,
+    /// The segments to replay next (from 1: segment `s` runs from boundary `s − 1` to `s`).
+    pub replay: Vec<u32>,
+    /// Every segment asked for so far.
+    asked_segments: BTreeSet<u32>,
+    /// States revealed, each matching its hash.
+    states: BTreeMap<u32, Arc<[f32]>>,
+    /// Boundaries asked for and not in yet, in the order they come.
+    pub asked: VecDeque<u32>,
+    assembly: Assembly,
+    incoming: Vec<f32>,
+    pub held: Option<Held>,
+    pub escalated: bool,
+    pub due: Instant,
+}
+
+/// What a committed phase's check is: its revealed states (boundary 0, its start, is the
+/// coordinator's own weights and a fresh optimizer) and the segments to replay.
+#[derive(Debug, Clone)]
+pub struct Revealed {
+    states: BTreeMap<u32, Arc<[f32]>>,
+    replay: Vec<u32>,
+    segment: u32,
+}
+
+impl Challenges {
+    pub fn new(seed: u64) -> Self {
+        Self {
+            commitments: HashMap::new(),
+            open: HashMap::new(),
+            rng: SplitMix64::new(seed ^ 0x6368_616c_6c65_6e67),
+        }
+    }
+
+    /// Keeps `worker`'s commitments for its next answer (a newer replaces an older).
+    pub fn commit(&mut self, worker: WorkerId, commitments: Commitments) {
+        self.commitments.insert(worker, commitments);
+    }
+
+    /// The commitments `worker` sent for `round`, if any, and if they are one a boundary.
+    pub fn take(
+        &mut self,
+        worker: WorkerId,
+        round: Round,
+        local: LocalPhase,
+    ) -> Option<Vec<[u8; 32]>> {
+        let c = self.commitments.remove(&worker)?;
+        let n = boundaries(local.steps, local.segment) as usize;
+        (c.round == round && c.hashes.len() == n).then_some(c.hashes)
+    }
+
+    /// Opens a challenge for `held`'s phase: [`SEGMENTS`] segments drawn at random (all of
+    /// them in a shorter phase), and the last boundary. Returns the boundaries to ask for.
+    #[allow(clippy::too_many_arguments)]
+    pub fn open(
+        &mut self,
+        held: Held,
+        start: Arc<[f32]>,
+        compression: Compression,
+        local: LocalPhase,
+        hashes: Vec<[u8; 32]>,
+        state_len: usize,
+        now: Instant,
+    ) -> Vec<u32> {
+        let n = hashes.len() as u32;
+        let mut drawn = BTreeSet::new();
+        while drawn.len() < SEGMENTS.min(n as usize) {
+            drawn.insert(1 + self.rng.below(n as usize) as u32);
+        }
+        let mut open = Open {
+            round: held.gradient.round,
+            session: held.session,
+            start,
+            compression,
+            local,
+            hashes,
+            replay: Vec::new(),
+            asked_segments: BTreeSet::new(),
+            states: BTreeMap::new(),
+            asked: VecDeque::new(),
+            assembly: Assembly::default(),
+            incoming: Vec::new(),
+            held: None,
+            escalated: false,
+            due: now,
+        };
+        let worker = held.worker;
+        let asked = open.ask(held, drawn.into_iter().collect(), state_len, now);
+        self.open.insert(worker, open);
+        asked
+    }
+
+    /// When the first open challenge's states are due.
+    pub fn due(&self) -> Option<Instant> {
+        self.open
+            .values()
+            .filter(|o| o.held.is_some())
+            .map(|o| o.due)
+            .min()
+    }
+
+    /// Challenges whose worker left (or reconnected), or whose states did not come in
+    /// time: their answers, to drop without a strike.
+    pub fn expire(
+        &mut self,
+        now: Instant,
+        current: impl Fn(WorkerId, SessionId) -> bool,
+    ) -> Vec<Held> {
+        let gone: Vec<WorkerId> = self
+            .open
+            .iter()
+            .filter(|(&w, o)| !current(w, o.session) || (o.held.is_some() && now > o.due))
+            .map(|(&w, _)| w)
+            .collect();
+        gone.into_iter()
+            .filter_map(|w| self.open.remove(&w).and_then(|o| o.held))
+            .collect()
+    }
+}
+
+impl Open {
+    /// Asks for `segments` (and the last boundary, once): the boundaries not revealed yet.
+    pub fn ask(
+        &mut self,
+        held: Held,
+        segments: Vec<u32>,
+        state_len: usize,
+        now: Instant,
+    ) -> Vec<u32> {
+        let n = self.hashes.len() as u32;
+        let mut wanted = BTreeSet::from([n]);
+        for &s in &segments {
+            wanted.extend([s - 1, s]);
+        }
+        wanted.remove(&0);
+        let asked: Vec<u32> = wanted
+            .into_iter()
+            .filter(|b| !self.states.contains_key(b))
+            .collect();
+        self.asked_segments.extend(&segments);
+        self.replay = segments;
+        self.asked = asked.iter().copied().collect();
+        self.assembly = Assembly::default();
+        self.incoming = Vec::new();
+        self.held = Some(held);
+        self.due = now + reveal_time(state_len * asked.len());
+        asked
+    }
+
+    /// The segments beside `segment` not asked for yet.
+    pub fn neighbours(&self, segment: u32) -> Vec<u32> {
+        let n = self.hashes.len() as u32;
+        [segment.wrapping_sub(1), segment + 1]
+            .into_iter()
+            .filter(|s| (1..=n).contains(s) && !self.asked_segments.contains(s))
+            .collect()
+    }
+
+    /// Takes one chunk of the state under way (`expected` values): `Ok(true)` once every
+    /// boundary asked for is in and matches its hash; `Err` says why the reveal is refused.
+    pub fn take(&mut self, chunk: protocol::RevealChunk, expected: usize) -> Result<bool, String> {
+        let Some(&boundary) = self.asked.front() else {
+            return Err("a state nobody asked for".into());
+        };
+        if chunk.round != self.round || chunk.boundary != boundary {
+            return Err(format!(
+                "state {} of {} where state {boundary} of {} was asked for",
+                chunk.boundary, chunk.round, self.round
+            ));
+        }
+        let pos = protocol::ChunkPos {
+            total: chunk.total,
+            offset: chunk.offset,
+            count: chunk.values.len() as u32,
+        };
+        let last = self
+            .assembly
+            .accept(pos, expected)
+            .map_err(|e| format!("state {boundary}: {e}"))?;
+        self.incoming.extend_from_slice(&chunk.values);
+        if !last {
+            return Ok(false);
+        }
+        let values = std::mem::take(&mut self.incoming);
+        let step = boundary_step(boundary, self.local.segment, self.local.steps);
+        if protocol::state_hash(step, &values) != self.hashes[boundary as usize - 1] {
+            return Err(format!(
+                "state {boundary} is not the one its hash committed to"
+            ));
+        }
+        self.states.insert(boundary, values.into());
+        self.asked.pop_front();
+        self.assembly = Assembly::default();
+        Ok(self.asked.is_empty())
+    }
+
+    /// The replay's job, once every state is in.
+    pub fn revealed(&self) -> Revealed {
+        let mut states = BTreeMap::new();
+        let n = self.hashes.len() as u32;
+        for &s in &self.replay {
+            for b in [s - 1, s] {
+                if let Some(state) = self.states.get(&b) {
+                    states.insert(b, Arc::clone(state));
+                }
+            }
+        }
+        if let Some(last) = self.states.get(&n) {
+            states.insert(n, Arc::clone(last));
+        }
+        Revealed {
+            states,
+            replay: self.replay.clone(),
+            segment: self.local.segment,
+        }
+    }
+}
+
+impl Revealed {
+    /// Steps the replay takes (at most a segment's each).
+    pub fn steps(&self) -> u32 {
+        self.replay.len() as u32 * self.segment
+    }
+
+    /// The answer against the last state, then each segment replayed from its start.
+    pub fn check(
+        &self,
+        net: &Network,
+        train: &Dataset,
+        batches: &Batches,
+        local: LocalPhase,
+        claim: &Claim<'_>,
+    ) -> Result<Result<(), Refuted>, ModelError> {
+        let len = net.param_count();
+        let kind = worker_core::inner(local.optimizer);
+        let fresh = kind.build_masked(len, net.decayed_trained()).state();
+        let n = boundaries(local.steps, local.segment);
+        let state = |b: u32| -> Result<State, Refuted> {
+            if b == 0 {
+                return Ok(State {
+                    weights: claim.weights.to_vec(),
+                    optimizer: fresh.clone(),
+                });
+            }
+            let values = self
+                .states
+                .get(&b)
+                .ok_or_else(|| Refuted::Mismatch(format!("state {b} was not revealed")))?;
+            let unfit = || {
+                Refuted::Mismatch(format!(
+                    "state {b} is not the model's and its optimizer's length"
+                ))
+            };
+            if values.len() < len {
+                return Err(unfit());
+            }
+            let (weights, rest) = values.split_at(len);
+            let step = boundary_step(b, local.segment, local.steps);
+            let optimizer = OptimizerState::unflatten(&fresh, step, rest).ok_or_else(unfit)?;
+            Ok(State {
+                weights: weights.to_vec(),
+                optimizer,
+            })
+        };
+        let end = match state(n) {
+            Ok(end) => end,
+            Err(refuted) => return Ok(Err(refuted)),
+        };
+        if let Some(why) =
+            answer_differs(claim.weights, &end.weights, claim.grads, claim.compression)
+        {
+            return Ok(Err(Refuted::Mismatch(why)));
+        }
+        let mut marginal = None;
+        for &s in &self.replay {
+            let (start, end) = match (state(s - 1), state(s)) {
+                (Ok(start), Ok(end)) => (start, end),
+                (Err(refuted), _) | (_, Err(refuted)) => return Ok(Err(refuted)),
+            };
+            let taken = u64::from((s - 1) * local.segment);
+            let segment = Segment {
+                batches: Batches {
+                    first: batches.first + taken,
+                    ..batches.clone()
+                },
+                steps: (local.steps - (s - 1) * local.segment).min(local.segment),
+                optimizer: local.optimizer,
+            };
+            match check(net, train, &segment, &start, &end)? {
+                Verdict::Matches => {}
+                Verdict::Marginal(outside) => {
+                    marginal.get_or_insert(Refuted::Marginal {
+                        segment: s,
+                        why: outside.to_string(),
+                    });
+                }
+                Verdict::Mismatch(outside) => {
+                    return Ok(Err(Refuted::Mismatch(format!("segment {s}: {outside}"))));
+                }
+            }
+        }
+        Ok(marginal.map_or(Ok(()), Err))
+    }
+}
+
+/// Whether `grads` is not exactly `start − end` as the worker's compression carries it
+/// (chunk by chunk, as `encode_gradient` encodes it): the reason, if so.
+fn answer_differs(
+    start: &[f32],
+    end: &[f32],
+    grads: &[f32],
+    compression: Compression,
+) -> Option<String> {
+    if start.len() != end.len() || grads.len() != start.len() {
+        return Some("the answer is not the last state's length".into());
+    }
+    let delta: Vec<f32> = start.iter().zip(end).map(|(s, e)| s - e).collect();
+    let mut bytes = Vec::new();
+    for range in chunks(delta.len()) {
+        bytes.clear();
+        encode_payload(&mut bytes, &delta[range.clone()], compression);
+        let carried = decode_payload(&bytes, range.len(), compression);
+        if let Some(i) = carried
+            .iter()
+            .zip(&grads[range.clone()])
+            .position(|(a, b)| a.to_bits() != b.to_bits())
+        {
+            let i = range.start + i;
+            return Some(format!(
+                "the answer's value {i} is {}, the last committed state gives {}",
+                grads[i],
+                carried[i - range.start]
+            ));
+        }
+    }
+    None
+}
+
+impl crate::Coordinator {
+    /// A committed phase's answer to check: its commitments, then a challenge. `None`: not
+    /// a committed phase (checked as any other answer).
+    pub(crate) fn committed(
+        &mut self,
+        worker: WorkerId,
+        gradient: &protocol::Gradient,
+    ) -> Option<LocalPhase> {
+        if gradient.parts != protocol::UNORDERED {
+            return None;
+        }
+        let pull = self.registry.pull(worker)?;
+        pull.local
+            .filter(|l| l.segment > 0 && pull.version == gradient.round.0)
+    }
+
+    /// Holds `held` and asks its worker for the states its check needs; an answer without
+    /// its commitments is a mismatch.
+    pub(crate) fn challenge(
+        &mut self,
+        held: Held,
+        audit: super::audit::Audit,
+        local: LocalPhase,
+        now: Instant,
+    ) {
+        let (worker, round) = (held.worker, held.gradient.round);
+        let Some(hashes) = self.challenges.take(worker, round, local) else {
+            let why =
+                "a phase in the GPU's own order came without its commitments, one every segment";
+            return self.refute(held, Refuted::Mismatch(why.into()), now);
+        };
+        // An older challenge still open is given up: its worker has moved on.
+        if let Some(older) = self.challenges.open.remove(&worker).and_then(|o| o.held) {
+            self.unrevealed(older);
+        }
+        let state_len = self.state_len();
+        let boundaries = self.challenges.open(
+            held,
+            audit.weights,
+            audit.compression,
+            local,
+            hashes,
+            state_len,
+            now,
+        );
+        self.ask(worker, round, boundaries);
+    }
+
+    fn ask(&mut self, worker: WorkerId, round: Round, boundaries: Vec<u32>) {
+        let frame = protocol::encode_from_coordinator(&protocol::CoordinatorToWorker::Challenge(
+            protocol::Challenge { round, boundaries },
+        ));
+        self.send(worker, crate::io::Outbound::frame(frame));
+    }
+
+    /// Values in one revealed state: the weights and the inner optimizer's tensors.
+    pub(crate) fn state_len(&self) -> usize {
+        let len = self.trainer.net().param_count();
+        let tensors = self.local.as_ref().map_or(0, |plan| {
+            let kind = worker_core::inner(plan.settings().inner);
+            kind.build_masked(1, Vec::new()).state().tensors.len()
+        });
+        len * (1 + tensors)
+    }
+
+    /// Every state asked for is in: the segments replay off the coordinator's task.
+    pub(crate) fn replay_segments(&mut self, worker: WorkerId, now: Instant) {
+        let Some(open) = self.challenges.open.get_mut(&worker) else {
+            return;
+        };
+        let Some(held) = open.held.take() else {
+            return;
+        };
+        let revealed = open.revealed();
+        let (start, compression) = (Arc::clone(&open.start), open.compression);
+        self.hold(held, start, compression, Some(revealed), now);
+    }
+
+    /// A verdict came back for `held`: a committed phase's challenge is over unless a
+    /// marginal segment asks for its neighbours.
+    pub(crate) fn close_challenge(&mut self, held: &Held) {
+        let worker = held.worker;
+        if self
+            .challenges
+            .open
+            .get(&worker)
+            .is_some_and(|o| o.round == held.gradient.round && o.held.is_none())
+        {
+            self.challenges.open.remove(&worker);
+        }
+    }
+
+    /// A marginal segment: its neighbours are asked for, once; marginal again (or with no
+    /// neighbour left), the answer is dropped without a strike.
+    pub(crate) fn marginal(&mut self, held: Held, segment: u32, why: String, now: Instant) {
+        let worker = held.worker;
+        let state_len = self.state_len();
+        let open = self
+            .challenges
+            .open
+            .get_mut(&worker)
+            .filter(|o| o.round == held.gradient.round && o.held.is_none());
+        let Some(open) = open else {
+            // Its challenge was given up meanwhile (the worker moved on or left).
+            return self.unrevealed(held);
+        };
+        let neighbours = open.neighbours(segment);
+        if open.escalated || neighbours.is_empty() {
+            tracing::warn!(%worker, segment, %why, "a marginal segment, again: dropped, not struck");
+            self.challenges.open.remove(&worker);
+            return self.unrevealed(held);
+        }
+        tracing::info!(%worker, segment, %why, ?neighbours, "a marginal segment: asking for its neighbours");
+        open.escalated = true;
+        let round = open.round;
+        let asked = open.ask(held, neighbours, state_len, now);
+        if asked.is_empty() {
+            return self.replay_segments(worker, now);
+        }
+        self.ask(worker, round, asked);
+    }
+
+    /// Challenges whose worker left or did not reveal in time: dropped, no strike.
+    pub(crate) fn expire_challenges(&mut self, now: Instant) {
+        if self.challenges.open.is_empty() {
+            return;
+        }
+        let registry = &self.registry;
+        let expired = self
+            .challenges
+            .expire(now, |w, s| registry.is_current(w, s));
+        for held in expired {
+            tracing::warn!(worker = %held.worker, round = %held.gradient.round, "a challenged phase's states did not come; its answer is dropped");
+            self.unrevealed(held);
+        }
+    }
+
+    /// An answer whose check could not be finished: dropped without a strike (its round
+    /// goes on without it).
+    fn unrevealed(&mut self, held: Held) {
+        if self.registry.is_current(held.worker, held.session) {
+            let actions = self.schedule.excuse(held.worker);
+            self.execute(actions);
+        }
+    }
+}
