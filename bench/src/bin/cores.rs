@@ -10,10 +10,11 @@
 //! answered (`samples_seen`) over `--seconds`, after the first answer and `--warmup`.
 //!
 //! `--gpu auto` (a real adapter) or `--gpu fallback` (a software one too) measures tabs on
-//! the GPU path (`?gpu=`; Chromium with `--enable-unsafe-webgpu`). A GPU computes plain
-//! gradients only (local phases stay on the CPU), so the coordinator then runs none
-//! (`--local-steps 1`): each answer waits for its round trip, on loopback a fraction of a
-//! millisecond. A GPT (`--preset gpt,gpt-10m`) prints its tokens/s too.
+//! the GPU path (`?gpu=`; Chromium with `--enable-unsafe-webgpu`). A GPT's phases then run
+//! on the GPU, committed every `--segment-steps` (8) steps; nothing checks them here, so no
+//! state is revealed. The ReLU models' phases stay on the CPU (`--segment-steps` 0 for
+//! them): with a GPU the coordinator runs none for those (`--local-steps 1`), each answer
+//! its round trip. A GPT (`--preset gpt,gpt-10m`) prints its tokens/s too.
 //!
 //! `cores --preset gpt,gpt-10m --worker tab --cores 1 --gpu auto`, then `--gpu off`: a tab's
 //! GPU against its CPU, on a machine with a GPU.
@@ -73,7 +74,7 @@ async fn main() -> anyhow::Result<()> {
                         "preset": preset,
                         "worker": kind,
                         "cores": k,
-                        "local_steps": if cli.on_gpu() { 1 } else { cli.local_steps },
+                        "local_steps": steps_for(&cli, preset),
                         "pinned": cli.pin && kind == "tab",
                         "gpu": if kind == "tab" { cli.gpu.as_str() } else { "off" },
                         "samples_per_s": rate.round(),
@@ -85,6 +86,16 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The phase length: a GPU takes only a GPT's phases (checked by segments); the other
+/// presets' answers on a GPU are plain gradients.
+fn steps_for(cli: &Cli, preset: &str) -> u32 {
+    if cli.on_gpu() && !preset.starts_with("gpt") {
+        1
+    } else {
+        cli.local_steps
+    }
+}
+
 /// Samples/s, and a GPT's tokens a sample (its context).
 async fn measure(
     cli: &Cli,
@@ -92,7 +103,7 @@ async fn measure(
     kind: &str,
     k: usize,
 ) -> anyhow::Result<(f64, Option<usize>)> {
-    let steps = cli.local_steps.to_string();
+    let steps = steps_for(cli, preset).to_string();
     let mut args = vec![
         "coordinator",
         "--log-level",
@@ -106,7 +117,7 @@ async fn measure(
         "--eval-interval",
         "1000000",
     ];
-    args.extend(["--local-steps", if cli.on_gpu() { "1" } else { &steps }]);
+    args.extend(["--local-steps", &steps]);
     let config = server::Config::from_args(args.into_iter().map(String::from))
         .map_err(anyhow::Error::msg)?;
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
