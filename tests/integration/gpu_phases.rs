@@ -160,32 +160,23 @@ fn spawn_gpu_cheat(
             let Ok(mut replies) = w.core.handle_frame(&frame) else {
                 return;
             };
-            // The phase's steps off the runtime's threads (the coordinator shares them).
-            let ended = tokio::task::block_in_place(|| {
-                while w.core.working() {
-                    let Ok(frames) = w.core.work() else {
-                        return true;
-                    };
-                    replies.extend(frames);
-                    let Some(job) = w.core.job() else { continue };
-                    let (loss, mut grads) = match gpu_step(&job, cheat) {
-                        Ok(computed) => computed,
-                        Err(_) => return true,
-                    };
-                    drop(job);
-                    if cheat == GpuCheat::SkippedStep && step % 8 == 3 {
-                        grads.iter_mut().for_each(|g| *g = 0.0);
-                    }
-                    step += 1;
-                    let Ok(frames) = w.core.complete(loss, grads) else {
-                        return true;
-                    };
-                    replies.extend(frames);
+            while w.core.working() {
+                let Ok(frames) = w.core.work() else { return };
+                replies.extend(frames);
+                let Some(job) = w.core.job() else { continue };
+                let computed = gpu_step(&job, cheat);
+                drop(job);
+                let Ok((loss, mut grads)) = computed else {
+                    return;
+                };
+                if cheat == GpuCheat::SkippedStep && step % 8 == 3 {
+                    grads.iter_mut().for_each(|g| *g = 0.0);
                 }
-                false
-            });
-            if ended {
-                return;
+                step += 1;
+                let Ok(frames) = w.core.complete(loss, grads) else {
+                    return;
+                };
+                replies.extend(frames);
             }
             if cheat == GpuCheat::ScaledAnswer {
                 replies = scaled(replies);

@@ -19,10 +19,9 @@ use protocol::{
     CoordinatorToWorker, DecodeError, ErrorCode, Gradient, Hello, InnerOptimizer, Round, Shard,
     ShardValues, Task, Weights, Welcome, WorkerId, WorkerKind, WorkerToCoordinator,
 };
-
-mod commit;
 use thiserror::Error;
 
+mod commit;
 mod compute;
 mod incoming;
 mod pending;
