@@ -142,3 +142,53 @@ fn gpt_tokens_per_second_and_memory() {
         wasm_memory_mib()
     );
 }
+
+/// A GPT's gradient on the tab's GPU (`Gpu::open(true)`: SwiftShader where there is no
+/// real adapter), batch 12: the first batch (pipelines compiled, buffers made), then
+/// tokens/s over the next ones, and where a batch's time goes, kernel by kernel. The 0.8M
+/// model (64 tokens a window), and on a real adapter the 10.7M one too (256 tokens; on
+/// SwiftShader a batch of it takes minutes).
+#[wasm_bindgen_test]
+async fn gpt_on_the_gpu_tokens_per_second() {
+    let gpu = worker_wasm::gpu::Gpu::open(true).await.expect("an adapter");
+    let batch = 12;
+    for (name, spec) in [
+        ("0.8M", GptSpec::cpu(65)),
+        ("10.7M", GptSpec::shakespeare_char(65)),
+    ] {
+        if gpu.fallback && name != "0.8M" {
+            console_log!(
+                "gpu ({}): the {name} GPT not measured on a fallback adapter",
+                gpu.name
+            );
+            continue;
+        }
+        let (net, params, data) = gpt(spec, batch);
+        let (x, labels) = data.batch(0..batch);
+        let step = || gpu.gradient(&net, &params, x.view(), &labels, batch_seed(0, 0));
+        let start = now_ms();
+        step().await.expect("computes");
+        let first = now_ms() - start;
+        let iters = 3;
+        let start = now_ms();
+        for _ in 0..iters {
+            let (loss, _) = step().await.expect("computes");
+            assert!(loss.is_finite());
+        }
+        let ms = (now_ms() - start) / f64::from(iters);
+        let profile = gpu.kernel_times().await.expect("profiles");
+        let total: f64 = profile.iter().map(|(_, ms)| ms).sum();
+        console_log!(
+            "gpu ({}) gpt {name}, batch {batch} x {}: first batch {first:.0} ms, then {ms:.0} ms \
+             a batch, {:.0} tokens/s; its kernels one at a time ({total:.0} ms in all): {}",
+            gpu.name,
+            spec.context,
+            (batch * spec.context) as f64 / (ms / 1000.0),
+            profile
+                .iter()
+                .map(|(kernel, ms)| format!("{kernel} {ms:.0}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+}

@@ -189,6 +189,29 @@ export class Engine {
     }
   }
 
+  // Each kernel's milliseconds, summed over its dispatches, running them one at a time on
+  // the buffers as the last run left them (a profile: `tests/speed.rs`; what a batch takes
+  // is `run`'s, whose dispatches share one submission).
+  async kernelTimes(prepared) {
+    const d = this.device;
+    const times = {};
+    for (let i = 0; i < prepared.dispatches.length; i++) {
+      const { pipeline, group, x: gx, y: gy } = prepared.dispatches[i];
+      const encoder = d.createCommandEncoder();
+      const pass = encoder.beginComputePass();
+      pass.setPipeline(pipeline);
+      pass.setBindGroup(0, group);
+      pass.dispatchWorkgroups(gx, gy);
+      pass.end();
+      const started = performance.now();
+      d.queue.submit([encoder.finish()]);
+      await d.queue.onSubmittedWorkDone();
+      const kernel = prepared.plan.kernels[i];
+      times[kernel] = (times[kernel] ?? 0) + performance.now() - started;
+    }
+    return times;
+  }
+
   destroy(prepared) {
     for (const buffer of Object.values(prepared.buffers)) buffer.destroy();
     prepared.uniforms.destroy();

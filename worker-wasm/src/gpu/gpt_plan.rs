@@ -8,6 +8,7 @@
 
 use model::gpt::Gpt;
 
+use super::dense;
 use super::plan::{Dispatch, Plan, TooLarge};
 
 /// Where one block's tensors start in `act` (their gradients at the same offsets in `dact`).
@@ -188,30 +189,21 @@ pub(super) fn plan(gpt: &Gpt, samples: usize) -> Result<Plan, TooLarge> {
 
 /// A linear layer (GPT-2's `Conv1D`, `[in, out]`: the dense kernels) over `n` rows, from
 /// `x` to `y` in the activations, with weight and bias `(w, b)`.
-fn linear(
-    n: usize,
-    (nin, nout): (usize, usize),
-    (x, y): (usize, usize),
-    (w, b): (usize, usize),
-) -> Dispatch {
-    Dispatch::new("dense_forward", n * nout, &[n, nin, nout, x, y, w, b])
+fn linear(n: usize, shape: (usize, usize), xy: (usize, usize), wb: (usize, usize)) -> Dispatch {
+    dense::forward(n, shape, xy, wb)
 }
 
 /// Its backward: the weights' and bias's gradients, then the input's (the gradient at `y`
 /// flows to `x`).
 fn linear_backward(
     n: usize,
-    (nin, nout): (usize, usize),
-    (x, y): (usize, usize),
-    (w, b): (usize, usize),
+    shape: (usize, usize),
+    xy: (usize, usize),
+    wb: (usize, usize),
 ) -> [Dispatch; 2] {
     [
-        Dispatch::new(
-            "dense_weights",
-            (nin + 1) * nout,
-            &[n, nin, nout, x, y, w, b],
-        ),
-        Dispatch::new("dense_input", n * nin, &[n, nin, nout, y, x, w]),
+        dense::weights(n, shape, xy, wb),
+        dense::input(n, shape, xy, wb.0),
     ]
 }
 

@@ -1,6 +1,6 @@
 // crowdtrain's GPU path: every layer's forward and backward, and the loss, as compute
-// kernels (worker-wasm/src/gpu). One invocation computes one value, summing in a fixed
-// order; the values differ from the CPU path's by rounding only (docs/DESIGN.md#a-tabs-gpu).
+// kernels (worker-wasm/src/gpu). One invocation computes one value (the dense kernels a
+// tile of 4 × 4), each summed in a fixed order; the values differ from the CPU path's by rounding only (docs/DESIGN.md#a-tabs-gpu).
 //
 // Buffers, one bind group for every kernel:
 //   w    the weights, full layout        g    the gradient, full layout
@@ -30,44 +30,98 @@ fn index(id: vec3<u32>, groups: vec3<u32>) -> u32 {
   return id.x + id.y * groups.x * WG;
 }
 
-// ---- dense: y = x·W + b, W [nin, nout] ----
+// ---- dense: y = x·W + b, W [nin, nout]; a tile of 4 × 4 values an invocation ----
+// Each value is still one sum in one order; a tile shares its loads (four rows' inputs
+// against four columns' weights), a quarter of the reads one value an invocation takes.
+// A tile at an edge reads the last row or column again (clamped) and writes only its own.
+// `u.p0` is the number of tiles (dense.rs).
+
+// The four columns from `c0` (of `cols`), clamped to the last.
+fn four(c0: u32, cols: u32) -> vec4<u32> {
+  return min(vec4<u32>(c0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(cols - 1u));
+}
+
 // p1 n, p2 nin, p3 nout, p4 x, p5 y (act), p6 W, p7 b (w)
 @compute @workgroup_size(64)
 fn dense_forward(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) n: vec3<u32>) {
   let i = index(id, n);
   if (i >= u.p0) { return; }
-  let r = i / u.p3; let o = i % u.p3;
-  var s = 0.0;
-  for (var k = 0u; k < u.p2; k++) { s += act[u.p4 + r * u.p2 + k] * w[u.p6 + k * u.p3 + o]; }
-  act[u.p5 + i] = s + w[u.p7 + o];
+  let tiles = (u.p3 + 3u) / 4u;
+  let r0 = i / tiles * 4u; let o0 = i % tiles * 4u;
+  let o = four(o0, u.p3);
+  let x = vec4<u32>(u.p4) + four(r0, u.p1) * u.p2;
+  var s0 = vec4<f32>(0.0); var s1 = vec4<f32>(0.0); var s2 = vec4<f32>(0.0); var s3 = vec4<f32>(0.0);
+  for (var k = 0u; k < u.p2; k++) {
+    let row = u.p6 + k * u.p3;
+    let wk = vec4<f32>(w[row + o.x], w[row + o.y], w[row + o.z], w[row + o.w]);
+    s0 += act[x.x + k] * wk; s1 += act[x.y + k] * wk;
+    s2 += act[x.z + k] * wk; s3 += act[x.w + k] * wk;
+  }
+  let b = vec4<f32>(w[u.p7 + o.x], w[u.p7 + o.y], w[u.p7 + o.z], w[u.p7 + o.w]);
+  let rows = array<vec4<f32>, 4>(s0 + b, s1 + b, s2 + b, s3 + b);
+  for (var a = 0u; a < 4u && r0 + a < u.p1; a++) {
+    for (var c = 0u; c < 4u && o0 + c < u.p3; c++) {
+      act[u.p5 + (r0 + a) * u.p3 + o0 + c] = rows[a][c];
+    }
+  }
 }
 
-// dW[k, o] = Σ_r x[r, k]·dy[r, o]; db[o] = Σ_r dy[r, o] (the last row of invocations).
+// dW[k, o] = Σ_r x[r, k]·dy[r, o], tiles of 4 k × 4 o; then db[o] = Σ_r dy[r, o], one
+// invocation a bias after the tiles.
 // p1 n, p2 nin, p3 nout, p4 x (act), p5 dy (dact), p6 dW, p7 db (g)
 @compute @workgroup_size(64)
 fn dense_weights(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) n: vec3<u32>) {
   let i = index(id, n);
   if (i >= u.p0) { return; }
-  let k = i / u.p3; let o = i % u.p3;
-  var s = 0.0;
-  if (k < u.p2) {
-    for (var r = 0u; r < u.p1; r++) { s += act[u.p4 + r * u.p2 + k] * dact[u.p5 + r * u.p3 + o]; }
-    g[u.p6 + i] = s;
-  } else {
+  let tiles = (u.p3 + 3u) / 4u;
+  let weights = (u.p2 + 3u) / 4u * tiles;
+  if (i >= weights) {
+    let o = i - weights;
+    var s = 0.0;
     for (var r = 0u; r < u.p1; r++) { s += dact[u.p5 + r * u.p3 + o]; }
     g[u.p7 + o] = s;
+    return;
+  }
+  let k0 = i / tiles * 4u; let o0 = i % tiles * 4u;
+  let k = four(k0, u.p2);
+  let o = four(o0, u.p3);
+  var s0 = vec4<f32>(0.0); var s1 = vec4<f32>(0.0); var s2 = vec4<f32>(0.0); var s3 = vec4<f32>(0.0);
+  for (var r = 0u; r < u.p1; r++) {
+    let x = u.p4 + r * u.p2; let dy = u.p5 + r * u.p3;
+    let d = vec4<f32>(dact[dy + o.x], dact[dy + o.y], dact[dy + o.z], dact[dy + o.w]);
+    s0 += act[x + k.x] * d; s1 += act[x + k.y] * d;
+    s2 += act[x + k.z] * d; s3 += act[x + k.w] * d;
+  }
+  let rows = array<vec4<f32>, 4>(s0, s1, s2, s3);
+  for (var a = 0u; a < 4u && k0 + a < u.p2; a++) {
+    for (var c = 0u; c < 4u && o0 + c < u.p3; c++) {
+      g[u.p6 + (k0 + a) * u.p3 + o0 + c] = rows[a][c];
+    }
   }
 }
 
-// dx[r, k] = Σ_o dy[r, o]·W[k, o]. p1 n, p2 nin, p3 nout, p4 dy, p5 dx (dact), p6 W
+// dx[r, k] = Σ_o dy[r, o]·W[k, o], tiles of 4 r × 4 k.
+// p1 n, p2 nin, p3 nout, p4 dy, p5 dx (dact), p6 W
 @compute @workgroup_size(64)
 fn dense_input(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) n: vec3<u32>) {
   let i = index(id, n);
   if (i >= u.p0) { return; }
-  let r = i / u.p2; let k = i % u.p2;
-  var s = 0.0;
-  for (var o = 0u; o < u.p3; o++) { s += dact[u.p4 + r * u.p3 + o] * w[u.p6 + k * u.p3 + o]; }
-  dact[u.p5 + i] = s;
+  let tiles = (u.p2 + 3u) / 4u;
+  let r0 = i / tiles * 4u; let k0 = i % tiles * 4u;
+  let dy = vec4<u32>(u.p4) + four(r0, u.p1) * u.p3;
+  let wk = vec4<u32>(u.p6) + four(k0, u.p2) * u.p3;
+  var s0 = vec4<f32>(0.0); var s1 = vec4<f32>(0.0); var s2 = vec4<f32>(0.0); var s3 = vec4<f32>(0.0);
+  for (var o = 0u; o < u.p3; o++) {
+    let wo = vec4<f32>(w[wk.x + o], w[wk.y + o], w[wk.z + o], w[wk.w + o]);
+    s0 += dact[dy.x + o] * wo; s1 += dact[dy.y + o] * wo;
+    s2 += dact[dy.z + o] * wo; s3 += dact[dy.w + o] * wo;
+  }
+  let rows = array<vec4<f32>, 4>(s0, s1, s2, s3);
+  for (var a = 0u; a < 4u && r0 + a < u.p1; a++) {
+    for (var c = 0u; c < 4u && k0 + c < u.p2; c++) {
+      dact[u.p5 + (r0 + a) * u.p2 + k0 + c] = rows[a][c];
+    }
+  }
 }
 
 // ---- conv2d: W [F, C, k, k] then b [F]; rows channel-major ----

@@ -15,6 +15,7 @@
 //! an unordered phase moves every later step, and in a GPT Adam's steps on values whose
 //! gradient is rounding do (docs/DESIGN.md#a-gpus-local-phase-checked-not-yet-built).
 
+mod dense;
 mod gpt_plan;
 mod plan;
 
@@ -52,6 +53,8 @@ extern "C" {
         labels: &[u32],
         masks: &[f32],
     ) -> Result<Promise, JsValue>;
+    #[wasm_bindgen(method, js_name = kernelTimes)]
+    fn kernel_times(this: &Engine, prepared: &JsValue) -> Promise;
     #[wasm_bindgen(method)]
     fn destroy(this: &Engine, prepared: &JsValue);
     #[wasm_bindgen(method)]
@@ -172,6 +175,26 @@ impl Gpu {
             self.engine.destroy(&old.handle);
         }
         Ok((handle, plan.dropouts))
+    }
+
+    /// Milliseconds each kernel of the last batch's plan takes, run one dispatch at a time
+    /// (a profile, slowest first); empty before a batch.
+    pub async fn kernel_times(&self) -> Result<Vec<(String, f64)>, String> {
+        let Some(handle) = self.prepared.borrow().as_ref().map(|p| p.handle.clone()) else {
+            return Ok(Vec::new());
+        };
+        let times = JsFuture::from(self.engine.kernel_times(&handle))
+            .await
+            .map_err(why)?;
+        let mut out: Vec<(String, f64)> = js_sys::Object::entries(times.unchecked_ref())
+            .iter()
+            .filter_map(|pair| {
+                let pair: js_sys::Array = pair.dyn_into().ok()?;
+                Some((pair.get(0).as_string()?, pair.get(1).as_f64()?))
+            })
+            .collect();
+        out.sort_by(|a, b| b.1.total_cmp(&a.1));
+        Ok(out)
     }
 
     /// The mean loss of a batch and its gradient (full layout; zero for frozen layers), as

@@ -4,6 +4,8 @@
 
 use model::{Layer, Network, Stage};
 
+use super::dense;
+
 /// Values a workgroup computes (`@workgroup_size` in `kernels.wgsl`).
 pub const WORKGROUP: u32 = 64;
 /// Most workgroups along one dimension of a dispatch (WebGPU's default limit).
@@ -172,10 +174,11 @@ fn forward(s: &Stage, rows: usize, x: usize, y: usize, mask: usize) -> Vec<Dispa
     let (weight, bias) = s.weight_and_bias();
     let one = |kernel| vec![Dispatch::new(kernel, values, &[x, y, x, y, mask])];
     match s.layer {
-        Layer::Dense { units } => vec![Dispatch::new(
-            "dense_forward",
-            values,
-            &[rows, s.input.len(), units, x, y, weight.start, bias.start],
+        Layer::Dense { units } => vec![dense::forward(
+            rows,
+            (s.input.len(), units),
+            (x, y),
+            (weight.start, bias.start),
         )],
         Layer::Conv2d {
             kernel,
@@ -215,17 +218,17 @@ fn backward(
     let one = |kernel| Dispatch::new(kernel, inputs, &[x, y, x, y, mask]);
     match s.layer {
         Layer::Dense { units } => {
-            let nin = s.input.len();
-            let p = [rows, nin, units, x, y, weight.start, bias.start];
+            let shape = (s.input.len(), units);
             if s.trained {
-                out.push(Dispatch::new("dense_weights", (nin + 1) * units, &p));
+                out.push(dense::weights(
+                    rows,
+                    shape,
+                    (x, y),
+                    (weight.start, bias.start),
+                ));
             }
             if need_dx {
-                out.push(Dispatch::new(
-                    "dense_input",
-                    inputs,
-                    &[rows, nin, units, y, x, weight.start],
-                ));
+                out.push(dense::input(rows, shape, (x, y), weight.start));
             }
         }
         Layer::Conv2d {
@@ -297,9 +300,10 @@ mod tests {
                 "conv_weights",
             ]
         );
-        // The dense layer reads the dropout's output, which follows the pool's.
+        // The dense layer reads the dropout's output, which follows the pool's: its 4 × 3
+        // values one tile.
         let dense = &plan.dispatches[4];
-        assert_eq!(dense.p[..5], [4 * 3, 4, 18, 3, 4 * (36 + 72 + 72 + 18)]);
+        assert_eq!(dense.p[..5], [1, 4, 18, 3, 4 * (36 + 72 + 72 + 18)]);
         assert_eq!(dense.groups(), (1, 1));
         let wide = Dispatch::new("relu_forward", 64 * 65_535 * 2 + 1, &[]);
         assert_eq!(wide.groups(), (65_535, 3));
