@@ -39,6 +39,34 @@ async fn two_gpu_tabs_behind_home_links_train_a_gpt_checked_by_segments() {
     gpu_tabs_train(&flags, 8, 20).await;
 }
 
+/// The same with the 0.8M GPT (nanoGPT's CPU shape: 4 blocks, width 128, context 64) over a
+/// longer run: 8-step phases committed every 4, every one checked, 16 rounds after the
+/// first evaluation (about 7 minutes here: each challenge reveals two states of 9.7 MB
+/// over a 10 Mbit/s link). Batches of 2 windows, as SwiftShader computes on the same two
+/// cores as everything else (a batch of 12 takes it 5 s alone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "T3, the long tier: scripts/test.sh runs it (--include-ignored)"]
+async fn two_gpu_tabs_behind_home_links_train_the_08m_gpt_checked_by_segments() {
+    let _heavy = HEAVY.lock().await;
+    let flags = [
+        "--model",
+        "gpt",
+        "--batch-size",
+        "2",
+        "--local-steps",
+        "8",
+        "--segment-steps",
+        "4",
+        "--verify-fraction",
+        "1",
+        "--min-workers",
+        "2",
+        "--eval-interval",
+        "2",
+    ];
+    gpu_tabs_train(&flags, 16, 32).await;
+}
+
 /// Two GPU tabs behind home links on a coordinator with `flags`, for `rounds` rounds after
 /// the first evaluation and at least `checked` phases checked: every answer the GPU's,
 /// none a mismatch, nobody struck, the loss lower.
@@ -107,7 +135,7 @@ async fn gpu_tabs_train(flags: &[&str], rounds: u64, checked: u64) {
 }
 
 /// Waits for `pred` one round at a time (each round within the guard: a round of the 0.8M
-/// model on SwiftShader, its phases and their reveals, takes most of a minute).
+/// model on SwiftShader, its phases and their reveals, takes about 25 s here).
 async fn round_by_round(
     status: &mut tokio::sync::watch::Receiver<server::Status>,
     what: &str,
