@@ -26,6 +26,8 @@ pub enum ModelError {
     Unsupported(&'static str),
     #[error("batch is empty")]
     EmptyBatch,
+    #[error("a phase's state computed elsewhere: {0}")]
+    BadState(String),
     #[error(transparent)]
     Spec(#[from] crate::spec::SpecError),
     #[error("normalisation: every mean must be finite and every std finite and positive")]

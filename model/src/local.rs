@@ -10,7 +10,7 @@
 
 use ndarray::ArrayView2;
 
-use crate::optim::{Optimizer, OptimizerKind};
+use crate::optim::{Optimizer, OptimizerKind, OptimizerState};
 use crate::{ModelError, Network};
 
 /// A phase under way: the trained tensors as they are now, and the inner optimizer.
@@ -109,6 +109,54 @@ impl LocalPhase {
         flat.extend_from_slice(&self.trained);
         state.flatten_into(&mut flat);
         (u64::from(self.taken), flat)
+    }
+
+    /// Takes the next steps as computed elsewhere, weights and optimizer together (a tab's
+    /// GPU keeps both through a segment): `losses` a step each, and the state they ended
+    /// at in [`LocalPhase::flat_state`]'s layout. Refused, leaving the phase as it was,
+    /// unless it is that many steps on, as long, finite, and a state the optimizer takes
+    /// (Adam's `v` not negative).
+    pub fn adopt(&mut self, losses: &[f32], step: u64, state: &[f32]) -> Result<(), ModelError> {
+        let taken = u64::from(self.taken) + losses.len() as u64;
+        if step != taken || taken > u64::from(self.steps) {
+            return Err(ModelError::BadState(format!(
+                "{} steps on from step {} is step {taken} (of {}), not {step}",
+                losses.len(),
+                self.taken,
+                self.steps
+            )));
+        }
+        let len = self.trained.len();
+        let expected = len
+            + self
+                .optimizer
+                .state()
+                .tensors
+                .iter()
+                .map(|(_, t)| t.len())
+                .sum::<usize>();
+        if state.len() != expected {
+            return Err(ModelError::ShapeMismatch {
+                what: "a phase's state",
+                expected,
+                got: state.len(),
+            });
+        }
+        let (trained, rest) = state.split_at(len);
+        if !trained.iter().chain(losses).all(|v| v.is_finite()) {
+            return Err(ModelError::BadState(
+                "a weight or a loss is not finite".into(),
+            ));
+        }
+        let optimizer = OptimizerState::unflatten(&self.optimizer.state(), step, rest)
+            .expect("the length is checked");
+        self.optimizer
+            .restore(optimizer)
+            .map_err(|e| ModelError::BadState(e.to_string()))?;
+        self.trained.copy_from_slice(trained);
+        self.taken = u32::try_from(taken).expect("at most `steps`");
+        self.loss_sum += losses.iter().map(|&l| f64::from(l)).sum::<f64>();
+        Ok(())
     }
 
     /// Takes the next step with the gradient (full layout) and loss computed at
@@ -222,5 +270,54 @@ mod tests {
             layout.iter().any(|t| t.shape.len() == 1),
             "the mlp has biases"
         );
+    }
+
+    /// Steps taken elsewhere and adopted (their end state and losses) leave a phase where
+    /// taking them here does, bit for bit; a state that is not that many steps on, of
+    /// another length, not finite or with a negative `v`, is refused and changes nothing.
+    #[test]
+    fn a_phase_adopts_steps_taken_elsewhere() {
+        let net = Network::mlp(&[6, 5, 3]).expect("mlp");
+        let start: Vec<f32> = net.init(7);
+        let kind = OptimizerKind::AdamW {
+            lr: 0.01,
+            beta1: 0.9,
+            beta2: 0.99,
+            eps: 1e-8,
+            weight_decay: 0.1,
+        };
+        let mut here = LocalPhase::new(&net, &start, kind, 4);
+        let mut elsewhere = LocalPhase::new(&net, &start, kind, 4);
+        let mut adopting = LocalPhase::new(&net, &start, kind, 4);
+        let mut losses = Vec::new();
+        for k in 0..3u64 {
+            let (x, labels) = data(&net, 8, k);
+            here.step(&net, x.view(), &labels, k).expect("step");
+            losses.push(elsewhere.step(&net, x.view(), &labels, k).expect("step"));
+        }
+        let (step, state) = elsewhere.flat_state();
+        let before = adopting.flat_state();
+        let mut negative = state.clone();
+        *negative.last_mut().expect("v") = -1.0;
+        let mut infinite = state.clone();
+        infinite[0] = f32::INFINITY;
+        for (losses, step, state) in [
+            (&losses[..2], step, &state),
+            (&losses[..], step + 1, &state),
+            (&losses[..], step, &state[1..].to_vec()),
+            (&losses[..], step, &negative),
+            (&losses[..], step, &infinite),
+        ] {
+            assert!(adopting.adopt(losses, step, state).is_err());
+            assert_eq!(adopting.flat_state(), before, "refused, nothing changed");
+        }
+        adopting.adopt(&losses, step, &state).expect("adopts");
+        assert_eq!(adopting.flat_state(), here.flat_state());
+        // The last step, here, from the adopted state.
+        let (x, labels) = data(&net, 8, 3);
+        here.step(&net, x.view(), &labels, 3).expect("step");
+        adopting.step(&net, x.view(), &labels, 3).expect("step");
+        assert!(adopting.is_done());
+        assert_eq!(adopting.finish(), here.finish());
     }
 }

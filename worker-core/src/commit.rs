@@ -36,6 +36,11 @@ impl Committing {
         }
     }
 
+    /// The step count of the next boundary after `taken` steps of a phase of `steps`.
+    pub(crate) fn next_boundary(&self, taken: u32, steps: u32) -> u32 {
+        ((taken / self.segment + 1) * self.segment).min(steps)
+    }
+
     /// After each step: at a boundary (every `segment` steps, and the phase's last) the
     /// state is hashed and kept.
     pub(crate) fn after_step(&mut self, phase: &LocalPhase) {

@@ -25,6 +25,7 @@ mod commit;
 mod compute;
 mod incoming;
 mod pending;
+mod segment;
 mod timing;
 
 use std::sync::Arc;
@@ -34,6 +35,7 @@ use incoming::Incoming;
 use pending::{Of, Pending};
 
 pub use compute::{Compute, Cores, Job};
+pub use segment::Segment;
 pub use timing::ComputeClock;
 
 /// Why a worker stopped.
@@ -117,6 +119,8 @@ struct Phase {
     parts: usize,
     /// An unordered phase's states, hashed and kept every `segment` steps.
     committing: Option<Committing>,
+    /// Its inner optimizer (fresh at its start).
+    optimizer: OptimizerKind,
 }
 
 #[derive(Debug)]
@@ -446,6 +450,7 @@ impl WorkerCore {
             // A GPU takes a phase in its own order only if the coordinator checks it by
             // segments; else in one ordered part, replayed whole.
             let committed = self.compute == Compute::Unordered && local.segment > 0;
+            let optimizer = inner(local.optimizer);
             // A phase replaces one under way (the coordinator moved on: its answer would be
             // refused as late anyway).
             self.phase = Some(Phase {
@@ -453,7 +458,8 @@ impl WorkerCore {
                 first: task.batch,
                 shard: Arc::clone(shard),
                 first_index: joined.first_index,
-                phase: LocalPhase::new(net, &weights.params, inner(local.optimizer), local.steps),
+                phase: LocalPhase::new(net, &weights.params, optimizer, local.steps),
+                optimizer,
                 samples: 0,
                 compute_us: 0,
                 parts: if committed {

@@ -97,39 +97,7 @@ impl WorkerCore {
                 return Ok(None);
             };
             phase.phase.apply(&joined.net, loss, grads);
-            phase.samples += samples;
-            phase.compute_us += compute_us;
-            self.stats.local_steps += 1;
-            if let Some(committing) = phase.committing.as_mut() {
-                committing.after_step(&phase.phase);
-            }
-            if !phase.phase.is_done() {
-                return Ok(None);
-            }
-            let Phase {
-                round,
-                phase,
-                samples,
-                compute_us,
-                committing,
-                ..
-            } = self.phase.take().expect("under way");
-            if let Some(committing) = committing {
-                let (commitments, revealable) = committing.finish(round);
-                self.commitments = Some(commitments);
-                self.revealable = Some(revealable);
-            }
-            let result = phase.finish();
-            self.stats.gradients_sent += 1;
-            self.stats.compute_us += compute_us;
-            return Ok(Some(Gradient {
-                round,
-                samples: u32::try_from(samples).unwrap_or(u32::MAX),
-                loss: result.mean_loss,
-                compute_us: u32::try_from(compute_us).unwrap_or(u32::MAX),
-                parts,
-                grads: result.delta,
-            }));
+            return Ok(self.stepped(1, samples, compute_us, parts));
         };
         // Frozen layers' gradients are not sent: only the trained tensors, in layout order.
         let grads = joined.net.trained_part(grads);
@@ -143,6 +111,54 @@ impl WorkerCore {
             parts,
             grads,
         }))
+    }
+}
+
+impl WorkerCore {
+    /// After `steps` steps of the phase under way (on `samples` samples, in `compute_us`,
+    /// each in `parts` parts): its counts, its commitment at a boundary, and its answer
+    /// once it is done.
+    pub(crate) fn stepped(
+        &mut self,
+        steps: u32,
+        samples: u64,
+        compute_us: u64,
+        parts: u8,
+    ) -> Option<Gradient> {
+        let phase = self.phase.as_mut()?;
+        phase.samples += samples;
+        phase.compute_us += compute_us;
+        self.stats.local_steps += u64::from(steps);
+        if let Some(committing) = phase.committing.as_mut() {
+            committing.after_step(&phase.phase);
+        }
+        if !phase.phase.is_done() {
+            return None;
+        }
+        let Phase {
+            round,
+            phase,
+            samples,
+            compute_us,
+            committing,
+            ..
+        } = self.phase.take().expect("under way");
+        if let Some(committing) = committing {
+            let (commitments, revealable) = committing.finish(round);
+            self.commitments = Some(commitments);
+            self.revealable = Some(revealable);
+        }
+        let result = phase.finish();
+        self.stats.gradients_sent += 1;
+        self.stats.compute_us += compute_us;
+        Some(Gradient {
+            round,
+            samples: u32::try_from(samples).unwrap_or(u32::MAX),
+            loss: result.mean_loss,
+            compute_us: u32::try_from(compute_us).unwrap_or(u32::MAX),
+            parts,
+            grads: result.delta,
+        })
     }
 }
 

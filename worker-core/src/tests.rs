@@ -391,3 +391,127 @@ fn a_deferred_job_answers_what_threads_answer() {
         assert_eq!(chunk.parts, if local.is_none() { 0 } else { 1 });
     }
 }
+
+/// A committed phase taken a segment at a time (a transport that keeps the weights and
+/// AdamW on its device) answers, commits and reveals what the same steps taken one at a
+/// time answer, byte for byte, when its device computes as the CPU does; its segments end
+/// at the commitments (4 steps, then the phase's last 2); a state that does not fit is
+/// refused and leaves the phase to the steps.
+#[test]
+fn a_segment_taken_whole_answers_what_its_steps_do() {
+    use model::optim::OptimizerState;
+
+    let spec = "input 2; dense 3; tanh; dense 2";
+    let shard = || Shard {
+        first_index: 0,
+        shape: [2, 1, 1],
+        labels: (0..10).map(|i| i % 2).collect(),
+        values: ShardValues::U8((0..20).map(|v| v * 12).collect()),
+        mean: vec![0.0],
+        std: vec![255.0],
+    };
+    let params: Vec<f32> = Network::new(spec.parse().expect("valid"), 2)
+        .expect("net")
+        .init(5);
+    let task = encode_from_coordinator(&CoordinatorToWorker::Task(Task {
+        round: Round(1),
+        batch: 2,
+        local: Some(protocol::LocalPhase {
+            steps: 6,
+            optimizer: protocol::InnerOptimizer::AdamW {
+                lr: 0.01,
+                beta1: 0.9,
+                beta2: 0.99,
+                eps: 1e-8,
+                weight_decay: 0.1,
+            },
+            segment: 4,
+        }),
+    }));
+    let weights = encode_from_coordinator(&CoordinatorToWorker::Weights(Weights::whole(
+        Round(1),
+        params,
+    )));
+    let start = |core: &mut WorkerCore| {
+        assert!(core.handle_frame(&task).expect("task").is_empty());
+        assert!(core.handle_frame(&weights).expect("weights").is_empty());
+    };
+    let challenge = protocol::Challenge {
+        round: Round(1),
+        boundaries: vec![1, 2],
+    };
+
+    // One step at a time.
+    let mut stepped = joined(
+        WorkerCore::new(WorkerKind::Browser, None).with_compute(Compute::Unordered),
+        spec,
+        4,
+        shard(),
+    );
+    start(&mut stepped);
+    let mut want = Vec::new();
+    while want.is_empty() {
+        want = match stepped.job() {
+            Some(job) => {
+                let (loss, grads) = job.run().expect("computes");
+                drop(job);
+                stepped.complete(loss, grads).expect("completes")
+            }
+            None => stepped.work().expect("a step"),
+        };
+    }
+
+    // A segment at a time: the "device" takes AdamW's steps itself.
+    let mut whole = joined(
+        WorkerCore::new(WorkerKind::Browser, None).with_compute(Compute::Unordered),
+        spec,
+        4,
+        shard(),
+    );
+    start(&mut whole);
+    let (mut got, mut lengths) = (Vec::new(), Vec::new());
+    while got.is_empty() {
+        assert!(whole.working());
+        if whole.job().is_none() {
+            got = whole.work().expect("a step");
+            continue;
+        }
+        let segment = whole
+            .segment()
+            .expect("a committed phase offers its segment");
+        lengths.push(segment.batches.len());
+        let (step, state) = segment.start();
+        let net = segment.net;
+        let len = net.param_count();
+        let mut optimizer = segment.optimizer.build_masked(len, segment.decayed.clone());
+        let like = optimizer.state();
+        optimizer
+            .restore(OptimizerState::unflatten(&like, step, &state[len..]).expect("fits"))
+            .expect("restores");
+        let mut w = state[..len].to_vec();
+        let mut losses = Vec::new();
+        for (x, labels, seed) in &segment.batches {
+            let (loss, grads) = net
+                .loss_and_grad(&w, x.view(), labels, *seed)
+                .expect("computes");
+            optimizer.step(&mut w, &grads);
+            losses.push(loss);
+        }
+        let mut end = w;
+        optimizer.state().flatten_into(&mut end);
+        drop(segment);
+        // A state one value short is refused; the phase is as it was.
+        assert!(whole.complete_segment(&losses, &end[1..]).is_err());
+        assert!(whole.complete_segment(&losses[1..], &end).is_err());
+        got = whole.complete_segment(&losses, &end).expect("adopts");
+    }
+    assert_eq!(lengths, [4, 2], "segments end at the commitments");
+    assert!(matches!(
+        protocol::decode_from_worker(&got[0]),
+        Ok(WorkerToCoordinator::Commitments(_))
+    ));
+    assert_eq!(got, want);
+    assert_eq!(whole.reveal(&challenge), stepped.reveal(&challenge));
+    assert_eq!(whole.stats().local_steps, 6);
+    assert!(!whole.working());
+}

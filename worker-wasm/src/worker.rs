@@ -119,35 +119,54 @@ impl Inner {
         let (timed, samples) = (gpu.is_some() && !job.step, job.labels.len());
         let started = performance_now();
         if let (Some(gpu), true) = (&gpu, job.unordered()) {
-            let result = gpu
-                .gradient(job.net, &job.weights, job.x, job.labels, job.seed)
-                .await;
             drop(job);
-            match result {
-                Ok((loss, grads)) => {
-                    let ms = performance_now() - started;
-                    self.gpu_race
-                        .borrow_mut()
-                        .measured(Way::Second, ms, samples);
-                    return core.complete(loss, grads).map_err(|e| e.to_string());
-                }
-                Err(why) => {
-                    // Unless it was given back meanwhile (the volunteer's choice, said).
-                    let current = self
-                        .gpu
-                        .borrow()
-                        .as_ref()
-                        .is_some_and(|g| Rc::ptr_eq(g, gpu));
-                    if current {
-                        self.set_gpu(None, false);
-                        self.emit(
-                            "device",
-                            &[("device", format!("CPU: the GPU failed ({why})").into())],
-                        );
+            // A committed phase's steps up to its next commitment, the weights and AdamW
+            // kept on the GPU through them (a state the phase refuses is the GPU's
+            // failure: the steps are then taken on the CPU); else this one step's gradient.
+            let failed = match core.segment().filter(|s| Gpu::keeps(s.optimizer)) {
+                Some(segment) => {
+                    let result = gpu.segment(&segment).await;
+                    drop(segment);
+                    match result.and_then(|(losses, state)| {
+                        core.complete_segment(&losses, &state)
+                            .map_err(|e| e.to_string())
+                    }) {
+                        Ok(reply) => return Ok(reply),
+                        Err(why) => why,
                     }
-                    return self.helpers.run(core).await;
                 }
+                None => {
+                    let job = core.job().expect("the job just offered");
+                    let result = gpu
+                        .gradient(job.net, &job.weights, job.x, job.labels, job.seed)
+                        .await;
+                    drop(job);
+                    match result {
+                        Ok((loss, grads)) => {
+                            let ms = performance_now() - started;
+                            self.gpu_race
+                                .borrow_mut()
+                                .measured(Way::Second, ms, samples);
+                            return core.complete(loss, grads).map_err(|e| e.to_string());
+                        }
+                        Err(why) => why,
+                    }
+                }
+            };
+            // Unless it was given back meanwhile (the volunteer's choice, said).
+            let current = self
+                .gpu
+                .borrow()
+                .as_ref()
+                .is_some_and(|g| Rc::ptr_eq(g, gpu));
+            if current {
+                self.set_gpu(None, false);
+                self.emit(
+                    "device",
+                    &[("device", format!("CPU: the GPU failed ({failed})").into())],
+                );
             }
+            return self.helpers.run(core).await;
         }
         drop(job);
         let reply = self.helpers.run(core).await;

@@ -375,3 +375,90 @@ async fn a_gpt_phase_on_the_gpu_against_its_replay() {
         assert!(rest < GPT_TENSOR, "{steps} steps: {rest_tensor} {rest}");
     }
 }
+
+/// A GPT's phase taken a segment at a time on the GPU, the weights and AdamW's moments
+/// staying there from step to step (`Gpu::segment`), against the same phase on the CPU:
+/// weights, `m` and `v` each within `GPT_TENSOR` of their norm in every tensor but the
+/// keys' bias (whose Adam steps rounding picks; the segment check allows them), the losses
+/// within rounding. Once uninterrupted (the second segment goes on from the state the GPU
+/// holds), once with a plain gradient between the segments (which overwrites the weights
+/// on the GPU: the state is loaded again).
+#[wasm_bindgen_test]
+async fn a_gpt_phase_with_adamw_resident_on_the_gpu_against_the_cpu() {
+    let gpu = gpu().await;
+    let (net, params, data) = fixture::gpt_inputs();
+    let adamw = model::OptimizerKind::AdamW {
+        lr: 1e-3,
+        beta1: 0.9,
+        beta2: 0.99,
+        eps: 1e-8,
+        weight_decay: 0.1,
+    };
+    let (steps, segment) = (8u32, 4u64);
+    let batch = |k: u64| {
+        let (x, labels) = data.batch(model::batch_positions(data.len(), k, 4));
+        (x, labels, model::batch_seed(k, 0))
+    };
+    let mut on_cpu = model::LocalPhase::new(&net, &params, adamw, steps);
+    let mut cpu_losses = Vec::new();
+    for k in 0..u64::from(steps) {
+        let (x, labels, seed) = batch(k);
+        cpu_losses.push(on_cpu.step(&net, x.view(), &labels, seed).expect("steps"));
+    }
+    let (_, cpu_state) = on_cpu.flat_state();
+    for (run, interrupted) in [(0u64, false), (1, true)] {
+        let mut on_gpu = model::LocalPhase::new(&net, &params, adamw, steps);
+        let mut losses = Vec::new();
+        for first in (0..u64::from(steps)).step_by(segment as usize) {
+            if interrupted && first > 0 {
+                let (x, labels, seed) = batch(99);
+                gpu.gradient(&net, &params, x.view(), &labels, seed)
+                    .await
+                    .expect("computes");
+            }
+            let batches = (first..first + segment).map(batch).collect();
+            let phase = (protocol::Round(run), 0);
+            let seg = worker_core::Segment::new(&net, phase, adamw, batches, &on_gpu);
+            let (l, state) = gpu.segment(&seg).await.expect("computes");
+            drop(seg);
+            on_gpu
+                .adopt(&l, first + segment, &state)
+                .expect("a state the phase takes");
+            losses.extend(l);
+        }
+        assert!(on_gpu.is_done());
+        let (_, gpu_state) = on_gpu.flat_state();
+        let n = net.param_count();
+        let mut worst = Vec::new();
+        for (name, part) in [("weights", 0), ("m", 1), ("v", 2)] {
+            let range = part * n..(part + 1) * n;
+            let (distance, tensor) = tensor_distance_but(
+                &net,
+                &gpu_state[range.clone()],
+                &cpu_state[range],
+                "attn.c_attn.bias",
+            );
+            worst.push(format!("{name} {distance:.2e} ({tensor})"));
+            assert!(distance < GPT_TENSOR, "{name}: {tensor} {distance}");
+        }
+        let loss_off = losses
+            .iter()
+            .zip(&cpu_losses)
+            .map(|(g, c)| (g - c).abs() / c.abs())
+            .fold(0f32, f32::max);
+        web_sys::console::log_1(
+            &format!(
+                "gpt, {steps} AdamW steps resident on the GPU in segments of {segment}{}: \
+                 largest distance but the keys' bias: {}; losses within {loss_off:.1e}",
+                if interrupted {
+                    ", a plain gradient between them"
+                } else {
+                    ""
+                },
+                worst.join(", ")
+            )
+            .into(),
+        );
+        assert!(loss_off < 1e-5, "{losses:?} {cpu_losses:?}");
+    }
+}

@@ -65,9 +65,20 @@ async function open(allowFallback) {
 const STORAGE = () => GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
 
 export class Engine {
-  constructor(device, code) {
+  // `code`: the gradient's kernels; `adamCode`: AdamW's step (adamw.wgsl), for segments.
+  constructor(device, code, adamCode) {
     this.device = device;
     this.module = device.createShaderModule({ code });
+    this.adamModule = device.createShaderModule({ code: adamCode });
+    const read = { type: "read-only-storage" };
+    const kinds = [{ type: "uniform" }, { type: "storage" }, read, { type: "storage" }, { type: "storage" }, read];
+    this.adamLayout = device.createBindGroupLayout({
+      entries: kinds.map((buffer, binding) => ({ binding, visibility: GPUShaderStage.COMPUTE, buffer })),
+    });
+    this.adamPipeline = device.createComputePipeline({
+      layout: device.createPipelineLayout({ bindGroupLayouts: [this.adamLayout] }),
+      compute: { module: this.adamModule, entryPoint: "adamw" },
+    });
     const entries = [{ binding: 0, visibility: GPUShaderStage.COMPUTE, buffer: { type: "uniform" } }];
     for (let binding = 1; binding <= 7; binding++) {
       entries.push({ binding, visibility: GPUShaderStage.COMPUTE, buffer: { type: "storage" } });
@@ -83,8 +94,8 @@ export class Engine {
 
   // Resolves if the kernels compiled, rejects with the compiler's messages otherwise.
   async check() {
-    const info = await this.module.getCompilationInfo();
-    const errors = info.messages.filter((m) => m.type === "error");
+    const infos = [await this.module.getCompilationInfo(), await this.adamModule.getCompilationInfo()];
+    const errors = infos.flatMap((info) => info.messages).filter((m) => m.type === "error");
     if (errors.length) {
       throw new Error(errors.map((m) => `${m.lineNum}:${m.linePos} ${m.message}`).join("; "));
     }
@@ -189,6 +200,111 @@ export class Engine {
     }
   }
 
+  // A local phase's segment: `steps` steps (`adam.length / 8`), each the plan's gradient
+  // then AdamW's step, with the weights and moments staying on the GPU; resolves to
+  // {state: Float32Array (weights, m, v), loss: Float32Array (a row's each, step after
+  // step)}. `start` (weights, m, v) loads the state first, unless empty (the GPU holds it:
+  // the last segment ended there); `decay` (u32 a value) is loaded with the moments'
+  // buffers, once. Each step's inputs are `x`, `labels` and `masks` cut in `steps` equal
+  // parts; its AdamW constants 8 values of `adam` [keep, step, c2, b1, 1-b1, b2, 1-b2, eps].
+  async segment(prepared, start, decay, x, labels, masks, adam) {
+    if (this.lost) throw new Error(this.lost);
+    const d = this.device;
+    const { buffers: b, plan } = prepared;
+    const n = plan.params;
+    const steps = adam.length / 8;
+    d.pushErrorScope("out-of-memory");
+    d.pushErrorScope("validation");
+    if (!prepared.adam) {
+      prepared.adam = this.adamBuffers(b, n);
+      d.queue.writeBuffer(prepared.adam.buffers.decay, 0, decay);
+    }
+    const { buffers: s, group, x: gx, y: gy } = prepared.adam;
+    if (start.length) {
+      d.queue.writeBuffer(b.w, 0, start, 0, n);
+      d.queue.writeBuffer(s.m, 0, start, n, n);
+      d.queue.writeBuffer(s.v, 0, start, 2 * n, n);
+    }
+    const lossRead = d.createBuffer({
+      size: Math.max(4, steps * plan.rows * 4),
+      usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
+    });
+    const constants = new ArrayBuffer(48);
+    new Uint32Array(constants)[0] = n;
+    const [xs, ls, ms] = [x.length / steps, labels.length / steps, masks.length / steps];
+    for (let step = 0; step < steps; step++) {
+      if (xs) d.queue.writeBuffer(b.act, 0, x, step * xs, xs);
+      d.queue.writeBuffer(b.lab, 0, labels, step * ls, ls);
+      if (ms) d.queue.writeBuffer(b.mask, 0, masks, step * ms, ms);
+      new Float32Array(constants, 4, 8).set(adam.subarray(8 * step, 8 * step + 8));
+      d.queue.writeBuffer(s.constants, 0, constants);
+      const encoder = d.createCommandEncoder();
+      const pass = encoder.beginComputePass();
+      for (const { pipeline, group: g, x: dx, y: dy } of prepared.dispatches) {
+        pass.setPipeline(pipeline);
+        pass.setBindGroup(0, g);
+        pass.dispatchWorkgroups(dx, dy);
+      }
+      pass.setPipeline(this.adamPipeline);
+      pass.setBindGroup(0, group);
+      pass.dispatchWorkgroups(gx, gy);
+      pass.end();
+      encoder.copyBufferToBuffer(b.loss, 0, lossRead, step * plan.rows * 4, plan.rows * 4);
+      d.queue.submit([encoder.finish()]);
+    }
+    const encoder = d.createCommandEncoder();
+    encoder.copyBufferToBuffer(b.w, 0, s.read, 0, n * 4);
+    encoder.copyBufferToBuffer(s.m, 0, s.read, n * 4, n * 4);
+    encoder.copyBufferToBuffer(s.v, 0, s.read, 2 * n * 4, n * 4);
+    d.queue.submit([encoder.finish()]);
+    const [validation, memory] = [await d.popErrorScope(), await d.popErrorScope()];
+    const error = validation || memory;
+    if (error) {
+      lossRead.destroy();
+      throw new Error(error.message);
+    }
+    try {
+      await within(
+        RUN_MS * Math.max(1, steps),
+        "the GPU",
+        Promise.all([s.read.mapAsync(GPUMapMode.READ), lossRead.mapAsync(GPUMapMode.READ)]),
+      );
+      const state = new Float32Array(s.read.getMappedRange(0, 3 * n * 4).slice(0));
+      const loss = new Float32Array(lossRead.getMappedRange().slice(0));
+      s.read.unmap();
+      return { state, loss };
+    } finally {
+      lossRead.destroy();
+    }
+  }
+
+  // AdamW's buffers beside a plan's (weights `b.w`, gradient `b.g`): the moments, the
+  // decay mask, the step's constants and the state's read-back, and their bind group.
+  adamBuffers(b, n) {
+    const d = this.device;
+    const storage = () => d.createBuffer({ size: Math.max(4, n * 4), usage: STORAGE() });
+    const buffers = {
+      m: storage(),
+      v: storage(),
+      decay: storage(),
+      constants: d.createBuffer({ size: 48, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST }),
+      read: d.createBuffer({
+        size: Math.max(4, 3 * n * 4),
+        usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
+      }),
+    };
+    const group = d.createBindGroup({
+      layout: this.adamLayout,
+      entries: [buffers.constants, b.w, b.g, buffers.m, buffers.v, buffers.decay].map((buffer, binding) => ({
+        binding,
+        resource: { buffer },
+      })),
+    });
+    const groups = Math.max(1, Math.ceil(n / 64));
+    const x = Math.min(groups, 65_535);
+    return { buffers, group, x, y: Math.ceil(groups / x) };
+  }
+
   // Each kernel's milliseconds, summed over its dispatches, running them one at a time on
   // the buffers as the last run left them (a profile: `tests/speed.rs`; what a batch takes
   // is `run`'s, whose dispatches share one submission).
@@ -214,6 +330,7 @@ export class Engine {
 
   destroy(prepared) {
     for (const buffer of Object.values(prepared.buffers)) buffer.destroy();
+    for (const buffer of Object.values(prepared.adam?.buffers ?? {})) buffer.destroy();
     prepared.uniforms.destroy();
   }
 

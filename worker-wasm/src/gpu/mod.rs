@@ -9,11 +9,12 @@
 //! takes back the gradient.
 //!
 //! A GPU's sums run in no order the coordinator can reproduce, so its answers say so
-//! (`Gradient::parts` 0, `Compute::Unordered`) and are checked within rounding rather than
-//! replayed bit for bit (`coordinator-core`'s `verify.rs`; a GPT's tensor by tensor). Local
-//! phases stay on the CPU, where they are replayed exactly: a flipped ReLU in one step of
-//! an unordered phase moves every later step, and in a GPT Adam's steps on values whose
-//! gradient is rounding do (docs/DESIGN.md#a-gpus-local-phase-checked-not-yet-built).
+//! (`Gradient::parts` 0, `Compute::Unordered`): a plain gradient is checked within
+//! rounding (`coordinator-core`'s `verify.rs`; a GPT's tensor by tensor), a GPT's local
+//! phase by segments (`checks/challenge.rs`). Such a phase runs here a segment at a time
+//! ([`Gpu::segment`]): each step's gradient, then AdamW's step (`adamw.wgsl`), the weights
+//! and the moments staying on the GPU, read back only at each commitment
+//! (docs/DESIGN.md#a-gpus-local-phase-checked-by-segments).
 
 mod dense;
 mod gpt_plan;
@@ -22,14 +23,17 @@ mod plan;
 use std::cell::RefCell;
 
 use js_sys::{Float32Array, Object, Promise, Reflect, Uint32Array};
-use model::{NetSpec, Network, Part};
+use model::{NetSpec, Network, OptimizerKind, Part};
 use ndarray::ArrayView2;
+use protocol::Round;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
+use worker_core::Segment;
 
 pub use plan::{Dispatch, Plan, TooLarge};
 
 static KERNELS: &str = concat!(include_str!("kernels.wgsl"), include_str!("gpt.wgsl"));
+static ADAMW: &str = include_str!("adamw.wgsl");
 
 #[wasm_bindgen(module = "/src/gpu/engine.js")]
 extern "C" {
@@ -39,7 +43,7 @@ extern "C" {
     type Engine;
 
     #[wasm_bindgen(constructor, catch)]
-    fn new(device: &JsValue, code: &str) -> Result<Engine, JsValue>;
+    fn new(device: &JsValue, code: &str, adam_code: &str) -> Result<Engine, JsValue>;
     #[wasm_bindgen(method)]
     fn check(this: &Engine) -> Promise;
     #[wasm_bindgen(method, catch)]
@@ -52,6 +56,18 @@ extern "C" {
         x: &[f32],
         labels: &[u32],
         masks: &[f32],
+    ) -> Result<Promise, JsValue>;
+    #[allow(clippy::too_many_arguments)]
+    #[wasm_bindgen(method, catch)]
+    fn segment(
+        this: &Engine,
+        prepared: &JsValue,
+        start: &[f32],
+        decay: &[u32],
+        x: &[f32],
+        labels: &[u32],
+        masks: &[f32],
+        adam: &[f32],
     ) -> Result<Promise, JsValue>;
     #[wasm_bindgen(method, js_name = kernelTimes)]
     fn kernel_times(this: &Engine, prepared: &JsValue) -> Promise;
@@ -78,6 +94,9 @@ struct Prepared {
     /// The dropout layers whose masks a batch uploads, in order.
     dropouts: Vec<usize>,
     handle: JsValue,
+    /// The phase, and the steps into it, whose state the GPU holds (AdamW's moments and
+    /// the weights after a segment), if any; a plain gradient overwrites the weights.
+    resident: Option<((Round, u64), u64)>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -108,7 +127,7 @@ impl Gpu {
         if let Some(none) = get(&got, "none").as_string() {
             return Err(none);
         }
-        let engine = Engine::new(&get(&got, "device"), KERNELS).map_err(why)?;
+        let engine = Engine::new(&get(&got, "device"), KERNELS, ADAMW).map_err(why)?;
         JsFuture::from(engine.check()).await.map_err(why)?;
         Ok(Gpu {
             engine,
@@ -170,6 +189,7 @@ impl Gpu {
             rows,
             dropouts: plan.dropouts.clone(),
             handle: handle.clone(),
+            resident: None,
         }));
         if let Some(old) = old {
             self.engine.destroy(&old.handle);
@@ -197,6 +217,109 @@ impl Gpu {
         Ok(out)
     }
 
+    /// Whether [`Gpu::segment`] takes a phase with `optimizer`: Adam's or AdamW's (the
+    /// moments it keeps are theirs).
+    pub fn keeps(optimizer: OptimizerKind) -> bool {
+        matches!(
+            optimizer,
+            OptimizerKind::Adam { .. } | OptimizerKind::AdamW { .. }
+        )
+    }
+
+    /// A local phase's next segment taken on the GPU, the weights and the optimizer's
+    /// moments staying there from step to step (and from segment to segment of one phase):
+    /// each step's loss, and the state after the last (weights, `m`, `v`: what the worker
+    /// commits to). Each step's gradient is the one [`Gpu::gradient`] computes; AdamW's
+    /// step is the CPU path's, in WGSL (`adamw.wgsl`).
+    pub async fn segment(&self, segment: &Segment<'_>) -> Result<(Vec<f32>, Vec<f32>), String> {
+        let (lr, beta1, beta2, eps, weight_decay) = match segment.optimizer {
+            OptimizerKind::Adam {
+                lr,
+                beta1,
+                beta2,
+                eps,
+            } => (lr, beta1, beta2, eps, 0.0),
+            OptimizerKind::AdamW {
+                lr,
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+            } => (lr, beta1, beta2, eps, weight_decay),
+            _ => return Err("the GPU keeps Adam's moments only".into()),
+        };
+        let net = segment.net;
+        let rows = segment.batches.first().map_or(0, |(x, _, _)| x.nrows());
+        if rows == 0 || segment.batches.iter().any(|(x, _, _)| x.nrows() != rows) {
+            return Err("a segment's batches differ in size".into());
+        }
+        let (prepared, dropouts) = self.prepared(net, rows)?;
+        let (mut xs, mut ids, mut masks) = (Vec::new(), Vec::new(), Vec::new());
+        for (x, labels, seed) in &segment.batches {
+            let (x, l, m) = inputs(net, &dropouts, x.view(), labels, *seed)?;
+            xs.extend(x.iter());
+            ids.extend(l);
+            masks.extend(m);
+        }
+        // The step's constants, as `model::optim::Adam` computes them (its step count
+        // goes on from the phase's steps taken).
+        let taken = segment.taken();
+        let mut adam = Vec::with_capacity(8 * segment.batches.len());
+        for j in 1..=segment.batches.len() as u64 {
+            let t = i32::try_from(taken + j).map_err(|_| "a phase too long".to_string())?;
+            let (c1, c2) = (1.0 - beta1.powi(t), 1.0 - beta2.powi(t));
+            adam.extend([
+                1.0 - lr * weight_decay,
+                lr / c1,
+                c2,
+                beta1,
+                1.0 - beta1,
+                beta2,
+                1.0 - beta2,
+                eps,
+            ]);
+        }
+        let params = net.param_count();
+        let mut decay = vec![0u32; params];
+        for range in &segment.decayed {
+            decay[range.clone()].fill(1);
+        }
+        let held = self.prepared.borrow().as_ref().and_then(|p| p.resident)
+            == Some((segment.phase, taken));
+        let start = if held { Vec::new() } else { segment.start().1 };
+        self.forget_state();
+        let promise = self
+            .engine
+            .segment(&prepared, &start, &decay, &xs, &ids, &masks, &adam)
+            .map_err(why)?;
+        let result = JsFuture::from(promise).await.map_err(why)?;
+        let state: Float32Array = get(&result, "state").dyn_into().map_err(why)?;
+        let losses: Float32Array = get(&result, "loss").dyn_into().map_err(why)?;
+        let (state, losses) = (state.to_vec(), losses.to_vec());
+        if state.len() != 3 * params || losses.len() != rows_of(net, rows) * segment.batches.len() {
+            return Err("the GPU returned a state of the wrong length".into());
+        }
+        let end = taken + segment.batches.len() as u64;
+        if let Some(p) = self.prepared.borrow_mut().as_mut() {
+            if p.handle == prepared {
+                p.resident = Some((segment.phase, end));
+            }
+        }
+        let per_step = losses.len() / segment.batches.len();
+        let losses = losses
+            .chunks(per_step)
+            .map(|l| l.iter().fold(0.0f32, |s, &v| s + v) / l.len() as f32)
+            .collect();
+        Ok((losses, state))
+    }
+
+    /// What the GPU holds of a phase's state is no longer known to be so.
+    fn forget_state(&self) {
+        if let Some(p) = self.prepared.borrow_mut().as_mut() {
+            p.resident = None;
+        }
+    }
+
     /// The mean loss of a batch and its gradient (full layout; zero for frozen layers), as
     /// `Network::loss_and_grad` computes them, within rounding.
     pub async fn gradient(
@@ -212,26 +335,8 @@ impl Gpu {
             return Err("a batch the model does not fit".into());
         }
         let (prepared, dropouts) = self.prepared(net, rows)?;
-        let mut masks = Vec::new();
-        for layer in dropouts {
-            masks.extend(
-                net.dropout_mask(layer, seed, Part::whole(rows))
-                    .unwrap_or_default(),
-            );
-        }
-        // A GPT reads its windows as token ids (each position's target, then its token);
-        // a chain its input rows and a label each.
-        let (x, labels) = match net.as_gpt() {
-            Some(gpt) => {
-                let (tokens, targets) = gpt.tokens(x, true).map_err(|e| e.to_string())?;
-                let ids = targets.iter().chain(&tokens).map(|&id| id as u32);
-                (ndarray::Array2::zeros((0, 0)), ids.collect())
-            }
-            None => (
-                x.as_standard_layout().into_owned(),
-                labels.iter().map(|&l| u32::from(l)).collect::<Vec<u32>>(),
-            ),
-        };
+        self.forget_state();
+        let (x, labels, masks) = inputs(net, &dropouts, x, labels, seed)?;
         let promise = self
             .engine
             .run(
@@ -257,4 +362,45 @@ impl Gpu {
         }
         Ok((loss, grads))
     }
+}
+
+/// A batch's rows, labels (a GPT's token ids) and dropout masks, as the GPU reads them.
+type Inputs = (ndarray::Array2<f32>, Vec<u32>, Vec<f32>);
+
+/// A batch as the plan reads it: a chain's rows and labels (and its dropout layers'
+/// masks, as the CPU path draws them), or a GPT's windows as token ids (each position's
+/// target, then its token) with no rows.
+fn inputs(
+    net: &Network,
+    dropouts: &[usize],
+    x: ArrayView2<'_, f32>,
+    labels: &[u8],
+    seed: u64,
+) -> Result<Inputs, String> {
+    let rows = x.nrows();
+    let mut masks = Vec::new();
+    for &layer in dropouts {
+        masks.extend(
+            net.dropout_mask(layer, seed, Part::whole(rows))
+                .unwrap_or_default(),
+        );
+    }
+    Ok(match net.as_gpt() {
+        Some(gpt) => {
+            let (tokens, targets) = gpt.tokens(x, true).map_err(|e| e.to_string())?;
+            let ids = targets.iter().chain(&tokens).map(|&id| id as u32);
+            (ndarray::Array2::zeros((0, 0)), ids.collect(), masks)
+        }
+        None => (
+            x.as_standard_layout().into_owned(),
+            labels.iter().map(|&l| u32::from(l)).collect(),
+            masks,
+        ),
+    })
+}
+
+/// The loss's rows for a batch of `samples`: a GPT's positions, else its samples.
+fn rows_of(net: &Network, samples: usize) -> usize {
+    net.as_gpt()
+        .map_or(samples, |gpt| samples * gpt.spec().context)
 }
