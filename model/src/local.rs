@@ -193,6 +193,14 @@ mod tests {
     use super::*;
     use crate::optim::OptimizerKind;
 
+    const ADAMW: OptimizerKind = OptimizerKind::AdamW {
+        lr: 0.01,
+        beta1: 0.9,
+        beta2: 0.99,
+        eps: 1e-8,
+        weight_decay: 0.1,
+    };
+
     fn data(net: &Network, n: usize, seed: u64) -> (ndarray::Array2<f32>, Vec<u8>) {
         let mut rng = crate::SplitMix64::new(seed);
         let x =
@@ -233,13 +241,7 @@ mod tests {
     fn a_phase_of_adamw_decays_the_matrices_only() {
         let net = Network::mlp(&[6, 5, 3]).expect("mlp");
         let start: Vec<f32> = net.init(7);
-        let kind = OptimizerKind::AdamW {
-            lr: 0.01,
-            beta1: 0.9,
-            beta2: 0.99,
-            eps: 1e-8,
-            weight_decay: 0.1,
-        };
+        let kind = ADAMW;
         let mut phase = LocalPhase::new(&net, &start, kind, 3);
         let mut plain = start.clone();
         let mut adamw = kind.build_masked(plain.len(), net.decayed());
@@ -279,13 +281,7 @@ mod tests {
     fn a_phase_adopts_steps_taken_elsewhere() {
         let net = Network::mlp(&[6, 5, 3]).expect("mlp");
         let start: Vec<f32> = net.init(7);
-        let kind = OptimizerKind::AdamW {
-            lr: 0.01,
-            beta1: 0.9,
-            beta2: 0.99,
-            eps: 1e-8,
-            weight_decay: 0.1,
-        };
+        let kind = ADAMW;
         let mut here = LocalPhase::new(&net, &start, kind, 4);
         let mut elsewhere = LocalPhase::new(&net, &start, kind, 4);
         let mut adopting = LocalPhase::new(&net, &start, kind, 4);

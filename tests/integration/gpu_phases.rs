@@ -40,31 +40,24 @@ async fn two_gpu_tabs_behind_home_links_train_a_gpt_checked_by_segments() {
 }
 
 /// The same with the 0.8M GPT (nanoGPT's CPU shape: 4 blocks, width 128, context 64) over a
-/// longer run: 8-step phases committed every 4, every one checked, 16 rounds after the
-/// first evaluation (about 7 minutes here: each challenge reveals two states of 9.7 MB
+/// longer run: 8-step phases committed every 4, every one checked, 12 rounds after the
+/// first evaluation (about 30 s a round here: each challenge reveals two states of 9.7 MB
 /// over a 10 Mbit/s link). Batches of 2 windows, as SwiftShader computes on the same two
 /// cores as everything else (a batch of 12 takes it 5 s alone).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "T3, the long tier: scripts/test.sh runs it (--include-ignored)"]
 async fn two_gpu_tabs_behind_home_links_train_the_08m_gpt_checked_by_segments() {
     let _heavy = HEAVY.lock().await;
-    let flags = [
+    let mut flags = vec![
         "--model",
         "gpt",
         "--batch-size",
         "2",
-        "--local-steps",
-        "8",
-        "--segment-steps",
-        "4",
-        "--verify-fraction",
-        "1",
-        "--min-workers",
-        "2",
         "--eval-interval",
         "2",
     ];
-    gpu_tabs_train(&flags, 16, 32).await;
+    flags.extend(PHASES);
+    gpu_tabs_train(&flags, 12, 24).await;
 }
 
 /// Two GPU tabs behind home links on a coordinator with `flags`, for `rounds` rounds after

@@ -301,6 +301,18 @@ fn a_shard_arriving_mid_phase_is_for_the_next_phase() {
     assert_eq!(steady, recut);
 }
 
+/// A shard of ten samples of two values, alternately labelled 0 and 1.
+fn ten_samples() -> Shard {
+    Shard {
+        first_index: 0,
+        shape: [2, 1, 1],
+        labels: (0..10).map(|i| i % 2).collect(),
+        values: ShardValues::U8((0..20).map(|v| v * 12).collect()),
+        mean: vec![0.0],
+        std: vec![255.0],
+    }
+}
+
 /// A core whose transport computes (`Compute::Deferred`, a tab's Web Workers) answers what
 /// a core computing on its own threads answers, byte for byte, plain gradients and local
 /// phases alike; the answers say how many parts. An unordered one (a tab's GPU) computes a
@@ -309,19 +321,11 @@ fn a_shard_arriving_mid_phase_is_for_the_next_phase() {
 fn a_deferred_job_answers_what_threads_answer() {
     let spec = "input 2; dense 3; relu; dense 2";
     let core = |compute| {
-        let shard = Shard {
-            first_index: 0,
-            shape: [2, 1, 1],
-            labels: (0..10).map(|i| i % 2).collect(),
-            values: ShardValues::U8((0..20).map(|v| v * 12).collect()),
-            mean: vec![0.0],
-            std: vec![255.0],
-        };
         joined(
             WorkerCore::new(WorkerKind::Native, None).with_compute(compute),
             spec,
             8,
-            shard,
+            ten_samples(),
         )
     };
     let params: Vec<f32> = Network::new(spec.parse().expect("valid"), 2)
@@ -402,14 +406,6 @@ fn a_segment_taken_whole_answers_what_its_steps_do() {
     use model::optim::OptimizerState;
 
     let spec = "input 2; dense 3; tanh; dense 2";
-    let shard = || Shard {
-        first_index: 0,
-        shape: [2, 1, 1],
-        labels: (0..10).map(|i| i % 2).collect(),
-        values: ShardValues::U8((0..20).map(|v| v * 12).collect()),
-        mean: vec![0.0],
-        std: vec![255.0],
-    };
     let params: Vec<f32> = Network::new(spec.parse().expect("valid"), 2)
         .expect("net")
         .init(5);
@@ -446,7 +442,7 @@ fn a_segment_taken_whole_answers_what_its_steps_do() {
         WorkerCore::new(WorkerKind::Browser, None).with_compute(Compute::Unordered),
         spec,
         4,
-        shard(),
+        ten_samples(),
     );
     start(&mut stepped);
     let mut want = Vec::new();
@@ -466,7 +462,7 @@ fn a_segment_taken_whole_answers_what_its_steps_do() {
         WorkerCore::new(WorkerKind::Browser, None).with_compute(Compute::Unordered),
         spec,
         4,
-        shard(),
+        ten_samples(),
     );
     start(&mut whole);
     let (mut got, mut lengths) = (Vec::new(), Vec::new());

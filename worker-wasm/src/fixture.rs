@@ -97,6 +97,15 @@ pub fn gradient_in_parts(preset: &str) -> (f32, Vec<f32>) {
         .expect("valid shapes")
 }
 
+/// A GPT's inner optimizer (the coordinator's default for one): AdamW 1e-3.
+pub const GPT_ADAMW: OptimizerKind = OptimizerKind::AdamW {
+    lr: 1e-3,
+    beta1: 0.9,
+    beta2: 0.99,
+    eps: 1e-8,
+    weight_decay: 0.1,
+};
+
 /// Steps of the reference local phases.
 pub const PHASE_STEPS: u32 = 16;
 

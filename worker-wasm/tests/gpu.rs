@@ -333,13 +333,7 @@ async fn a_gpt_agrees_with_the_cpu_path() {
 async fn a_gpt_phase_on_the_gpu_against_its_replay() {
     let gpu = gpu().await;
     let (net, params, data) = fixture::gpt_inputs();
-    let adamw = model::OptimizerKind::AdamW {
-        lr: 1e-3,
-        beta1: 0.9,
-        beta2: 0.99,
-        eps: 1e-8,
-        weight_decay: 0.1,
-    };
+    let adamw = fixture::GPT_ADAMW;
     // (64 steps, by hand: 1.1e-3 for the keys' bias, 4.3e-6 for the rest.)
     for steps in [4u32, 16] {
         let mut on_gpu = model::LocalPhase::new(&net, &params, adamw, steps);
@@ -387,13 +381,7 @@ async fn a_gpt_phase_on_the_gpu_against_its_replay() {
 async fn a_gpt_phase_with_adamw_resident_on_the_gpu_against_the_cpu() {
     let gpu = gpu().await;
     let (net, params, data) = fixture::gpt_inputs();
-    let adamw = model::OptimizerKind::AdamW {
-        lr: 1e-3,
-        beta1: 0.9,
-        beta2: 0.99,
-        eps: 1e-8,
-        weight_decay: 0.1,
-    };
+    let adamw = fixture::GPT_ADAMW;
     let (steps, segment) = (8u32, 4u64);
     let batch = |k: u64| {
         let (x, labels) = data.batch(model::batch_positions(data.len(), k, 4));

@@ -116,13 +116,7 @@ fn gpt_tokens_per_second_and_memory() {
     );
     let spec = GptSpec::shakespeare_char(65);
     let (net, params, data) = gpt(spec, batch);
-    let adamw = model::OptimizerKind::AdamW {
-        lr: 1e-3,
-        beta1: 0.9,
-        beta2: 0.99,
-        eps: 1e-8,
-        weight_decay: 0.1,
-    };
+    let adamw = fixture::GPT_ADAMW;
     let mut phase = LocalPhase::new(&net, &params, adamw, 2);
     let start = now_ms();
     while !phase.is_done() {

@@ -66,7 +66,7 @@ async fn main() -> anyhow::Result<()> {
     for preset in &cli.preset {
         for kind in &cli.worker {
             for &k in &cli.cores {
-                let (rate, tokens) = measure(&cli, preset, kind, k).await?;
+                let (rate, tokens, on_gpu) = measure(&cli, preset, kind, k).await?;
                 println!(
                     "{}",
                     serde_json::json!({
@@ -77,6 +77,9 @@ async fn main() -> anyhow::Result<()> {
                         "local_steps": steps_for(&cli, preset),
                         "pinned": cli.pin && kind == "tab",
                         "gpu": if kind == "tab" { cli.gpu.as_str() } else { "off" },
+                        // Whether its answers were the GPU's (unordered), not the CPU's
+                        // (a tab gives a failing or slower GPU up).
+                        "answers_from_gpu": on_gpu,
                         "samples_per_s": rate.round(),
                     })
                 );
@@ -96,13 +99,14 @@ fn steps_for(cli: &Cli, preset: &str) -> u32 {
     }
 }
 
-/// Samples/s, and a GPT's tokens a sample (its context).
+/// Samples/s, a GPT's tokens a sample (its context), and whether the worker's last
+/// answers were a GPU's.
 async fn measure(
     cli: &Cli,
     preset: &str,
     kind: &str,
     k: usize,
-) -> anyhow::Result<(f64, Option<usize>)> {
+) -> anyhow::Result<(f64, Option<usize>, bool)> {
     let steps = steps_for(cli, preset).to_string();
     let mut args = vec![
         "coordinator",
@@ -182,6 +186,7 @@ async fn measure(
     let (from, at) = (seen(&status.borrow()), Instant::now());
     tokio::time::sleep(Duration::from_secs_f64(cli.seconds)).await;
     let (to, took) = (seen(&status.borrow()), at.elapsed());
+    let on_gpu = status.borrow().worker_list.iter().any(|w| w.cores == 0);
     cancel.cancel();
     drop(tab);
     if let Some(native) = native {
@@ -196,5 +201,5 @@ async fn measure(
     });
     server.stop().await?;
     let _ = std::fs::remove_dir_all(&profile);
-    Ok(((to - from) as f64 / took.as_secs_f64(), tokens))
+    Ok(((to - from) as f64 / took.as_secs_f64(), tokens, on_gpu))
 }
