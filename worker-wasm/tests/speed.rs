@@ -170,14 +170,45 @@ async fn gpt_on_the_gpu_tokens_per_second() {
             assert!(loss.is_finite());
         }
         let ms = (now_ms() - start) / f64::from(iters);
+        // A phase's 4 steps: each step's gradient read back and AdamW on the CPU, then
+        // the same steps a segment at a time, the state resident on the GPU.
+        let steps = 4u32;
+        let mut phase = LocalPhase::new(&net, &params, fixture::GPT_ADAMW, steps);
+        let start = now_ms();
+        while !phase.is_done() {
+            let weights = phase.weights(&net).into_owned();
+            let (loss, grads) = gpu
+                .gradient(&net, &weights, x.view(), &labels, batch_seed(0, 0))
+                .await
+                .expect("computes");
+            phase.apply(&net, loss, &grads);
+        }
+        let stepwise = (now_ms() - start) / f64::from(steps);
+        let phase = LocalPhase::new(&net, &params, fixture::GPT_ADAMW, steps);
+        let batches = (0..steps)
+            .map(|_| (x.clone(), labels.clone(), batch_seed(0, 0)))
+            .collect();
+        let segment = worker_core::Segment::new(
+            &net,
+            (protocol::Round(0), 0),
+            fixture::GPT_ADAMW,
+            batches,
+            &phase,
+        );
+        let start = now_ms();
+        gpu.segment(&segment).await.expect("computes");
+        let resident = (now_ms() - start) / f64::from(steps);
         let profile = gpu.kernel_times().await.expect("profiles");
         let total: f64 = profile.iter().map(|(_, ms)| ms).sum();
         console_log!(
             "gpu ({}) gpt {name}, batch {batch} x {}: first batch {first:.0} ms, then {ms:.0} ms \
-             a batch, {:.0} tokens/s; its kernels one at a time ({total:.0} ms in all): {}",
+             a batch, {:.0} tokens/s; a phase's step with AdamW on the CPU {stepwise:.0} ms, \
+             resident on the GPU {resident:.0} ms ({:.0} tokens/s); its kernels one at a time \
+             ({total:.0} ms in all): {}",
             gpu.name,
             spec.context,
             (batch * spec.context) as f64 / (ms / 1000.0),
+            (batch * spec.context) as f64 / (resident / 1000.0),
             profile
                 .iter()
                 .map(|(kernel, ms)| format!("{kernel} {ms:.0}"))
