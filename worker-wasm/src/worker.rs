@@ -110,13 +110,15 @@ impl Inner {
     /// Computes the job the core is waiting for, if any: on the GPU when it is unordered
     /// and there is one (a GPU that fails is given up, with a message, and the batch
     /// computed on the CPU), else on the cores; returns what the core answers. With a GPU,
-    /// plain gradients are timed each way, for [`Inner::compute`]'s choice.
+    /// batches are timed each way (a phase's steps too, and its segments on the GPU), for
+    /// [`Inner::compute`]'s choice: a committed phase stays where it started, so a GPT's
+    /// phases change device at a phase's start.
     async fn run_job(&self, core: &mut WorkerCore) -> Result<Vec<Vec<u8>>, String> {
         let gpu = self.gpu.borrow().clone();
         let Some(job) = core.job() else {
             return Ok(Vec::new());
         };
-        let (timed, samples) = (gpu.is_some() && !job.step, job.labels.len());
+        let (timed, samples) = (gpu.is_some(), job.labels.len());
         let started = performance_now();
         if let (Some(gpu), true) = (&gpu, job.unordered()) {
             drop(job);
@@ -125,13 +127,20 @@ impl Inner {
             // failure: the steps are then taken on the CPU); else this one step's gradient.
             let failed = match core.segment().filter(|s| Gpu::keeps(s.optimizer)) {
                 Some(segment) => {
+                    let samples = segment.batches.iter().map(|(_, l, _)| l.len()).sum();
                     let result = gpu.segment(&segment).await;
                     drop(segment);
                     match result.and_then(|(losses, state)| {
                         core.complete_segment(&losses, &state)
                             .map_err(|e| e.to_string())
                     }) {
-                        Ok(reply) => return Ok(reply),
+                        Ok(reply) => {
+                            let ms = performance_now() - started;
+                            self.gpu_race
+                                .borrow_mut()
+                                .measured(Way::Second, ms, samples);
+                            return Ok(reply);
+                        }
                         Err(why) => why,
                     }
                 }
