@@ -112,9 +112,7 @@ impl WorkerCore {
             grads,
         }))
     }
-}
 
-impl WorkerCore {
     /// After `steps` steps of the phase under way (on `samples` samples, in `compute_us`,
     /// each in `parts` parts): its counts, its commitment at a boundary, and its answer
     /// once it is done.

@@ -69,15 +69,10 @@ impl WorkerCore {
     /// frozen tensors. Hand its end to [`WorkerCore::complete_segment`]; or compute the
     /// step as usual.
     pub fn segment(&self) -> Option<Segment<'_>> {
+        let (taken, end) = self.segment_steps()?;
         let joined = self.joined.as_ref()?;
         let phase = self.phase.as_ref()?;
-        let committing = phase.committing.as_ref()?;
-        if !matches!(self.pending.as_ref()?.of, Of::Step) || !joined.net.frozen().is_empty() {
-            return None;
-        }
         let local = &phase.phase;
-        let taken = local.taken();
-        let end = committing.next_boundary(taken, local.steps());
         let shard = &phase.shard;
         let batches = (u64::from(taken)..u64::from(end))
             .map(|step| {
@@ -96,6 +91,20 @@ impl WorkerCore {
         ))
     }
 
+    /// The steps a segment would span (taken, and the next commitment's), if one is
+    /// offered: a committed phase whose next step is due, of a model without frozen
+    /// tensors.
+    fn segment_steps(&self) -> Option<(u32, u32)> {
+        let phase = self.phase.as_ref()?;
+        let committing = phase.committing.as_ref()?;
+        let frozen = !self.joined.as_ref()?.net.frozen().is_empty();
+        if frozen || !matches!(self.pending.as_ref()?.of, Of::Step) {
+            return None;
+        }
+        let taken = phase.phase.taken();
+        Some((taken, committing.next_boundary(taken, phase.phase.steps())))
+    }
+
     /// Takes the end of [`WorkerCore::segment`]: each step's loss, and the state after the
     /// last (`LocalPhase::flat_state`'s layout); returns the frames to send if that ended
     /// the phase. A state that does not fit (another step count or length, not finite, a
@@ -106,12 +115,13 @@ impl WorkerCore {
         losses: &[f32],
         state: &[f32],
     ) -> Result<Vec<Vec<u8>>, WorkerError> {
-        let Some(segment) = self.segment() else {
+        let Some((step, end)) = self.segment_steps() else {
             return Err(WorkerError::Protocol("no segment under way"));
         };
-        let steps = segment.batches.len();
-        let samples: u64 = segment.batches.iter().map(|(_, l, _)| l.len() as u64).sum();
-        let step = segment.local.taken();
+        let steps = (end - step) as usize;
+        let phase = self.phase.as_mut().expect("a segment's phase");
+        let batch = self.joined.as_ref().map_or(0, |j| j.batch_size);
+        let samples = steps as u64 * batch.min(phase.shard.len()) as u64;
         if losses.len() != steps {
             return Err(model::ModelError::BadState(format!(
                 "{} losses for a segment of {steps} steps",
@@ -119,7 +129,6 @@ impl WorkerCore {
             ))
             .into());
         }
-        let phase = self.phase.as_mut().expect("a segment's phase");
         phase
             .phase
             .adopt(losses, u64::from(step) + steps as u64, state)?;

@@ -204,8 +204,8 @@ export class Engine {
   // then AdamW's step, with the weights and moments staying on the GPU; resolves to
   // {state: Float32Array (weights, m, v), loss: Float32Array (a row's each, step after
   // step)}. `start` (weights, m, v) loads the state first, unless empty (the GPU holds it:
-  // the last segment ended there); `decay` (u32 a value) is loaded with the moments'
-  // buffers, once. Each step's inputs are `x`, `labels` and `masks` cut in `steps` equal
+  // the last segment ended there); `decay` (the decayed ranges, start and end each) makes
+  // the decay mask with the moments' buffers, once. Each step's inputs are `x`, `labels` and `masks` cut in `steps` equal
   // parts; its AdamW constants 8 values of `adam` [keep, step, c2, b1, 1-b1, b2, 1-b2, eps].
   async segment(prepared, start, decay, x, labels, masks, adam) {
     if (this.lost) throw new Error(this.lost);
@@ -217,7 +217,9 @@ export class Engine {
     d.pushErrorScope("validation");
     if (!prepared.adam) {
       prepared.adam = this.adamBuffers(b, n);
-      d.queue.writeBuffer(prepared.adam.buffers.decay, 0, decay);
+      const mask = new Uint32Array(n);
+      for (let i = 0; i + 1 < decay.length; i += 2) mask.fill(1, decay[i], decay[i + 1]);
+      d.queue.writeBuffer(prepared.adam.buffers.decay, 0, mask);
     }
     const { buffers: s, group, x: gx, y: gy } = prepared.adam;
     if (start.length) {

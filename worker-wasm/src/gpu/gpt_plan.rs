@@ -87,15 +87,15 @@ pub(super) fn plan(gpt: &Gpt, samples: usize) -> Result<Plan, TooLarge> {
         let attention = [t, heads, c, b.qkv, b.att, b.y];
         out.extend([
             layer_norm(n, c, (b.x, b.ln1, b.ln1_stats), (p.ln1_g, p.ln1_b)),
-            linear(n, (c, 3 * c), (b.ln1, b.qkv), (p.attn_w, p.attn_b)),
+            dense::forward(n, (c, 3 * c), (b.ln1, b.qkv), (p.attn_w, p.attn_b)),
             d("attention_forward", samples * heads * t, &attention[..5]),
             d("attention_values", n * c, &attention),
-            linear(n, (c, c), (b.y, b.proj), (p.proj_w, p.proj_b)),
+            dense::forward(n, (c, c), (b.y, b.proj), (p.proj_w, p.proj_b)),
             d("add", n * c, &[b.x, b.proj, b.mid]),
             layer_norm(n, c, (b.mid, b.ln2, b.ln2_stats), (p.ln2_g, p.ln2_b)),
-            linear(n, (c, 4 * c), (b.ln2, b.fc), (p.fc_w, p.fc_b)),
+            dense::forward(n, (c, 4 * c), (b.ln2, b.fc), (p.fc_w, p.fc_b)),
             d("gelu_tanh_forward", n * 4 * c, &[b.fc, b.gelu]),
-            linear(n, (4 * c, c), (b.gelu, b.mlp), (p.mlp_w, p.mlp_b)),
+            dense::forward(n, (4 * c, c), (b.gelu, b.mlp), (p.mlp_w, p.mlp_b)),
             d("add", n * c, &[b.mid, b.mlp, b.out]),
         ]);
     }
@@ -187,14 +187,9 @@ pub(super) fn plan(gpt: &Gpt, samples: usize) -> Result<Plan, TooLarge> {
     })
 }
 
-/// A linear layer (GPT-2's `Conv1D`, `[in, out]`: the dense kernels) over `n` rows, from
-/// `x` to `y` in the activations, with weight and bias `(w, b)`.
-fn linear(n: usize, shape: (usize, usize), xy: (usize, usize), wb: (usize, usize)) -> Dispatch {
-    dense::forward(n, shape, xy, wb)
-}
-
-/// Its backward: the weights' and bias's gradients, then the input's (the gradient at `y`
-/// flows to `x`).
+/// A linear layer's backward (GPT-2's `Conv1D`, `[in, out]`: the dense kernels, whose
+/// `forward` is the layer's): the weights' and bias's gradients, then the input's (the
+/// gradient at `y` flows to `x`).
 fn linear_backward(
     n: usize,
     shape: (usize, usize),

@@ -280,10 +280,12 @@ impl Gpu {
             ]);
         }
         let params = net.param_count();
-        let mut decay = vec![0u32; params];
-        for range in &segment.decayed {
-            decay[range.clone()].fill(1);
-        }
+        // The decayed ranges, start and end each (the GPU makes its mask of them once).
+        let decay: Vec<u32> = segment
+            .decayed
+            .iter()
+            .flat_map(|r| [r.start as u32, r.end as u32])
+            .collect();
         let held = self.prepared.borrow().as_ref().and_then(|p| p.resident)
             == Some((segment.phase, taken));
         let start = if held { Vec::new() } else { segment.start().1 };
