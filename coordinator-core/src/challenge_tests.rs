@@ -35,6 +35,9 @@ enum Gpu {
     Uncommitted,
     /// Each gradient value off by this share of itself, at random.
     Noisy(f32),
+    /// A ReLU model's honest steps, with a branch in each step's log that the verifier's
+    /// pass finds far from any tie (its widest hidden unit's other side).
+    ForgedLog,
 }
 
 fn gpt() -> (Network, Data) {
@@ -112,6 +115,24 @@ fn compute(w: &mut WorkerCore, gpu: Gpu, step: &mut u32) -> Vec<Vec<u8>> {
         }
         _ => job.weights.to_vec(),
     };
+    if w.logs_branches() {
+        // A ReLU model: each step in f64 (another order), its near-tie branches logged.
+        let wide: Vec<f64> = weights.iter().map(|&v| f64::from(v)).collect();
+        let x = x.mapv(f64::from);
+        let (loss, grads) = job
+            .net
+            .loss_and_grad(&wide, x.view(), labels, job.seed)
+            .expect("a gradient");
+        let mut branches = job.net.branches(&wide, x.view(), job.seed).expect("a log");
+        if gpu == Gpu::ForgedLog {
+            branches.push(far_branch(job.net, &weights, job.x));
+        }
+        let grads = grads.into_iter().map(|g| g as f32).collect();
+        *step += 1;
+        return w
+            .complete_logged(loss as f32, grads, &branches)
+            .expect("an honest core");
+    }
     let (loss, mut grads) = model::with_order(Order::Unfused, || {
         job.net.loss_and_grad(&weights, x, labels, job.seed)
     })
@@ -127,6 +148,28 @@ fn compute(w: &mut WorkerCore, gpu: Gpu, step: &mut u32) -> Vec<Vec<u8>> {
     }
     *step += 1;
     w.complete(loss, grads).expect("an honest core")
+}
+
+/// The other side of sample 0's hidden unit farthest from zero, in an MLP of one hidden
+/// layer: a branch no rounding takes.
+fn far_branch(net: &Network, weights: &[f32], x: ndarray::ArrayView2<'_, f32>) -> model::Branch {
+    let Some(&model::Layer::Dense { units }) = net.spec().layers.first().map(|l| &l.layer) else {
+        panic!("an MLP");
+    };
+    let spec = model::NetSpec::mlp(net.spec().input, &[], units);
+    let first = Network::new(spec, units).expect("its first layer");
+    let z = first
+        .forward(&weights[..first.param_count()], x)
+        .expect("its pre-activations");
+    let unit = (0..units)
+        .max_by(|&a, &b| z[[0, a]].abs().total_cmp(&z[[0, b]].abs()))
+        .expect("a unit");
+    model::Branch {
+        layer: 1,
+        row: 0,
+        col: unit as u32,
+        taken: u32::from(z[[0, unit]] <= 0.0),
+    }
 }
 
 /// Moves frames both ways until neither side has anything left to say; the worker's
@@ -253,7 +296,22 @@ fn run(gpu: Gpu, rounds: u64, refusals: usize) -> (Coordinator, Seen) {
 }
 
 fn run_with(gpu: Gpu, settings: Settings, refusals: usize) -> (Coordinator, Seen) {
-    let (net, data) = gpt();
+    run_model(gpt(), gpu, settings, refusals)
+}
+
+/// An MLP of 16 ReLUs on digits (its phases log their branches).
+fn mlp() -> (Network, Data) {
+    let data = crate::data::digits(5);
+    let spec = model::NetSpec::mlp(data.train.shape(), &[16], 10);
+    (Network::new(spec, 10).expect("an MLP"), data)
+}
+
+fn run_model(
+    (net, data): (Network, Data),
+    gpu: Gpu,
+    settings: Settings,
+    refusals: usize,
+) -> (Coordinator, Seen) {
     let now = Instant::now();
     let mut c = Coordinator::new(settings, net, data, now).expect("a GPT");
     let mut w = WorkerCore::new(WorkerKind::Browser, None).with_compute(Compute::Unordered);
@@ -290,6 +348,37 @@ fn an_honest_gpus_phases_are_checked_by_segments_and_never_struck() {
     );
     assert!(seen.errors.is_empty(), "{:?}", seen.errors);
     assert_eq!(c.registry.strikes(WorkerId(1)), 0);
+}
+
+/// A ReLU model's phases on a "GPU" (in f64), each step's near-tie branches logged: every
+/// phase challenged, every revealed state (with its log) matches its hash, every segment
+/// replays, nobody is struck. A log naming a branch far from any tie is a mismatch.
+#[test]
+fn a_relu_models_logged_phases_are_checked_and_a_forged_log_is_caught() {
+    let (c, seen) = run_model(mlp(), Gpu::Honest, settings(6, 1.0), usize::MAX);
+    let counters = c.metrics.counters();
+    assert_eq!(c.trainer.version(), 6, "{seen:?}");
+    assert_eq!((seen.committed_answers, seen.challenges), (6, 6));
+    assert_eq!(
+        (
+            counters.gradients_verified,
+            counters.verification_mismatches
+        ),
+        (6, 0),
+        "{seen:?}"
+    );
+    assert_eq!(c.registry.strikes(WorkerId(1)), 0);
+    let (c, seen) = run_model(mlp(), Gpu::ForgedLog, settings(6, 1.0), 3);
+    assert_eq!(seen.errors.len(), 3, "{:?}", seen.errors);
+    assert!(
+        seen.errors
+            .iter()
+            .all(|e| e.contains("log") && e.contains("tie")),
+        "{:?}",
+        seen.errors
+    );
+    assert_eq!(c.registry.strikes(WorkerId(1)), 3);
+    assert_eq!(c.trainer.version(), 0);
 }
 
 /// Each cheat's answers are refused as mismatches, with a reason naming what gave it away,

@@ -44,7 +44,8 @@ pub use gemm::{with_order, Order};
 pub use grad::GradientSum;
 pub use local::{LocalPhase, PhaseResult};
 pub use network::{
-    add_parts, batch_seed, Envelope, Network, Part, Stage, MAX_PARTS, MIN_PART_ROWS,
+    add_parts, batch_seed, Branch, Envelope, Forced, Network, Part, Refusal, Stage, FORCE_MARGIN,
+    MAX_BRANCHES, MAX_PARTS, MIN_PART_ROWS,
 };
 pub use optim::{
     Adam, AdamW, Momentum, Nesterov, Optimizer, OptimizerKind, OptimizerState, Sgd, StateError,

@@ -371,8 +371,25 @@ impl Network {
         seed: Option<u64>,
         part: Part,
     ) -> Vec<Array2<T>> {
+        self.forward_with(params, x, seed, part, |_, _| {})
+    }
+
+    /// [`Network::forward_all`], handing `before(i, input)` each layer's input (after the
+    /// first) before layer `i` reads it: where a replay forces a logged branch
+    /// (`branches.rs`).
+    fn forward_with<T: Scalar>(
+        &self,
+        params: &[T],
+        x: ArrayView2<'_, T>,
+        seed: Option<u64>,
+        part: Part,
+        mut before: impl FnMut(usize, &mut Array2<T>),
+    ) -> Vec<Array2<T>> {
         let mut outs: Vec<Array2<T>> = Vec::with_capacity(self.spec.layers.len());
         for (i, l) in self.spec.layers.iter().enumerate() {
+            if let Some(input) = outs.last_mut() {
+                before(i, input);
+            }
             let p = &params[self.layer_range(i)];
             let y = match outs.last() {
                 None => layers::forward(&l.layer, &self.ctx(i, seed, part.start), p, x.view()),
@@ -558,10 +575,12 @@ fn standard<'a, T: Scalar>(x: ArrayView2<'a, T>) -> CowArray<'a, T, Ix2> {
     }
 }
 
+mod branches;
 mod parts;
 mod stages;
 mod ties;
 
+pub use self::branches::{Branch, Forced, Refusal, FORCE_MARGIN, MAX_BRANCHES};
 pub use self::parts::{add_parts, Part, MAX_PARTS, MIN_PART_ROWS};
 pub use self::stages::Stage;
 pub use self::ties::Envelope;

@@ -7,7 +7,9 @@
 //!
 //! A state is flat: the weights (the model's full layout), then each of the inner
 //! optimizer's tensors in its own order (Adam's `m`, then `v`), all `f32`; its step count
-//! is the boundary's (`boundary · segment`, the phase's last step for the last).
+//! is the boundary's (`boundary · segment`, the phase's last step for the last). A model
+//! with ReLUs or max-pools (version 11) appends the log of the near-tie branches its
+//! segment's forward passes took ([`log_values`]), so the hash covers the log too.
 
 use sha2::{Digest, Sha256};
 
@@ -62,6 +64,29 @@ pub fn state_hash(step: u64, values: &[f32]) -> [u8; 32] {
     hasher.finalize().into()
 }
 
+/// Words of one logged branch: its step within the segment, then the branch's layer, row,
+/// column and the branch taken (`model::Branch`).
+pub const LOG_WORDS: usize = 5;
+
+/// A segment's log as it follows the state: each word's bits as one `f32` value (a state's
+/// values travel and are hashed as raw bits).
+pub fn log_values(log: &[[u32; LOG_WORDS]]) -> Vec<f32> {
+    log.iter().flatten().map(|&w| f32::from_bits(w)).collect()
+}
+
+/// The log that [`log_values`] wrote; `None` if `values` is not whole entries.
+pub fn log_words(values: &[f32]) -> Option<Vec<[u32; LOG_WORDS]>> {
+    if !values.len().is_multiple_of(LOG_WORDS) {
+        return None;
+    }
+    Some(
+        values
+            .chunks_exact(LOG_WORDS)
+            .map(|c| std::array::from_fn(|i| c[i].to_bits()))
+            .collect(),
+    )
+}
+
 /// The step count of the state at `boundary` in a phase of `steps` steps cut every
 /// `segment`.
 pub fn boundary_step(boundary: u32, segment: u32, steps: u32) -> u64 {
@@ -78,6 +103,16 @@ pub fn boundaries(steps: u32, segment: u32) -> u32 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_log_travels_as_the_bits_of_values() {
+        // Words whose bits are NaNs and subnormals as f32 come back the same.
+        let log = [[0, 7, u32::MAX, 0x7fc0_0001, 1], [3, 1, 2, 3, 0xff80_0000]];
+        let values = super::log_values(&log);
+        assert_eq!(values.len(), 10);
+        assert_eq!(super::log_words(&values).expect("whole"), log);
+        assert_eq!(super::log_words(&values[..9]), None);
+    }
+
     use super::*;
 
     #[test]

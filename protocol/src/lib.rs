@@ -26,7 +26,9 @@ pub use codec::{
     encode_from_worker, encode_frozen, encode_gradient, encode_reveal, encode_weights,
     gradient_wire_len, DecodeError, RawGradientChunk, WorkerFrame,
 };
-pub use commit::{state_hash, Challenge, Commitments, RevealChunk};
+pub use commit::{
+    log_values, log_words, state_hash, Challenge, Commitments, RevealChunk, LOG_WORDS,
+};
 pub use ids::{Round, WorkerId};
 pub use message::{
     CoordinatorToWorker, ErrorCode, Gradient, GradientChunk, Hello, InnerOptimizer, LocalPhase,
@@ -37,4 +39,4 @@ pub use tensor::Compression;
 
 /// Version of the wire format. Every frame starts with it; a peer speaking another version
 /// is refused with [`ErrorCode::VersionMismatch`]. Bump it on any incompatible change.
-pub const PROTOCOL_VERSION: u16 = 10;
+pub const PROTOCOL_VERSION: u16 = 11;

@@ -7,8 +7,8 @@
 //! `H` steps keeps `H / segment` states of 12 bytes a parameter with Adam (9.7 MB each for
 //! the 0.8M GPT).
 
-use model::LocalPhase;
-use protocol::{encode_reveal, state_hash, Challenge, Commitments, Round};
+use model::{Branch, LocalPhase};
+use protocol::{encode_reveal, log_values, state_hash, Challenge, Commitments, Round, LOG_WORDS};
 
 use crate::WorkerCore;
 
@@ -18,6 +18,8 @@ pub(crate) struct Committing {
     segment: u32,
     hashes: Vec<[u8; 32]>,
     states: Vec<Vec<f32>>,
+    /// The near-tie branches of the segment under way (a ReLU model's), step by step.
+    log: Vec<[u32; LOG_WORDS]>,
 }
 
 /// The last committed phase's states, for its round.
@@ -33,7 +35,18 @@ impl Committing {
             segment: segment.max(1),
             hashes: Vec::new(),
             states: Vec::new(),
+            log: Vec::new(),
         }
+    }
+
+    /// Logs the branches the forward pass of the phase's next step (after `taken`) took.
+    pub(crate) fn log(&mut self, taken: u32, branches: &[Branch]) {
+        let step = taken % self.segment;
+        self.log.extend(
+            branches
+                .iter()
+                .map(|b| [step, b.layer, b.row, b.col, b.taken]),
+        );
     }
 
     /// The step count of the next boundary after `taken` steps of a phase of `steps`.
@@ -42,12 +55,13 @@ impl Committing {
     }
 
     /// After each step: at a boundary (every `segment` steps, and the phase's last) the
-    /// state is hashed and kept.
+    /// state, followed by its segment's log, is hashed and kept.
     pub(crate) fn after_step(&mut self, phase: &LocalPhase) {
         if !phase.taken().is_multiple_of(self.segment) && !phase.is_done() {
             return;
         }
-        let (step, state) = phase.flat_state();
+        let (step, mut state) = phase.flat_state();
+        state.extend(log_values(&std::mem::take(&mut self.log)));
         self.hashes.push(state_hash(step, &state));
         self.states.push(state);
     }

@@ -44,12 +44,41 @@ impl WorkerCore {
 
     /// Takes the result of [`WorkerCore::job`] (the loss and the full-layout gradient, its
     /// parts added in order); returns the frames to send, if that finished an answer.
+    /// A step of a committed phase of a model with branches ([`WorkerCore::logs_branches`])
+    /// is logged from a forward pass here, on this machine's CPU: where the job was
+    /// computed elsewhere (a GPU), [`WorkerCore::complete_logged`] brings its own log.
     pub fn complete(&mut self, loss: f32, grads: Vec<f32>) -> Result<Vec<Vec<u8>>, WorkerError> {
         let Some(pending) = self.pending.take() else {
             return Ok(Vec::new());
         };
-        let answer = self.finish(pending, loss, &grads)?;
+        let answer = self.finish(pending, loss, &grads, None)?;
         Ok(self.frames(answer))
+    }
+
+    /// [`WorkerCore::complete`] for a job computed where its forward pass's branches were
+    /// logged (a GPU's activations, `Network::branches_in`).
+    pub fn complete_logged(
+        &mut self,
+        loss: f32,
+        grads: Vec<f32>,
+        branches: &[model::Branch],
+    ) -> Result<Vec<Vec<u8>>, WorkerError> {
+        let Some(pending) = self.pending.take() else {
+            return Ok(Vec::new());
+        };
+        let answer = self.finish(pending, loss, &grads, Some(branches))?;
+        Ok(self.frames(answer))
+    }
+
+    /// Whether the job due is a committed phase's step whose near-tie branches are logged
+    /// (a model with ReLUs or max-pools): a GPU computing it reads its activations back
+    /// for [`WorkerCore::complete_logged`].
+    pub fn logs_branches(&self) -> bool {
+        let (Some(pending), Some(joined), Some(phase)) = (&self.pending, &self.joined, &self.phase)
+        else {
+            return false;
+        };
+        matches!(pending.of, Of::Step) && phase.committing.is_some() && joined.net.has_branches()
     }
 
     /// Sets `pending` and, unless the transport computes it, computes it now; returns the
@@ -67,7 +96,7 @@ impl WorkerCore {
         };
         let loss = job.run_on(&mut self.cores)?;
         let grads = self.cores.take_gradient();
-        let answer = self.finish(pending, loss, &grads);
+        let answer = self.finish(pending, loss, &grads, None);
         self.cores.put_back(grads);
         answer
     }
@@ -79,6 +108,7 @@ impl WorkerCore {
         pending: Pending,
         loss: f32,
         grads: &[f32],
+        branches: Option<&[model::Branch]>,
     ) -> Result<Option<Gradient>, WorkerError> {
         let Some(joined) = self.joined.as_ref() else {
             return Ok(None);
@@ -96,7 +126,20 @@ impl WorkerCore {
             let Some(phase) = self.phase.as_mut() else {
                 return Ok(None);
             };
-            phase.phase.apply(&joined.net, loss, grads);
+            let net = &joined.net;
+            if let Some(committing) = phase.committing.as_mut().filter(|_| net.has_branches()) {
+                let mine;
+                let branches = match branches {
+                    Some(b) => b,
+                    None => {
+                        let weights = phase.phase.weights(net);
+                        mine = net.branches(&weights, pending.x.view(), pending.seed)?;
+                        &mine
+                    }
+                };
+                committing.log(phase.phase.taken(), branches);
+            }
+            phase.phase.apply(net, loss, grads);
             return Ok(self.stepped(1, samples, compute_us, parts));
         };
         // Frozen layers' gradients are not sent: only the trained tensors, in layout order.

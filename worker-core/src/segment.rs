@@ -66,7 +66,7 @@ impl<'a> Segment<'a> {
 impl WorkerCore {
     /// The segment the transport may take whole instead of the step [`WorkerCore::job`]
     /// offers: only in a committed phase (a GPU's, checked by segments) of a model without
-    /// frozen tensors. Hand its end to [`WorkerCore::complete_segment`]; or compute the
+    /// frozen tensors or branches. Hand its end to [`WorkerCore::complete_segment`]; or compute the
     /// step as usual.
     pub fn segment(&self) -> Option<Segment<'_>> {
         let (taken, end) = self.segment_steps()?;
@@ -93,12 +93,14 @@ impl WorkerCore {
 
     /// The steps a segment would span (taken, and the next commitment's), if one is
     /// offered: a committed phase whose next step is due, of a model without frozen
-    /// tensors.
+    /// tensors or branches to log (a ReLU model's steps are taken one at a time, each
+    /// logged: [`WorkerCore::logs_branches`]).
     fn segment_steps(&self) -> Option<(u32, u32)> {
         let phase = self.phase.as_ref()?;
         let committing = phase.committing.as_ref()?;
-        let frozen = !self.joined.as_ref()?.net.frozen().is_empty();
-        if frozen || !matches!(self.pending.as_ref()?.of, Of::Step) {
+        let net = &self.joined.as_ref()?.net;
+        let whole = net.frozen().is_empty() && !net.has_branches();
+        if !whole || !matches!(self.pending.as_ref()?.of, Of::Step) {
             return None;
         }
         let taken = phase.phase.taken();

@@ -17,14 +17,15 @@
 //!   strike (the round never waited on it: it had not reached the schedule).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::ops::RangeInclusive;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use model::{Dataset, ModelError, Network, OptimizerState, SplitMix64};
+use model::{Branch, Dataset, ModelError, Network, OptimizerState, SplitMix64};
 use protocol::chunk::{chunks, Assembly};
 use protocol::commit::{boundaries, boundary_step};
 use protocol::tensor::{decode_payload, encode_payload};
-use protocol::{Commitments, Compression, LocalPhase, Round, WorkerId};
+use protocol::{log_words, Commitments, Compression, LocalPhase, Round, WorkerId, LOG_WORDS};
 
 use super::recompute::{Held, Refuted};
 use super::segment::{check, Segment, State, Verdict};
@@ -71,6 +72,8 @@ pub(crate) struct Open {
     /// Boundaries asked for and not in yet, in the order they come.
     pub asked: VecDeque<u32>,
     assembly: Assembly,
+    /// The values of the state under way, as its first chunk said (a log may follow it).
+    expecting: Option<usize>,
     incoming: Vec<f32>,
     pub held: Option<Held>,
     pub escalated: bool,
@@ -142,6 +145,7 @@ impl Challenges {
             states: BTreeMap::new(),
             asked: VecDeque::new(),
             assembly: Assembly::default(),
+            expecting: None,
             incoming: Vec::new(),
             held: None,
             escalated: false,
@@ -204,6 +208,7 @@ impl Open {
         self.replay = segments;
         self.asked = asked.iter().copied().collect();
         self.assembly = Assembly::default();
+        self.expecting = None;
         self.incoming = Vec::new();
         self.held = Some(held);
         self.due = now + reveal_time(state_len * asked.len());
@@ -219,9 +224,14 @@ impl Open {
             .collect()
     }
 
-    /// Takes one chunk of the state under way (`expected` values): `Ok(true)` once every
-    /// boundary asked for is in and matches its hash; `Err` says why the reveal is refused.
-    pub fn take(&mut self, chunk: protocol::RevealChunk, expected: usize) -> Result<bool, String> {
+    /// Takes one chunk of the state under way (`expected` values: the state, and as many
+    /// whole log entries as a segment may log): `Ok(true)` once every boundary asked for
+    /// is in and matches its hash; `Err` says why the reveal is refused.
+    pub fn take(
+        &mut self,
+        chunk: protocol::RevealChunk,
+        expected: RangeInclusive<usize>,
+    ) -> Result<bool, String> {
         let Some(&boundary) = self.asked.front() else {
             return Err("a state nobody asked for".into());
         };
@@ -236,6 +246,14 @@ impl Open {
             offset: chunk.offset,
             count: chunk.values.len() as u32,
         };
+        let expected = *self.expecting.get_or_insert_with(|| {
+            let total = chunk.total as usize;
+            let whole = (total.wrapping_sub(*expected.start())).is_multiple_of(LOG_WORDS);
+            match expected.contains(&total) && whole {
+                true => total,
+                false => *expected.start(),
+            }
+        });
         let last = self
             .assembly
             .accept(pos, expected)
@@ -254,6 +272,7 @@ impl Open {
         self.states.insert(boundary, values.into());
         self.asked.pop_front();
         self.assembly = Assembly::default();
+        self.expecting = None;
         Ok(self.asked.is_empty())
     }
 
@@ -303,6 +322,7 @@ impl Revealed {
                 return Ok(State {
                     weights: claim.weights.to_vec(),
                     optimizer: fresh.clone(),
+                    log: Vec::new(),
                 });
             }
             let values = self
@@ -314,15 +334,30 @@ impl Revealed {
                     "state {b} is not the model's and its optimizer's length"
                 ))
             };
-            if values.len() < len {
+            let moments = fresh.tensors.iter().map(|(_, t)| t.len()).sum::<usize>();
+            if values.len() < len + moments {
                 return Err(unfit());
             }
             let (weights, rest) = values.split_at(len);
+            let (rest, log) = rest.split_at(moments);
             let step = boundary_step(b, local.segment, local.steps);
             let optimizer = OptimizerState::unflatten(&fresh, step, rest).ok_or_else(unfit)?;
+            let log = log_words(log).ok_or_else(unfit)?;
             Ok(State {
                 weights: weights.to_vec(),
                 optimizer,
+                log: log
+                    .into_iter()
+                    .map(|[step, layer, row, col, taken]| {
+                        let branch = Branch {
+                            layer,
+                            row,
+                            col,
+                            taken,
+                        };
+                        (step, branch)
+                    })
+                    .collect(),
             })
         };
         let end = match state(n) {
@@ -462,6 +497,19 @@ impl crate::Coordinator {
             kind.build_masked(1, Vec::new()).state().tensors.len()
         });
         len * (1 + tensors)
+    }
+
+    /// Values a revealed state may have: its state's length, then a model with
+    /// branches may append whole log entries, [`model::MAX_BRANCHES`] a step at most.
+    pub(crate) fn reveal_len(&self) -> RangeInclusive<usize> {
+        let state = self.state_len();
+        let log = match (self.trainer.net().has_branches(), self.local.as_ref()) {
+            (true, Some(plan)) => {
+                plan.settings().segment as usize * model::MAX_BRANCHES * LOG_WORDS
+            }
+            _ => 0,
+        };
+        state..=state + log
     }
 
     /// Every state asked for is in: the segments replay off the coordinator's task.

@@ -38,7 +38,7 @@ impl Coordinator {
         now: Instant,
     ) {
         self.now = now;
-        let expected = self.state_len();
+        let expected = self.reveal_len();
         let open = self
             .challenges
             .open

@@ -61,16 +61,19 @@ pub struct Envelope<T> {
 /// forward pass's outputs), its row and column, the value that takes the other branch, and
 /// its margin relative to its row.
 #[derive(Debug, Clone, Copy)]
-struct Tie<T> {
-    array: usize,
-    row: usize,
-    col: usize,
+pub(super) struct Tie<T> {
+    pub(super) array: usize,
+    pub(super) row: usize,
+    pub(super) col: usize,
+    /// The branch this pass took: a ReLU's 1 (open) or 0 (closed); a max-pool's winner,
+    /// the column `col` lost to.
+    pub(super) taken: usize,
     flipped: T,
     /// A ReLU's output too (the next array, same place): what a pool after it sees, so
     /// that an opened ReLU in a window of zeros takes the pool's route, as on the machine
     /// where it is open.
     output: Option<T>,
-    margin: f64,
+    pub(super) margin: f64,
 }
 
 impl Network {
@@ -147,7 +150,11 @@ impl Network {
 
     /// Every near-tie of a forward pass: ReLU inputs near zero, and max-pool windows whose
     /// two largest values are near each other (not equal: see the module's notes).
-    fn near_ties<T: Scalar>(&self, x: ArrayView2<'_, T>, outs: &[Array2<T>]) -> Vec<Tie<T>> {
+    pub(super) fn near_ties<T: Scalar>(
+        &self,
+        x: ArrayView2<'_, T>,
+        outs: &[Array2<T>],
+    ) -> Vec<Tie<T>> {
         let mut ties = Vec::new();
         // A branch layer's input is the previous layer's output; the first layer's input
         // is the data, with no trained layer before it to reach.
@@ -174,6 +181,7 @@ impl Network {
                                     array,
                                     row,
                                     col,
+                                    taken: usize::from(v > T::zero()),
                                     flipped,
                                     output: Some(output),
                                     margin,
@@ -212,6 +220,7 @@ impl Network {
                                         array,
                                         row,
                                         col: other,
+                                        taken: best,
                                         flipped: b + step.max(T::min_positive_value()),
                                         output: None,
                                         margin,
@@ -291,7 +300,7 @@ impl Network {
 }
 
 /// A row's largest magnitude (at least the smallest normal, so margins stay finite).
-fn scale<T: Scalar>(values: impl Iterator<Item = T>) -> f64 {
+pub(super) fn scale<T: Scalar>(values: impl Iterator<Item = T>) -> f64 {
     values
         .fold(T::zero(), |m, v| m.max(v.abs()))
         .to_f64()
