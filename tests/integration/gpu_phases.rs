@@ -60,6 +60,24 @@ async fn two_gpu_tabs_behind_home_links_train_the_08m_gpt_checked_by_segments() 
     gpu_tabs_train(&flags, 12, 24).await;
 }
 
+/// The same with the `cnn` preset (ReLUs and max-pools): each step's near-tie branches,
+/// read from the GPU's activations, logged and hashed with each committed state, forced
+/// where the coordinator's replay finds them near too. Batches of 8 images.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gpu_tabs_behind_home_links_train_the_cnn_checked_by_segments() {
+    let _heavy = HEAVY.lock().await;
+    let mut flags = vec![
+        "--model",
+        "cnn",
+        "--batch-size",
+        "8",
+        "--eval-interval",
+        "2",
+    ];
+    flags.extend(PHASES);
+    gpu_tabs_train(&flags, 6, 12).await;
+}
+
 /// Two GPU tabs behind home links on a coordinator with `flags`, for `rounds` rounds after
 /// the first evaluation and at least `checked` phases checked: every answer the GPU's,
 /// none a mismatch, nobody struck, the loss lower.

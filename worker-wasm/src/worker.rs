@@ -144,19 +144,33 @@ impl Inner {
                         Err(why) => why,
                     }
                 }
+                // A committed phase's step of a ReLU model also logs its near-ties'
+                // branches, from the GPU's own activations.
                 None => {
+                    let logs = core.logs_branches();
                     let job = core.job().expect("the job just offered");
-                    let result = gpu
-                        .gradient(job.net, &job.weights, job.x, job.labels, job.seed)
-                        .await;
+                    let result = match logs {
+                        true => {
+                            gpu.gradient_logged(job.net, &job.weights, job.x, job.labels, job.seed)
+                                .await
+                        }
+                        false => gpu
+                            .gradient(job.net, &job.weights, job.x, job.labels, job.seed)
+                            .await
+                            .map(|(loss, grads)| (loss, grads, Vec::new())),
+                    };
                     drop(job);
                     match result {
-                        Ok((loss, grads)) => {
+                        Ok((loss, grads, branches)) => {
                             let ms = performance_now() - started;
                             self.gpu_race
                                 .borrow_mut()
                                 .measured(Way::Second, ms, samples);
-                            return core.complete(loss, grads).map_err(|e| e.to_string());
+                            let reply = match logs {
+                                true => core.complete_logged(loss, grads, &branches),
+                                false => core.complete(loss, grads),
+                            };
+                            return reply.map_err(|e| e.to_string());
                         }
                         Err(why) => why,
                     }

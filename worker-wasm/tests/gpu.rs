@@ -450,3 +450,61 @@ async fn a_gpt_phase_with_adamw_resident_on_the_gpu_against_the_cpu() {
         assert!(loss_off < 1e-5, "{losses:?} {cpu_losses:?}");
     }
 }
+
+/// A ReLU model's committed steps on the GPU log the branches their forward pass took at
+/// near-ties (read from the GPU's activations): the log the CPU path finds in its own pass
+/// (the activations' layout read right), which the CPU's replay of each step from the
+/// GPU's weights forces without refusing any, each within a small share of `FORCE_MARGIN`.
+#[wasm_bindgen_test]
+async fn a_relu_models_gpu_steps_log_what_their_replay_forces() {
+    let gpu = gpu().await;
+    for preset in fixture::PRESETS {
+        let (net, params, data) = fixture::inputs(preset);
+        let optimizer = model::OptimizerKind::Adam {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+        };
+        let mut phase = model::LocalPhase::new(&net, &params, optimizer, fixture::PHASE_STEPS);
+        let (mut logged, mut followed, mut differ, mut widest, mut worst) = (0, 0, 0, 0f64, 0f32);
+        for k in 0..u64::from(fixture::PHASE_STEPS) {
+            let positions = model::batch_positions(data.len(), k, fixture::BATCH);
+            let (x, labels) = data.batch(positions);
+            let weights = phase.weights(&net).into_owned();
+            let seed = model::batch_seed(k, 0);
+            let (loss, grads, branches) = gpu
+                .gradient_logged(&net, &weights, x.view(), &labels, seed)
+                .await
+                .expect("computes");
+            let ours = net.branches(&weights, x.view(), seed).expect("a log");
+            differ += branches.iter().filter(|b| !ours.contains(b)).count();
+            let (_, replay, forced) = net
+                .loss_and_grad_forced(&weights, x.view(), &labels, seed, &branches)
+                .expect("replays");
+            assert_eq!(forced.refused, None, "{preset}, step {k}");
+            logged += branches.len();
+            followed += forced.followed;
+            widest = widest.max(forced.widest);
+            for (&g, &r) in grads.iter().zip(&replay) {
+                worst = worst.max((g - r).abs() / (ABS + REL * r.abs()));
+            }
+            phase.apply(&net, loss, &grads);
+        }
+        web_sys::console::log_1(
+            &format!(
+                "{preset}, {} steps on the GPU: {logged} branches logged ({differ} not in the CPU's own log), \
+                 {followed} forced on the replay (the widest {widest:.1e} of its row), \
+                 the forced replay's gradient at most {:.1} % of the tolerance from the GPU's",
+                fixture::PHASE_STEPS,
+                worst * 100.0
+            )
+            .into(),
+        );
+        // Measured on SwiftShader: the GPU's log the CPU's own, entry for entry (2 for the
+        // `mlp`, 415 for the `cnn` in 16 steps), and no branch taken otherwise.
+        assert!(differ * 10 <= logged, "{preset}: {differ} of {logged}");
+        assert!(logged > 0 || preset == "mlp", "{preset}: its near-ties");
+        assert!(widest <= model::FORCE_MARGIN / 4.0, "{preset}: {widest}");
+    }
+}

@@ -152,8 +152,8 @@ pub struct Cli {
     pub inner_lr: Option<f32>,
 
     /// With --local-steps: a GPU may take a phase in its own order, committing to its state
-    /// every this many steps, and is checked by segments; 0 keeps every phase in the
-    /// coordinator's order [default: 8 for a GPT, else 0].
+    /// every this many steps (a ReLU model's with its near-ties' branches logged), and is
+    /// checked by segments; 0 keeps every phase in the coordinator's order [default: 8].
     #[arg(long)]
     pub segment_steps: Option<u32>,
 

@@ -262,9 +262,9 @@ fn local(cli: &Cli, gpt: bool) -> Result<Option<Local>, ConfigError> {
             }
         }
     };
-    // Calibrated on the GPT (docs/BENCHMARKS.md, "A tab's GPU"): a ReLU model's near-ties
-    // are not followed by the segment check, so its phases stay ordered unless asked.
-    let segment = cli.segment_steps.unwrap_or(if gpt { 8 } else { 0 });
+    // Calibrated on the GPT (docs/BENCHMARKS.md, "A tab's GPU"); a ReLU model's phases
+    // log their near-ties' branches, which the replay forces (model's `branches.rs`).
+    let segment = cli.segment_steps.unwrap_or(8);
     if segment > MAX_LOCAL_STEPS {
         return Err(ConfigError::LocalSteps(format!(
             "--segment-steps {segment}"

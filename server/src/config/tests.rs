@@ -374,7 +374,7 @@ fn local_steps_take_their_own_flags() {
         Some(Local {
             steps: LocalSteps::Fixed(16),
             inner: InnerOptimizer::Sgd { lr: 0.1 },
-            segment: 0,
+            segment: 8,
         })
     );
     assert_eq!(

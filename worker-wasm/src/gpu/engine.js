@@ -159,9 +159,11 @@ export class Engine {
   }
 
   // Runs a prepared plan on a batch: resolves to {loss: Float32Array (a row's each),
-  // grads: Float32Array (full layout)}, or rejects with the GPU's error. The arrays are
-  // copied before the first await (they may be views of wasm memory).
-  async run(prepared, weights, x, labels, masks) {
+  // grads: Float32Array (full layout)}, with `withActs` acts too (every activation, as the
+  // forward pass left them: where a ReLU model's near-ties are read), or rejects with the
+  // GPU's error. The arrays are copied before the first await (they may be views of wasm
+  // memory).
+  async run(prepared, weights, x, labels, masks, withActs) {
     if (this.lost) throw new Error(this.lost);
     const d = this.device;
     const { buffers: b, plan } = prepared;
@@ -181,22 +183,29 @@ export class Engine {
     pass.end();
     encoder.copyBufferToBuffer(b.g, 0, b.gRead, 0, plan.params * 4);
     encoder.copyBufferToBuffer(b.loss, 0, b.lossRead, 0, plan.rows * 4);
+    const reads = [b.gRead, b.lossRead];
+    if (withActs) {
+      b.actRead ??= d.createBuffer({
+        size: Math.max(4, plan.acts * 4),
+        usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
+      });
+      encoder.copyBufferToBuffer(b.act, 0, b.actRead, 0, plan.acts * 4);
+      reads.push(b.actRead);
+    }
     d.queue.submit([encoder.finish()]);
     const [validation, memory] = [await d.popErrorScope(), await d.popErrorScope()];
     const error = validation || memory;
     if (error) throw new Error(error.message);
-    await within(
-      RUN_MS,
-      "the GPU",
-      Promise.all([b.gRead.mapAsync(GPUMapMode.READ), b.lossRead.mapAsync(GPUMapMode.READ)]),
-    );
+    await within(RUN_MS, "the GPU", Promise.all(reads.map((r) => r.mapAsync(GPUMapMode.READ))));
     try {
       const grads = new Float32Array(b.gRead.getMappedRange(0, plan.params * 4).slice(0));
       const loss = new Float32Array(b.lossRead.getMappedRange(0, plan.rows * 4).slice(0));
-      return { grads, loss };
+      const acts = withActs
+        ? new Float32Array(b.actRead.getMappedRange(0, plan.acts * 4).slice(0))
+        : null;
+      return { grads, loss, acts };
     } finally {
-      b.gRead.unmap();
-      b.lossRead.unmap();
+      reads.forEach((r) => r.unmap());
     }
   }
 

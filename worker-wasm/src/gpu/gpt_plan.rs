@@ -181,6 +181,7 @@ pub(super) fn plan(gpt: &Gpt, samples: usize) -> Result<Plan, TooLarge> {
         labels: 2 * n,
         params,
         acts: end,
+        outputs: Vec::new(),
         dropouts: Vec::new(),
         masks: 0,
         dispatches: out,

@@ -23,7 +23,7 @@ mod plan;
 use std::cell::RefCell;
 
 use js_sys::{Float32Array, Object, Promise, Reflect, Uint32Array};
-use model::{NetSpec, Network, OptimizerKind, Part};
+use model::{Branch, NetSpec, Network, OptimizerKind, Part};
 use ndarray::ArrayView2;
 use protocol::Round;
 use wasm_bindgen::prelude::*;
@@ -56,6 +56,7 @@ extern "C" {
         x: &[f32],
         labels: &[u32],
         masks: &[f32],
+        with_acts: bool,
     ) -> Result<Promise, JsValue>;
     #[allow(clippy::too_many_arguments)]
     #[wasm_bindgen(method, catch)]
@@ -93,6 +94,8 @@ struct Prepared {
     rows: usize,
     /// The dropout layers whose masks a batch uploads, in order.
     dropouts: Vec<usize>,
+    /// Where each layer's output starts in the activations ([`Plan::outputs`]).
+    outputs: Vec<usize>,
     handle: JsValue,
     /// The phase, and the steps into it, whose state the GPU holds (AdamW's moments and
     /// the weights after a segment), if any; a plain gradient overwrites the weights.
@@ -188,6 +191,7 @@ impl Gpu {
             spec: net.spec().clone(),
             rows,
             dropouts: plan.dropouts.clone(),
+            outputs: plan.outputs.clone(),
             handle: handle.clone(),
             resident: None,
         }));
@@ -332,6 +336,57 @@ impl Gpu {
         labels: &[u8],
         seed: u64,
     ) -> Result<(f32, Vec<f32>), String> {
+        let (loss, grads, _) = self.run(net, weights, (x, labels), seed, false).await?;
+        Ok((loss, grads))
+    }
+
+    /// [`Gpu::gradient`], and the branches its forward pass took at near-ties: the GPU's
+    /// activations read back (every layer's output, 3.3 MB a batch of 32 for the `cnn`
+    /// preset), their near-ties found as the CPU path finds its own
+    /// (`Network::branches_in`): the log of a committed phase's step.
+    pub async fn gradient_logged(
+        &self,
+        net: &Network,
+        weights: &[f32],
+        x: ArrayView2<'_, f32>,
+        labels: &[u8],
+        seed: u64,
+    ) -> Result<(f32, Vec<f32>, Vec<Branch>), String> {
+        let (loss, grads, acts) = self.run(net, weights, (x, labels), seed, true).await?;
+        let acts = acts.ok_or("the GPU returned no activations")?;
+        let outputs = self
+            .prepared
+            .borrow()
+            .as_ref()
+            .map(|p| p.outputs.clone())
+            .unwrap_or_default();
+        let rows = x.nrows();
+        let x = ndarray::ArrayView2::from_shape((rows, net.inputs()), &acts[..rows * net.inputs()])
+            .map_err(|e| e.to_string())?;
+        let mut outs = Vec::with_capacity(outputs.len());
+        for (stage, &at) in net.stages().iter().zip(&outputs) {
+            let len = stage.output.len();
+            let values = acts
+                .get(at..at + rows * len)
+                .ok_or("activations out of range")?;
+            outs.push(
+                ndarray::Array2::from_shape_vec((rows, len), values.to_vec())
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        let branches = net.branches_in(x, &outs).map_err(|e| e.to_string())?;
+        Ok((loss, grads, branches))
+    }
+
+    /// One batch on the GPU: its loss, gradient and, if asked, every activation.
+    async fn run(
+        &self,
+        net: &Network,
+        weights: &[f32],
+        (x, labels): (ArrayView2<'_, f32>, &[u8]),
+        seed: u64,
+        with_acts: bool,
+    ) -> Result<(f32, Vec<f32>, Option<Vec<f32>>), String> {
         let rows = x.nrows();
         if rows == 0 || labels.len() != rows || weights.len() != net.param_count() {
             return Err("a batch the model does not fit".into());
@@ -347,6 +402,7 @@ impl Gpu {
                 x.as_slice().unwrap_or_default(),
                 &labels,
                 &masks,
+                with_acts,
             )
             .map_err(why)?;
         let result = JsFuture::from(promise).await.map_err(why)?;
@@ -362,7 +418,16 @@ impl Gpu {
         if !grads.iter().all(|g| g.is_finite()) {
             return Err("the GPU computed values that are not finite".into());
         }
-        Ok((loss, grads))
+        let acts = match with_acts {
+            true => Some(
+                get(&result, "acts")
+                    .dyn_into::<Float32Array>()
+                    .map_err(why)?
+                    .to_vec(),
+            ),
+            false => None,
+        };
+        Ok((loss, grads, acts))
     }
 }
 

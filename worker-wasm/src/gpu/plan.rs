@@ -49,6 +49,9 @@ pub struct Plan {
     pub params: usize,
     /// Values of all activations (and of their gradients, laid out alike).
     pub acts: usize,
+    /// Where each layer's output starts in the activations (`[rows, len]` row-major; a
+    /// flatten's is its input's). Empty for a GPT, whose branches are not logged.
+    pub outputs: Vec<usize>,
     /// The dropout layers, in order, whose masks fill the mask buffer one after the other.
     pub dropouts: Vec<usize>,
     pub masks: usize,
@@ -118,6 +121,7 @@ impl Plan {
             labels: rows,
             params: net.param_count(),
             acts: end,
+            outputs: at[1..].to_vec(),
             dropouts,
             masks,
             dispatches,
