@@ -77,6 +77,8 @@ pub struct Counters {
     pub bytes_out: u64,
     pub probation_checks: u64,
     pub probation_unchecked: u64,
+    pub branches_logged: u64,
+    pub branches_forced: u64,
 }
 
 #[derive(Debug)]
@@ -163,6 +165,12 @@ impl Metrics {
     pub fn verified(&mut self, matched: bool) {
         self.counters.gradients_verified += 1;
         self.counters.verification_mismatches += u64::from(!matched);
+    }
+
+    /// A recomputation's ReLU segments named these logged branches, and forced these.
+    pub fn branches(&mut self, b: crate::checks::segment::Branches) {
+        self.counters.branches_logged += b.logged;
+        self.counters.branches_forced += b.forced;
     }
 
     /// A recomputation of `seconds` came back; `held` answers are still being recomputed.
@@ -290,6 +298,8 @@ impl Metrics {
             on_probation: live.probation.1,
             probation_checks: self.counters.probation_checks,
             probation_unchecked: self.counters.probation_unchecked,
+            branches_logged: self.counters.branches_logged,
+            branches_forced: self.counters.branches_forced,
             checkpoints: None,
             worker_list: live.worker_list,
         }

@@ -180,6 +180,11 @@ pub struct Status {
     /// Answers of workers on probation dropped because they could not be recomputed (no
     /// room for their weights; no strike).
     pub probation_unchecked: u64,
+    /// A ReLU model's GPU phases checked by segments: the near-tie branches their revealed
+    /// logs named, and those the replay took only because they were logged (its own pass
+    /// went the other way: a flip between the two float orders).
+    pub branches_logged: u64,
+    pub branches_forced: u64,
     /// `--checkpoint-dir`: what the checkpoint writer has done (absent without one; the
     /// driver that writes them fills it in).
     pub checkpoints: Option<Arc<CheckpointReport>>,

@@ -75,13 +75,15 @@ async fn two_gpu_tabs_behind_home_links_train_the_cnn_checked_by_segments() {
         "2",
     ];
     flags.extend(PHASES);
-    gpu_tabs_train(&flags, 6, 12).await;
+    let s = gpu_tabs_train(&flags, 6, 12).await;
+    // Their logs came with the revealed states (hashed with them) and were replayed.
+    assert!(s.branches_logged > 0, "{s:?}");
 }
 
 /// Two GPU tabs behind home links on a coordinator with `flags`, for `rounds` rounds after
 /// the first evaluation and at least `checked` phases checked: every answer the GPU's,
-/// none a mismatch, nobody struck, the loss lower.
-async fn gpu_tabs_train(flags: &[&str], rounds: u64, checked: u64) {
+/// none a mismatch, nobody struck, the loss lower. The status at the end.
+async fn gpu_tabs_train(flags: &[&str], rounds: u64, checked: u64) -> server::Status {
     let _ = tracing_subscriber::fmt().with_env_filter("warn").try_init();
     let server = start_server(flags).await;
     let mut status = server.status.clone();
@@ -114,13 +116,15 @@ async fn gpu_tabs_train(flags: &[&str], rounds: u64, checked: u64) {
     );
     println!(
         "two GPU tabs behind home links: validation loss {before:.3} at round {:?}, {after:.3} \
-         at round {:?} ({:.0} s); {} phases checked by segments, {} mismatches; per tab \
-         (cores, answers, verified, strikes, samples/s): {:?}",
+         at round {:?} ({:.0} s); {} phases checked by segments, {} mismatches, {} logged \
+         branches ({} forced); per tab (cores, answers, verified, strikes, samples/s): {:?}",
         first.evaluated_round,
         s.evaluated_round,
         started.elapsed().as_secs_f64(),
         s.gradients_verified,
         s.verification_mismatches,
+        s.branches_logged,
+        s.branches_forced,
         s.worker_list
             .iter()
             .map(|w| (
@@ -143,6 +147,7 @@ async fn gpu_tabs_train(flags: &[&str], rounds: u64, checked: u64) {
     }
     cancel.cancel();
     stop(server).await;
+    s
 }
 
 /// Waits for `pred` one round at a time (each round within the guard: a round of the 0.8M
@@ -173,6 +178,8 @@ enum GpuCheat {
     SkippedStep,
     /// Each step's products on weights rounded to f16.
     Fp16,
+    /// A ReLU model's honest steps whose logs also name a unit it does not have.
+    ForgedLog,
 }
 
 /// A client that takes its phases "on a GPU" (the real worker core, each step computed
@@ -204,6 +211,23 @@ fn spawn_gpu_cheat(
                 replies.extend(frames);
                 let Some(job) = w.core.job() else { continue };
                 let computed = gpu_step(&job, cheat);
+                // A ReLU model's committed step: the branches of its own forward pass.
+                let log = w.core.logs_branches().then(|| {
+                    let log = model::with_order(Order::Unfused, || {
+                        job.net.branches(&job.weights, job.x, job.seed)
+                    });
+                    let mut log = log.unwrap_or_default();
+                    if cheat == GpuCheat::ForgedLog {
+                        let nobody = model::Branch {
+                            layer: 1,
+                            row: u32::MAX,
+                            col: 0,
+                            taken: 1,
+                        };
+                        log.push(nobody);
+                    }
+                    log
+                });
                 drop(job);
                 let Ok((loss, mut grads)) = computed else {
                     return;
@@ -212,7 +236,11 @@ fn spawn_gpu_cheat(
                     grads.iter_mut().for_each(|g| *g = 0.0);
                 }
                 step += 1;
-                let Ok(frames) = w.core.complete(loss, grads) else {
+                let completed = match &log {
+                    Some(log) => w.core.complete_logged(loss, grads, log),
+                    None => w.core.complete(loss, grads),
+                };
+                let Ok(frames) = completed else {
                     return;
                 };
                 replies.extend(frames);
@@ -272,6 +300,37 @@ fn scaled(frames: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
         }
     }
     out
+}
+
+/// A client taking a ReLU model's phases "on its GPU" whose logs name a unit the model
+/// does not have, beside an honest one logging its own: the forger is banned at its third
+/// strike (each a mismatch naming the log), the honest one never struck, its logs replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_branch_log_is_banned_and_an_honest_one_replayed() {
+    let _heavy = HEAVY.lock().await;
+    let mut flags = PHASES.to_vec();
+    flags.extend(["--model", "cnn", "--max-rounds", "200", "--batch-size", "4"]);
+    let mut swarm = swarm(&flags, 1).await;
+    let stop = CancellationToken::new();
+    let honest = spawn_gpu_cheat(swarm.addr(), GpuCheat::Honest, stop.clone());
+    let forger = spawn_gpu_cheat(swarm.addr(), GpuCheat::ForgedLog, stop.clone());
+    let s = swarm.wait_for("the ban", |s| !s.bans.is_empty()).await;
+    assert_eq!(s.verification_mismatches, 3, "three strikes: {s:?}");
+    let s = swarm
+        .wait_for("the honest workers verified", |s| {
+            s.worker_list.len() == 2 && s.worker_list.iter().all(|w| w.verified > 1)
+        })
+        .await;
+    println!(
+        "a forged log: banned ({:?}); {} verified, {} mismatches, {} branches logged",
+        s.bans, s.gradients_verified, s.verification_mismatches, s.branches_logged
+    );
+    assert!(s.worker_list.iter().all(|w| w.strikes == 0), "{s:?}");
+    assert!(s.branches_logged > 0, "the honest GPU's logs: {s:?}");
+    stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(10), forger).await;
+    let _ = tokio::time::timeout(Duration::from_secs(10), honest).await;
+    swarm.stop().await;
 }
 
 /// Each cheat on a GPU's phases joins two honest native workers (their phases in the

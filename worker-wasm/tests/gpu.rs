@@ -491,6 +491,32 @@ async fn a_relu_models_gpu_steps_log_what_their_replay_forces() {
             }
             phase.apply(&net, loss, &grads);
         }
+        // What the log costs a step: the activations read back and searched.
+        let (x, labels) = data.batch(0..fixture::BATCH);
+        let weights = phase.weights(&net).into_owned();
+        let mut ms = [0.0; 2];
+        for (logs, ms) in [false, true].into_iter().zip(&mut ms) {
+            let started = js_sys::Date::now();
+            for _ in 0..3 {
+                if logs {
+                    let run = gpu.gradient_logged(&net, &weights, x.view(), &labels, 1);
+                    run.await.expect("computes");
+                } else {
+                    let run = gpu.gradient(&net, &weights, x.view(), &labels, 1);
+                    run.await.expect("computes");
+                }
+            }
+            *ms = (js_sys::Date::now() - started) / 3.0;
+        }
+        web_sys::console::log_1(
+            &format!(
+                "{preset}: a step {:.0} ms, logged {:.0} ms (batch {})",
+                ms[0],
+                ms[1],
+                fixture::BATCH
+            )
+            .into(),
+        );
         web_sys::console::log_1(
             &format!(
                 "{preset}, {} steps on the GPU: {logged} branches logged ({differ} not in the CPU's own log), \

@@ -28,7 +28,7 @@ use protocol::tensor::{decode_payload, encode_payload};
 use protocol::{log_words, Commitments, Compression, LocalPhase, Round, WorkerId, LOG_WORDS};
 
 use super::recompute::{Held, Refuted};
-use super::segment::{check, Segment, State, Verdict};
+use super::segment::{check_counting, Branches, Segment, State, Verdict};
 use super::verify::{Batches, Claim};
 use crate::io::SessionId;
 
@@ -312,6 +312,7 @@ impl Revealed {
         batches: &Batches,
         local: LocalPhase,
         claim: &Claim<'_>,
+        branches: &mut Branches,
     ) -> Result<Result<(), Refuted>, ModelError> {
         let len = net.param_count();
         let kind = worker_core::inner(local.optimizer);
@@ -384,7 +385,7 @@ impl Revealed {
                 steps: (local.steps - (s - 1) * local.segment).min(local.segment),
                 optimizer: local.optimizer,
             };
-            match check(net, train, &segment, &start, &end)? {
+            match check_counting(net, train, &segment, &start, &end, branches)? {
                 Verdict::Matches => {}
                 Verdict::Marginal(outside) => {
                     marginal.get_or_insert(Refuted::Marginal {

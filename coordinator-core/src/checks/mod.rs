@@ -291,6 +291,9 @@ impl Coordinator {
         // A verdict for no job of this coordinator's (a stale one) is not counted.
         let seconds = if held.is_some() { done.seconds } else { 0.0 };
         self.metrics.recomputing(self.recomputations.len(), seconds);
+        if held.is_some() {
+            self.metrics.branches(done.branches);
+        }
         if let (Some(held), None) = (held, &self.outcome) {
             self.judge(held, done.verdict, now);
         }

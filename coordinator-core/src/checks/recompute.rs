@@ -36,6 +36,7 @@ use std::sync::Arc;
 use model::{Dataset, Network, Order};
 use protocol::{Compression, Gradient, WorkerId};
 
+use super::segment::Branches;
 use super::verify::{verify, Claim};
 use crate::io::SessionId;
 use crate::registry::Pull;
@@ -90,6 +91,8 @@ pub struct Recomputed {
     pub verdict: Result<Result<(), Refuted>, String>,
     /// Seconds of a core the recomputation took, as the job measured them.
     pub seconds: f64,
+    /// A ReLU model's segments: the branches their logs named, and those forced.
+    pub branches: Branches,
 }
 
 impl RecomputeJob {
@@ -116,6 +119,7 @@ impl RecomputeJob {
             order: self.order,
             parts: usize::from(self.gradient.parts),
         };
+        let mut branches = Branches::default();
         let verdict = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             match (&self.segments, self.local) {
                 (Some(revealed), Some(local)) => {
@@ -125,7 +129,14 @@ impl RecomputeJob {
                         size: self.batch_size,
                         parts: 1,
                     };
-                    revealed.check(&self.net, &self.train, &batches, local, &claim)
+                    revealed.check(
+                        &self.net,
+                        &self.train,
+                        &batches,
+                        local,
+                        &claim,
+                        &mut branches,
+                    )
                 }
                 _ => verify(&self.net, &self.train, &claim)
                     .map(|v| v.map_err(|m| Refuted::Mismatch(m.to_string()))),
@@ -140,6 +151,7 @@ impl RecomputeJob {
             id: self.id,
             verdict,
             seconds: started.elapsed().as_secs_f64(),
+            branches,
         }
     }
 }
@@ -312,6 +324,7 @@ mod tests {
             id: job.id,
             verdict: Ok(Ok(())),
             seconds: 0.5,
+            branches: Branches::default(),
         };
         let (held2, next) = r.done(&answer(&second));
         assert_eq!(held2.map(|h| h.worker), Some(WorkerId(2)));

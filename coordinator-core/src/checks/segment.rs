@@ -57,6 +57,14 @@ pub struct Segment {
     pub optimizer: protocol::InnerOptimizer,
 }
 
+/// What a ReLU model's segment logs did on their replays: branches logged, and those the
+/// replay took only because they were forced (where its own pass went the other way).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Branches {
+    pub logged: u64,
+    pub forced: u64,
+}
+
 /// How a segment compares with its replay.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
@@ -98,12 +106,25 @@ fn unfit(what: &str, why: impl std::fmt::Display) -> Verdict {
 }
 
 /// Replays `segment` from `start` and compares the replay with `end`.
+#[cfg(test)]
 pub fn check(
     net: &Network,
     train: &Dataset,
     segment: &Segment,
     start: &State,
     end: &State,
+) -> Result<Verdict, ModelError> {
+    check_counting(net, train, segment, start, end, &mut Branches::default())
+}
+
+/// [`check`], adding what the end state's log did to `branches`.
+pub fn check_counting(
+    net: &Network,
+    train: &Dataset,
+    segment: &Segment,
+    start: &State,
+    end: &State,
+    branches: &mut Branches,
 ) -> Result<Verdict, ModelError> {
     let len = net.param_count();
     if !net.frozen().is_empty() {
@@ -138,7 +159,7 @@ pub fn check(
     }
     let mut weights = start.weights.clone();
     let b = &segment.batches;
-    let mut forced = 0;
+    let mut forced = 0usize;
     for i in 0..segment.steps {
         let index = b.first + u64::from(i);
         let positions = batch_positions(b.shard.len(), index, b.size);
@@ -172,13 +193,8 @@ pub fn check(
         forced += took.followed;
         optimizer.step(&mut weights, &grads);
     }
-    if forced > 0 {
-        tracing::debug!(
-            forced,
-            logged = end.log.len(),
-            "a segment's replay took logged branches"
-        );
-    }
+    branches.logged += end.log.len() as u64;
+    branches.forced += forced as u64;
     let replayed = optimizer.state();
     // Adam's ties, from the replay's second moment (none for SGD and momentum).
     let ties = match replayed.tensors.iter().find(|(name, _)| name == "v") {
@@ -416,24 +432,7 @@ mod tests {
         first: u64,
         steps: u64,
     ) -> State {
-        let kind: OptimizerKind = worker_core::inner(ADAMW);
-        let mut optimizer = kind.build_masked(start.weights.len(), net.decayed_trained());
-        optimizer
-            .restore(start.optimizer.clone())
-            .expect("restores");
-        let mut weights = start.weights.clone();
-        for index in first..first + steps {
-            let (x, labels) = train.batch(batch_positions(64, index, 8));
-            let (_, g) = net
-                .loss_and_grad(&weights, x.view(), &labels, batch_seed(index, 0))
-                .expect("grad");
-            optimizer.step(&mut weights, &g);
-        }
-        State {
-            weights,
-            optimizer: optimizer.state(),
-            log: Vec::new(),
-        }
+        replay_forced(net, train, start, first, steps, &[]).0
     }
 
     /// An MLP on digits whose hidden unit `unit` takes, for the first sample of the first

@@ -309,7 +309,7 @@ pub(super) fn scale<T: Scalar>(values: impl Iterator<Item = T>) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use ndarray::Array2;
 
     use super::*;
@@ -390,11 +390,9 @@ mod tests {
         assert!(!explained(&g, &e, &cheat));
     }
 
-    /// Two pixels of a max-pool window within 1e-6 of each other, reached from different
-    /// inputs: routing to the other one moves the convolution's gradient, within the
-    /// envelope.
-    #[test]
-    fn a_max_pool_tie_explains_the_other_route() {
+    /// A 1 × 1 convolution adding two channels of 2 × 2 pixels, a 2 × 2 max-pool and a
+    /// dense layer of 3; `sample(d)` is an input whose pooled pixels 0 and 1 are 1 and 1 + d.
+    pub(in crate::network) fn two_pixel_pool() -> (Network, Vec<f32>, impl Fn(f32) -> Array2<f32>) {
         let spec = NetSpec {
             input: Shape::new(2, 2, 2),
             layers: layers(vec![
@@ -411,13 +409,21 @@ mod tests {
         };
         let net = Network::new(spec, 3).expect("model");
         let mut params: Vec<f32> = net.init(7);
-        // The 1 × 1 convolution adds its two channels.
         params[..3].copy_from_slice(&[1.0, 1.0, 0.0]);
         let sample = |d: f32| {
-            // Channel a, then channel b, each 2 × 2: pixels 0 and 1 add up to 1 and 1 + d.
+            // Channel a, then channel b, each 2 × 2.
             Array2::from_shape_vec((1, 8), vec![0.3, 0.7, -1.0, -1.0, 0.7, 0.3 + d, -1.0, -1.0])
                 .expect("shape")
         };
+        (net, params, sample)
+    }
+
+    /// Two pixels of a max-pool window within 1e-6 of each other, reached from different
+    /// inputs: routing to the other one moves the convolution's gradient, within the
+    /// envelope.
+    #[test]
+    fn a_max_pool_tie_explains_the_other_route() {
+        let (net, params, sample) = two_pixel_pool();
         let (x, labels) = (sample(1e-6), [2u8]);
         let (g, e) = net
             .loss_grad_envelope(&params, x.view(), &labels, 1)

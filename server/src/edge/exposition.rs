@@ -127,7 +127,7 @@ impl Collector for FromSlots {
 impl Collector for FromStatus {
     fn encode(&self, mut e: DescriptorEncoder<'_>) -> Fmt {
         let s = self.0.borrow().clone();
-        let counters: [(&str, &str, u64); 18] = [
+        let counters: [(&str, &str, u64); 20] = [
             (
                 "gradients_accepted",
                 "Gradients accepted into an update",
@@ -217,6 +217,16 @@ impl Collector for FromStatus {
                 "probation_unchecked",
                 "Answers on probation dropped for lack of room to recompute them",
                 s.probation_unchecked,
+            ),
+            (
+                "branches_logged",
+                "Near-tie branches named by the revealed logs of GPU phases",
+                s.branches_logged,
+            ),
+            (
+                "branches_forced",
+                "Logged branches a replay took only because they were logged",
+                s.branches_forced,
             ),
         ];
         for (name, help, value) in counters {

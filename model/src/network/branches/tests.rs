@@ -3,7 +3,7 @@ use ndarray::Array2;
 use super::*;
 use crate::network::ties::TIE_MARGIN;
 use crate::rng::SplitMix64;
-use crate::spec::{LayerSpec, NetSpec, Shape};
+use crate::spec::{NetSpec, Shape};
 
 /// The largest difference between two gradients, over the larger one's norm.
 fn apart(a: &[f32], b: &[f32]) -> f64 {
@@ -137,37 +137,7 @@ fn a_branch_far_from_a_tie_or_not_a_branch_is_refused() {
 /// smaller, logged and forced, gives the gradient of the input where it is the larger.
 #[test]
 fn a_logged_pool_route_is_forced() {
-    let layers = |layers: Vec<Layer>| {
-        layers
-            .into_iter()
-            .map(|layer| LayerSpec {
-                layer,
-                frozen: false,
-            })
-            .collect()
-    };
-    let spec = NetSpec {
-        input: Shape::new(2, 2, 2),
-        layers: layers(vec![
-            Layer::Conv2d {
-                filters: 1,
-                kernel: 1,
-                stride: 1,
-                padding: 0,
-            },
-            Layer::MaxPool { size: 2, stride: 2 },
-            Layer::Flatten,
-            Layer::Dense { units: 3 },
-        ]),
-    };
-    let net = Network::new(spec, 3).expect("model");
-    let mut params: Vec<f32> = net.init(7);
-    params[..3].copy_from_slice(&[1.0, 1.0, 0.0]);
-    // Pixels 0 and 1 of the convolution's output: 1 and 1 + d.
-    let sample = |d: f32| {
-        Array2::from_shape_vec((1, 8), vec![0.3, 0.7, -1.0, -1.0, 0.7, 0.3 + d, -1.0, -1.0])
-            .expect("shape")
-    };
+    let (net, params, sample) = crate::network::ties::tests::two_pixel_pool();
     let labels = [2u8];
     let ours = net.branches(&params, sample(1e-6).view(), 1).expect("log");
     assert_eq!(

@@ -35,6 +35,8 @@ pub struct SavedCounters {
     pub bytes_out: u64,
     pub probation_checks: u64,
     pub probation_unchecked: u64,
+    pub branches_logged: u64,
+    pub branches_forced: u64,
 }
 
 /// Bans and strikes on disk, so a banned worker or address stays out across a restart.
@@ -72,6 +74,7 @@ same_fields!(Counters => SavedCounters {
     gradients_clipped, updates_refused, gradients_verified, verification_mismatches,
     answered_total, samples_seen, deadline_closes, deadline_extensions, resumed,
     sessions_rejected, bytes_in, bytes_out, probation_checks, probation_unchecked,
+    branches_logged, branches_forced,
 });
 
 same_fields!(coordinator_core::registry::SavedBans => SavedBans {
