@@ -136,6 +136,13 @@ impl Network {
         x: ArrayView2<'_, T>,
         outs: &[Array2<T>],
     ) -> Result<Vec<Branch>, ModelError> {
+        if x.ncols() != self.inputs() {
+            return Err(ModelError::ShapeMismatch {
+                what: "input features",
+                expected: self.inputs(),
+                got: x.ncols(),
+            });
+        }
         let layers = self.spec.layers.len();
         if outs.len() != layers || self.gpt.is_some() {
             return Err(ModelError::ShapeMismatch {

@@ -181,6 +181,9 @@ fn branches_in_reads_another_executors_activations() {
         net.branches(&params, x.view(), 1).expect("log")
     );
     assert!(net.branches_in(x.view(), &outs[1..]).is_err());
+    assert!(net
+        .branches_in(x.slice(ndarray::s![.., 1..]), &outs)
+        .is_err());
     let mut short = outs.clone();
     short[0] = Array2::zeros((3, 8));
     assert!(net.branches_in(x.view(), &short).is_err());
