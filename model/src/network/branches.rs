@@ -102,13 +102,7 @@ impl Network {
     /// Whether the model has branches a float order can flip (ReLUs and max-pools after
     /// its first layer): its GPU phases log them.
     pub fn has_branches(&self) -> bool {
-        self.gpt.is_none()
-            && self
-                .spec
-                .layers
-                .iter()
-                .skip(1)
-                .any(|l| matches!(l.layer, Layer::Relu | Layer::MaxPool { .. }))
+        (1..self.spec.layers.len()).any(|i| self.is_branch_layer(i))
     }
 
     /// The branches the forward pass of a training step (dropout from `seed`) takes at its
@@ -229,6 +223,7 @@ impl Network {
         Ok((loss, grads, forced))
     }
 
+    /// Whether layer `i` is a ReLU or a max-pool after the first layer (not a GPT's).
     fn is_branch_layer(&self, i: usize) -> bool {
         self.gpt.is_none()
             && i > 0
