@@ -6,7 +6,6 @@
 //! hashes it, so two sides that parse it differently notice.
 
 use std::fmt;
-use std::str::FromStr;
 
 use thiserror::Error;
 
@@ -330,17 +329,6 @@ impl fmt::Display for NetSpec {
             }
         }
         Ok(())
-    }
-}
-
-impl FromStr for NetSpec {
-    type Err = SpecError;
-
-    fn from_str(text: &str) -> Result<Self, SpecError> {
-        crate::spec_parse::parse(text).map_err(|reason| SpecError::Parse {
-            text: text.chars().take(200).collect(),
-            reason,
-        })
     }
 }
 

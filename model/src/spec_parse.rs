@@ -5,7 +5,9 @@
 //! of them optionally followed by `frozen`. Omitted options take their defaults (kernel 3,
 //! stride 1 for convolutions and the window size for pools, padding 0).
 
-use crate::spec::{Layer, LayerSpec, NetSpec, Shape};
+use std::str::FromStr;
+
+use crate::spec::{Layer, LayerSpec, NetSpec, Shape, SpecError};
 
 /// Longest spec text accepted (a worker parses what the coordinator sends).
 const MAX_TEXT: usize = 4096;
@@ -14,7 +16,18 @@ const MAX_LAYERS: usize = 64;
 /// Largest size of any dimension or count.
 const MAX_SIZE: usize = 1 << 20;
 
-pub(crate) fn parse(text: &str) -> Result<NetSpec, String> {
+impl FromStr for NetSpec {
+    type Err = SpecError;
+
+    fn from_str(text: &str) -> Result<Self, SpecError> {
+        parse(text).map_err(|reason| SpecError::Parse {
+            text: text.chars().take(200).collect(),
+            reason,
+        })
+    }
+}
+
+fn parse(text: &str) -> Result<NetSpec, String> {
     if text.len() > MAX_TEXT {
         return Err(format!("longer than {MAX_TEXT} bytes"));
     }

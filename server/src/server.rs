@@ -19,8 +19,9 @@ use crate::coordinator::{Checkpoints, Coordinator, Driver, Outcome, WeightsSnaps
 use crate::edge::admission::Admission;
 use crate::edge::assets::WebSource;
 use crate::edge::exposition::Exposition;
-use crate::edge::routes::{app, AppState};
+use crate::edge::routes::app;
 use crate::edge::session::Limits;
+use crate::edge::state::AppState;
 use crate::edge::tls::TlsListener;
 use crate::edge::upload::UploadSlots;
 use crate::status::Status;

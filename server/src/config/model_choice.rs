@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use model::{Layer, LayerSpec, NetSpec, Shape};
 use serde::Deserialize;
 
-use super::ConfigError;
+use super::error::ConfigError;
 
 /// Widest layer accepted in a preset or a file: keeps one model's weights far below the
 /// frame limit.

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use flate2::read::GzDecoder;
 use model::{Dataset, ModelError, Network, Normalization, Values};
 
-use crate::config::ModelChoice;
+use crate::config::model_choice::ModelChoice;
 use thiserror::Error;
 
 pub use text::{TextData, Tokenizer, TokenizerKind};

@@ -17,7 +17,8 @@ use serde_json::json;
 use subtle::ConstantTimeEq;
 
 use crate::coordinator::Command;
-use crate::edge::routes::{params, AppState};
+use crate::edge::params::params;
+use crate::edge::state::AppState;
 
 pub fn routes(param_count: usize) -> Router<AppState> {
     Router::new()

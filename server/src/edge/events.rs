@@ -12,7 +12,7 @@ use futures_util::stream::{self, Stream, StreamExt};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::edge::routes::AppState;
+use crate::edge::state::AppState;
 use crate::status::Status;
 
 /// At most one event per this long: a status is published per gradient.

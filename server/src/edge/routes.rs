@@ -1,7 +1,6 @@
 //! HTTP surface: the WebSocket endpoint, the JSON API, the health check and static files.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, Query, Request, State};
 use axum::http::{header, StatusCode};
@@ -10,12 +9,9 @@ use axum::routing::get;
 use axum::{Json, Router};
 use hyper_util::rt::TokioIo;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use crate::coordinator::{CoordinatorHandle, Published};
-use crate::edge::admission::Admission;
 use crate::edge::assets::WebSource;
+use crate::edge::state::AppState;
 use crate::{session, socket};
 
 /// Largest message a worker may send: one gradient chunk (at most 64 KiB of values) plus
@@ -31,20 +27,6 @@ pub const MAX_MESSAGE_SIZE: usize = protocol::CHUNK_VALUES * 4 + 4096;
 /// Writes do not go through tungstenite: `socket::Connection` writes each frame's header and
 /// its shared payload straight to the socket.
 pub const READ_BUFFER: usize = 32 << 10;
-
-#[derive(Debug, Clone)]
-pub struct AppState {
-    pub coordinator: CoordinatorHandle,
-    pub published: Published,
-    pub shutdown: CancellationToken,
-    pub sessions: TaskTracker,
-    pub limits: session::Limits,
-    pub admission: Arc<Admission>,
-    /// `/metrics`.
-    pub exposition: Arc<crate::edge::exposition::Exposition>,
-    /// `--admin-token`: the admin API answers 401 without it.
-    pub admin_token: Option<Arc<str>>,
-}
 
 pub fn app(state: AppState, web: &WebSource) -> Router {
     let router = Router::new()
@@ -172,65 +154,4 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         [(header::CONTENT_TYPE, crate::edge::exposition::CONTENT_TYPE)],
         state.exposition.render(),
     )
-}
-
-/// `?tensors=l1.weight,l1.bias`: only those tensors (pull by key).
-#[derive(Debug, serde::Deserialize)]
-pub(crate) struct ParamsQuery {
-    tensors: Option<String>,
-}
-
-pub(crate) async fn params(
-    State(state): State<AppState>,
-    Query(query): Query<ParamsQuery>,
-) -> Response {
-    let snapshot = state.published.weights.borrow().clone();
-    let layout = state.published.net.layout();
-    let wanted: Option<Vec<&str>> = query.tensors.as_deref().map(|t| t.split(',').collect());
-    if let Some(unknown) = wanted
-        .iter()
-        .flatten()
-        .find(|w| !layout.tensors().iter().any(|t| t.name == **w))
-    {
-        let names: Vec<&str> = layout.tensors().iter().map(|t| t.name.as_str()).collect();
-        let error = format!(
-            "no tensor named {unknown:?}; this model has {}",
-            names.join(", ")
-        );
-        return (
-            StatusCode::NOT_FOUND,
-            Json(serde_json::json!({ "error": error })),
-        )
-            .into_response();
-    }
-    let data = snapshot.param_bytes();
-    let body = crate::storage::tensors_file::encode(
-        layout
-            .tensors()
-            .iter()
-            .filter(|t| wanted.as_ref().is_none_or(|w| w.contains(&t.name.as_str())))
-            .map(|t| {
-                let bytes = &data[t.offset * 4..(t.offset + t.len()) * 4];
-                (t.name.as_str(), t.shape.as_slice(), bytes)
-            }),
-        ("round", snapshot.round.to_string()),
-    );
-    (
-        [
-            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
-            (
-                header::CONTENT_DISPOSITION,
-                format!(
-                    "attachment; filename=\"crowdtrain-round-{}.safetensors\"",
-                    snapshot.round
-                ),
-            ),
-            (
-                header::HeaderName::from_static("x-crowdtrain-round"),
-                snapshot.round.to_string(),
-            ),
-        ],
-        body,
-    )
-        .into_response()
 }

@@ -1,7 +1,7 @@
 //! The dense kernels' dispatches (`kernels.wgsl`): a tile of 4 × 4 values an invocation,
 //! for a chain's dense layers and a GPT's linear layers alike.
 
-use super::plan::Dispatch;
+use super::dispatch::Dispatch;
 
 /// Values a tile spans along each side.
 const TILE: usize = 4;

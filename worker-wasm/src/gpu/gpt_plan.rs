@@ -9,7 +9,7 @@
 use model::gpt::Gpt;
 
 use super::dense;
-use super::plan::{Dispatch, Plan, TooLarge};
+use super::dispatch::{Dispatch, Plan, TooLarge};
 
 /// Where one block's tensors start in `act` (their gradients at the same offsets in `dact`).
 struct BlockActs {

@@ -17,6 +17,7 @@
 //! (docs/DESIGN.md#a-gpus-local-phase-checked-by-segments).
 
 mod dense;
+mod dispatch;
 mod gpt_plan;
 mod plan;
 
@@ -30,7 +31,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 use worker_core::Segment;
 
-pub use plan::{Dispatch, Plan, TooLarge};
+pub use dispatch::{Dispatch, Plan, TooLarge};
 
 static KERNELS: &str = concat!(include_str!("kernels.wgsl"), include_str!("gpt.wgsl"));
 static ADAMW: &str = include_str!("adamw.wgsl");
