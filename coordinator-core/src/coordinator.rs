@@ -422,6 +422,7 @@ impl Coordinator {
                 if self.registry.remove(id, now) {
                     self.schedule.left(id);
                     self.audits.left(id);
+                    self.challenges.left(id);
                     if let Some(momenta) = self.momenta.as_mut() {
                         momenta.left(id);
                     }

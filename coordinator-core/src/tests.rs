@@ -775,3 +775,143 @@ fn the_norm_bound_starts_from_the_weights_training_starts_from() {
     );
     assert_eq!(h.status().grad_norm_bound, h.c.bound.bound(), "published");
 }
+
+/// A `Commitments` or `Reveal` frame that nothing called for (here: a model trained without
+/// local phases) is refused with `UnexpectedMessage`, says why, and keeps nothing; from the
+/// second on each is a strike, and the third strike bans. The honest worker beside it is
+/// never struck.
+#[test]
+fn commitments_and_reveals_nothing_called_for_are_refused_and_repeats_strike() {
+    let mut h = harness(&["--min-workers", "2"]);
+    let mut honest = h.join(None, 0);
+    let mut rogue = h.join(None, 0);
+    let hashes = vec![[7u8; 32]; 2048];
+    let commit = |h: &mut Harness, c: &Client, ms| {
+        let commitments = protocol::Commitments {
+            round: Round(0),
+            hashes: hashes.clone(),
+        };
+        h.c.commitments(c.id, c.session, commitments, h.at(ms));
+        h.deliver();
+    };
+    commit(&mut h, &rogue, 10);
+    let refused: Vec<String> = rogue
+        .drain()
+        .into_iter()
+        .filter_map(|m| match m {
+            CoordinatorToWorker::Error { code, message } => {
+                assert_eq!(code, ErrorCode::UnexpectedMessage);
+                Some(message)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(
+        refused[0].contains("Commitments") && refused[0].contains("not a phase committed"),
+        "{refused:?}"
+    );
+    assert_eq!(
+        h.c.challenges.committed_workers(),
+        1,
+        "only its count is kept"
+    );
+    assert_eq!(
+        h.c.registry.strikes(rogue.id),
+        0,
+        "the first is not a strike"
+    );
+
+    // A revealed state no challenge asked for: refused the same way, a strike this time.
+    let chunk = protocol::RevealChunk {
+        round: Round(0),
+        boundary: 1,
+        total: 4,
+        offset: 0,
+        values: vec![0.0; 4],
+    };
+    h.c.revealed(rogue.id, rogue.session, chunk, h.at(20));
+    h.deliver();
+    assert_eq!(rogue.errors(), vec![ErrorCode::UnexpectedMessage]);
+    assert_eq!(h.c.registry.strikes(rogue.id), 1);
+    commit(&mut h, &rogue, 30);
+    assert_eq!(h.c.registry.strikes(rogue.id), 2);
+    commit(&mut h, &rogue, 40);
+    assert_eq!(
+        rogue.errors(),
+        vec![ErrorCode::UnexpectedMessage, ErrorCode::Banned]
+    );
+    assert!(h.c.registry.is_banned(rogue.id));
+    h.leave(&rogue, 50);
+    assert_eq!(h.c.challenges.committed_workers(), 0, "nothing kept for it");
+    assert_eq!(h.c.registry.strikes(honest.id), 0);
+    assert!(honest.errors().is_empty());
+}
+
+/// A committed phase's commitments are kept for its answer, and freed when their worker
+/// leaves: 3,000 identities that each commit and leave leave nothing behind. Commitments
+/// for another round than the task's, or of the wrong length, or twice, are refused.
+#[test]
+fn commitments_are_freed_when_their_worker_leaves() {
+    let data = crate::data::digits(1);
+    let net =
+        model::Network::new(model::NetSpec::mlp(data.train.shape(), &[4], 10), 10).expect("model");
+    let mut settings = settings(&["--verify-fraction", "0", "--min-workers", "1"]);
+    settings.local = Some(Local {
+        steps: LocalSteps::Fixed(8),
+        inner: protocol::InnerOptimizer::Sgd { lr: 0.1 },
+        segment: 4,
+    });
+    let t0 = Instant::now();
+    let c = Coordinator::new(settings, net, data, t0).expect("model");
+    let params = c.trainer.params().len();
+    let mut h = Harness {
+        c,
+        t0,
+        params,
+        mail: Mailboxes::default(),
+    };
+    h.deliver();
+    let mut stays = h.join(None, 0);
+    let commit = |h: &mut Harness, c: &Client, round: u64, n: usize, ms: u64| {
+        let commitments = protocol::Commitments {
+            round: Round(round),
+            hashes: vec![[1u8; 32]; n],
+        };
+        h.c.commitments(c.id, c.session, commitments, h.at(ms));
+        h.deliver();
+    };
+    // Its task is round 0's 8-step phase in segments of 4: two hashes.
+    commit(&mut h, &stays, 0, 3, 1);
+    commit(&mut h, &stays, 5, 2, 2);
+    assert_eq!(
+        stays.errors(),
+        vec![ErrorCode::UnexpectedMessage, ErrorCode::UnexpectedMessage]
+    );
+    commit(&mut h, &stays, 0, 2, 3);
+    assert!(stays.errors().is_empty(), "the right ones are kept");
+    commit(&mut h, &stays, 0, 2, 4);
+    assert_eq!(stays.errors(), vec![ErrorCode::UnexpectedMessage], "twice");
+
+    h.leave(&stays, 5);
+    assert_eq!(h.c.challenges.committed_workers(), 0);
+
+    // Visitors, one at a time: each is given the open round's phase, commits to it (kept:
+    // no error) and leaves.
+    for i in 0..3000 {
+        let mut visitor = h.join(None, 10 + i);
+        let round = visitor
+            .drain()
+            .into_iter()
+            .find_map(|m| match m {
+                CoordinatorToWorker::Task(t) => Some(t.round.0),
+                _ => None,
+            })
+            .expect("a task");
+        commit(&mut h, &visitor, round, 2, 10 + i);
+        assert!(visitor.errors().is_empty(), "kept for its answer");
+        assert_eq!(h.c.challenges.committed_workers(), 1);
+        h.leave(&visitor, 10 + i);
+    }
+    assert_eq!(h.c.challenges.committed_workers(), 0, "nothing left behind");
+}

@@ -45,11 +45,17 @@ pub fn reveal_time(values: usize) -> Duration {
     Duration::from_secs_f64(values as f64 * 4.0 / REVEAL_RATE).max(REVEAL_FLOOR)
 }
 
-/// The commitments received, the challenges open, and the draw.
+/// The commitments received, the challenges open, and the draw; per worker, each freed
+/// when the worker leaves ([`Challenges::left`]).
 #[derive(Debug)]
 pub(crate) struct Challenges {
     commitments: HashMap<WorkerId, Commitments>,
     pub(crate) open: HashMap<WorkerId, Open>,
+    /// The round of each worker's latest challenge: chunks of its reveal that arrive after
+    /// the challenge ended (expired, or judged) are dropped, not refused.
+    challenged: HashMap<WorkerId, Round>,
+    /// `Commitments` and `Reveal` frames each worker sent that nothing called for.
+    unsolicited: HashMap<WorkerId, u32>,
     rng: SplitMix64,
 }
 
@@ -94,6 +100,8 @@ impl Challenges {
         Self {
             commitments: HashMap::new(),
             open: HashMap::new(),
+            challenged: HashMap::new(),
+            unsolicited: HashMap::new(),
             rng: SplitMix64::new(seed ^ 0x6368_616c_6c65_6e67),
         }
     }
@@ -101,6 +109,40 @@ impl Challenges {
     /// Keeps `worker`'s commitments for its next answer (a newer replaces an older).
     pub fn commit(&mut self, worker: WorkerId, commitments: Commitments) {
         self.commitments.insert(worker, commitments);
+    }
+
+    /// Whether `worker` has committed to its phase for `round` already.
+    pub fn committed_to(&self, worker: WorkerId, round: Round) -> bool {
+        self.commitments
+            .get(&worker)
+            .is_some_and(|c| c.round == round)
+    }
+
+    /// Whether `worker`'s latest challenge was for `round` (its reveal may still be arriving
+    /// after the challenge ended).
+    pub fn was_challenged(&self, worker: WorkerId, round: Round) -> bool {
+        self.challenged.get(&worker) == Some(&round)
+    }
+
+    /// `worker` sent a frame nothing called for: how many it has sent in this session.
+    pub fn unsolicited(&mut self, worker: WorkerId) -> u32 {
+        let n = self.unsolicited.entry(worker).or_default();
+        *n += 1;
+        *n
+    }
+
+    /// `worker` left: everything kept for it goes. (An open challenge's held answer is
+    /// dropped, unstruck, by the next [`Challenges::expire`].)
+    pub fn left(&mut self, worker: WorkerId) {
+        self.commitments.remove(&worker);
+        self.challenged.remove(&worker);
+        self.unsolicited.remove(&worker);
+    }
+
+    /// Workers with commitments kept (for tests of what leaving frees).
+    #[cfg(test)]
+    pub fn committed_workers(&self) -> usize {
+        self.commitments.len() + self.challenged.len() + self.unsolicited.len()
     }
 
     /// The commitments `worker` sent for `round`, if any, and if they are one a boundary.
@@ -128,6 +170,7 @@ impl Challenges {
         state_len: usize,
         now: Instant,
     ) -> Vec<u32> {
+        self.challenged.insert(held.worker, held.gradient.round);
         let n = hashes.len() as u32;
         let mut drawn = BTreeSet::new();
         while drawn.len() < SEGMENTS.min(n as usize) {

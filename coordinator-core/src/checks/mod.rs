@@ -313,6 +313,11 @@ impl Coordinator {
             other => other,
         };
         self.close_challenge(&held);
+        if self.registry.is_banned(held.worker) {
+            // A check that was running when its worker was banned: nothing left to judge.
+            debug!(worker = %held.worker, "a banned worker's verdict; dropped");
+            return;
+        }
         let Held {
             worker,
             session,
@@ -393,8 +398,13 @@ impl Coordinator {
         self.send(worker, Outbound::frame(frame));
     }
 
-    /// `worker` was just banned: its session is closed with `Banned`.
+    /// `worker` was just banned: its session is closed with `Banned`, and its answers still
+    /// waiting for a core to check them are dropped.
     pub(crate) fn ban_close(&mut self, worker: WorkerId) {
+        let dropped = self.recomputations.forget(worker);
+        if dropped > 0 {
+            debug!(%worker, dropped, "a banned worker's queued checks dropped");
+        }
         let msg = format!("{worker} is banned from this run");
         self.send(
             worker,

@@ -254,6 +254,14 @@ impl Recomputations {
         (Some(held), next)
     }
 
+    /// `worker` was banned: its answers still waiting for a core are dropped (the jobs
+    /// running finish, and their verdicts strike nobody: see `judge`). Returns how many.
+    pub fn forget(&mut self, worker: WorkerId) -> usize {
+        let before = self.waiting.len();
+        self.waiting.retain(|(_, held)| held.worker != worker);
+        before - self.waiting.len()
+    }
+
     /// Whether a job asked for now would start at once.
     pub fn core_free(&self) -> bool {
         self.running.len() < self.cores

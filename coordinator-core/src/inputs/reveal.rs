@@ -1,13 +1,16 @@
 //! Inputs: a GPU phase's commitments, sent before its answer, and the chunks of the states
-//! a challenge asked for (`checks::challenge`).
+//! a challenge asked for (`checks::challenge`). Either, where nothing called for it, is
+//! refused with an error; repeated, each is a strike.
 
 use std::time::Instant;
 
-use protocol::{Commitments, RevealChunk, WorkerId};
-use tracing::debug;
+use protocol::{Commitments, ErrorCode, RevealChunk, WorkerId};
+use tracing::{debug, warn};
 
 use crate::checks::recompute::Refuted;
 use crate::io::SessionId;
+use crate::refusal::Refusal;
+use crate::registry::tally::Note;
 use crate::Coordinator;
 
 impl Coordinator {
@@ -21,9 +24,67 @@ impl Coordinator {
     ) {
         self.now = now;
         if self.registry.is_current(worker, session) {
-            self.challenges.commit(worker, commitments);
+            match self.calls_for(worker, &commitments) {
+                Ok(true) => self.challenges.commit(worker, commitments),
+                Ok(false) => {
+                    debug!(%worker, round = %commitments.round, "commitments for an older task; dropped");
+                }
+                Err(why) => self.unsolicited(worker, "Commitments", why),
+            }
         }
         self.done(now);
+    }
+
+    /// Whether `worker`'s task calls for `commitments`: a committed phase of that round, one
+    /// hash a segment, once. `Ok(false)`: for an older task (a late phase's, which its
+    /// answer will find late too); `Err`: nothing called for them.
+    fn calls_for(&self, worker: WorkerId, commitments: &Commitments) -> Result<bool, String> {
+        let round = commitments.round;
+        let Some(pull) = self.registry.pull(worker) else {
+            return Err("it has no task".into());
+        };
+        let Some(local) = pull.local.filter(|l| l.segment > 0) else {
+            return Err("its task is not a phase committed by segments".into());
+        };
+        if round.0 < pull.version {
+            return Ok(false);
+        }
+        if round.0 > pull.version {
+            return Err(format!(
+                "they are for {round}, its task for round {}",
+                pull.version
+            ));
+        }
+        let n = protocol::commit::boundaries(local.steps, local.segment) as usize;
+        if commitments.hashes.len() != n {
+            return Err(format!(
+                "{} hashes, where its phase of {} steps has {n} segments",
+                commitments.hashes.len(),
+                local.steps
+            ));
+        }
+        if self.challenges.committed_to(worker, round) {
+            return Err(format!("it committed to {round} already"));
+        }
+        Ok(true)
+    }
+
+    /// `worker` sent a frame its task did not call for: refused with an error saying why,
+    /// and from the second on, each a strike (at `--ban-after`, a ban).
+    fn unsolicited(&mut self, worker: WorkerId, frame: &str, why: String) {
+        let n = self.challenges.unsolicited(worker);
+        let message = format!("a {frame} frame nothing asked for: {why}");
+        warn!(%worker, n, %message, "refused");
+        self.registry
+            .note(worker, Note::Rejected(ErrorCode::UnexpectedMessage));
+        if n > 1 {
+            let (strikes, banned) = self.registry.strike(worker);
+            if banned {
+                return self.ban_close(worker);
+            }
+            warn!(%worker, strikes, "struck for repeated frames nothing asked for");
+        }
+        self.send_error(worker, Refusal::new(ErrorCode::UnexpectedMessage, message));
     }
 
     /// One chunk of a state `worker` reveals. A chunk for no open challenge (one that
@@ -45,7 +106,15 @@ impl Coordinator {
             .get_mut(&worker)
             .filter(|o| o.session == session && o.held.is_some());
         let Some(open) = open else {
-            debug!(%worker, round = %chunk.round, "a revealed state for no open challenge; dropped");
+            if !self.registry.is_current(worker, session) {
+                return self.done(now);
+            }
+            if self.challenges.was_challenged(worker, chunk.round) {
+                debug!(%worker, round = %chunk.round, "a revealed state for a challenge that ended; dropped");
+            } else {
+                let why = format!("no challenge asked for a state of {}", chunk.round);
+                self.unsolicited(worker, "Reveal", why);
+            }
             return self.done(now);
         };
         match open.take(chunk, expected) {

@@ -326,6 +326,11 @@ impl Registry {
         }
     }
 
+    /// Whether `id` is banned.
+    pub fn is_banned(&self, id: WorkerId) -> bool {
+        self.bans.is_banned(id)
+    }
+
     /// Bans `id` for the run (and its address, unless loopback). Returns whether it was not
     /// banned already: its session must then be closed.
     pub fn ban(&mut self, id: WorkerId) -> bool {
