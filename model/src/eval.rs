@@ -4,8 +4,13 @@ use crate::data::Dataset;
 use crate::error::ModelError;
 use crate::network::Network;
 
-/// Evaluation is done in chunks so memory stays bounded for any test-set size.
+/// Evaluation is done in chunks so memory stays bounded for any test-set size: at most
+/// this many samples a chunk,
 const EVAL_CHUNK: usize = 500;
+/// and at most this many positions a chunk for a language model, whose activations grow with
+/// its context (a chunk of the 10.7M model's 256-token windows: 16 windows, one block's
+/// activations at a time, about 130 MB).
+const EVAL_POSITIONS: usize = 4096;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Evaluation {
@@ -21,8 +26,9 @@ pub fn evaluate(net: &Network, params: &[f32], data: &Dataset) -> Result<Evaluat
         return Err(ModelError::EmptyBatch);
     }
     let (mut loss, mut correct) = (0.0f64, 0usize);
-    for start in (0..data.len()).step_by(EVAL_CHUNK) {
-        let (x, labels) = data.batch(start..(start + EVAL_CHUNK).min(data.len()));
+    let chunk = EVAL_CHUNK.min((EVAL_POSITIONS / net.positions()).max(1));
+    for start in (0..data.len()).step_by(chunk) {
+        let (x, labels) = data.batch(start..(start + chunk).min(data.len()));
         let (l, c) = net.loss_sum_and_correct(params, x.view(), &labels)?;
         loss += f64::from(l);
         correct += c;

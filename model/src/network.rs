@@ -535,7 +535,7 @@ impl Network {
     ) -> Result<(T, usize), ModelError> {
         if let Some(gpt) = &self.gpt {
             self.check(params, &x)?;
-            let acts = gpt.forward(params, x, true)?;
+            let acts = gpt.forward_inference(params, x, true)?;
             let (sum, correct) = gpt.loss_sum_and_correct(&acts);
             let positions = T::from_usize(gpt.spec().context).ok_or(ModelError::EmptyBatch)?;
             return Ok((sum / positions, correct));
