@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use model::{Evaluation, OptimizerState};
 use tracing::{info, warn};
 
+use crate::counters::Counters;
 use crate::io::{Outcome, Output};
-use crate::metrics::Counters;
 use crate::registry::SavedBans;
 use crate::Coordinator;
 

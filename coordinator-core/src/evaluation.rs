@@ -5,7 +5,8 @@
 //! version's weights into an [`EvalJob`] and asks its driver to run it
 //! ([`Output::Evaluate`](crate::Output::Evaluate)) while rounds go on; its [`Evaluated`] comes
 //! back as an input. One runs at a time: one more that falls due meanwhile waits, and a newer
-//! one replaces it, so a slow evaluation cannot pile copies of the weights up. The evaluation
+//! one replaces it, so a slow evaluation cannot pile copies of the weights up (the status
+//! says which runs and which waits, and counts those replaced). The evaluation
 //! that ends a run (`--max-rounds`) is done in line: nothing is left to wait for it.
 
 use std::sync::Arc;
@@ -81,6 +82,17 @@ impl EvalJob {
     }
 }
 
+/// What became of an evaluation that fell due.
+#[derive(Debug)]
+pub enum Due {
+    /// Nothing runs: it runs now.
+    Run(EvalJob),
+    /// It waits for the one running.
+    Waits,
+    /// It waits for the one running, in place of this older version's, which will not run.
+    Replaced(u64),
+}
+
 /// The evaluation running, and the one waiting for it.
 #[derive(Debug, Default)]
 pub struct Evaluations {
@@ -89,16 +101,23 @@ pub struct Evaluations {
 }
 
 impl Evaluations {
-    /// `job` is due: returns it if it may run now; otherwise it waits for the one running
-    /// (replacing an older one waiting).
-    pub fn due(&mut self, job: EvalJob) -> Option<EvalJob> {
+    /// `job` is due: [`Due::Run`] if it may run now; otherwise it waits for the one running,
+    /// replacing an older one waiting ([`Due::Replaced`]: that one's version).
+    pub fn due(&mut self, job: EvalJob) -> Due {
         if self.running.is_none() {
             self.running = Some(job.version);
-            Some(job)
+            Due::Run(job)
         } else {
-            self.waiting = Some(job);
-            None
+            match self.waiting.replace(job) {
+                Some(older) => Due::Replaced(older.version),
+                None => Due::Waits,
+            }
         }
+    }
+
+    /// The version being evaluated now, and the one waiting for it.
+    pub fn state(&self) -> (Option<u64>, Option<u64>) {
+        (self.running, self.waiting.as_ref().map(|j| j.version))
     }
 
     /// The evaluation of `version` came back: whether it was the one running (a stale
@@ -108,7 +127,10 @@ impl Evaluations {
             return (false, None);
         }
         self.running = None;
-        let next = self.waiting.take().and_then(|job| self.due(job));
+        let next = self.waiting.take().map(|job| {
+            self.running = Some(job.version);
+            job
+        });
         (true, next)
     }
 }
@@ -128,10 +150,11 @@ mod tests {
     #[test]
     fn one_runs_at_a_time_and_the_newest_due_waits() {
         let mut e = Evaluations::default();
-        assert_eq!(e.due(job(10)).expect("runs").version, 10);
-        // Two more fall due while it runs: only the newer waits.
-        assert!(e.due(job(20)).is_none(), "one at a time");
-        assert!(e.due(job(30)).is_none());
+        assert!(matches!(e.due(job(10)), Due::Run(j) if j.version == 10));
+        // Two more fall due while it runs: only the newer waits, in place of the older.
+        assert!(matches!(e.due(job(20)), Due::Waits), "one at a time");
+        assert!(matches!(e.due(job(30)), Due::Replaced(20)));
+        assert_eq!(e.state(), (Some(10), Some(30)));
         assert!(!e.done(20).0, "not the one running");
         let (running, next) = e.done(10);
         assert!(running);

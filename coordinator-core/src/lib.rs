@@ -27,6 +27,7 @@ pub mod aggregate;
 pub mod checkpoint;
 pub mod checks;
 mod coordinator;
+pub mod counters;
 pub mod data;
 pub mod evaluation;
 pub mod history;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use model::Evaluation;
 use protocol::ErrorCode;
 
+use crate::counters::Counters;
 use crate::schedule::{Standing, Update};
 use crate::status::{RoundReport, State, Status, WorkerStatus};
 
@@ -53,32 +54,8 @@ pub struct Live {
     pub utilisation: Option<f64>,
     /// (`--probation`, connected workers on probation).
     pub probation: (u32, usize),
-}
-
-/// The run's counters: what a checkpoint keeps, so that totals survive a restart.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Counters {
-    pub gradients_accepted: u64,
-    pub gradients_rejected: u64,
-    pub late: u64,
-    pub stale_rejected: u64,
-    pub duplicate_rejected: u64,
-    pub gradients_clipped: u64,
-    pub updates_refused: u64,
-    pub gradients_verified: u64,
-    pub verification_mismatches: u64,
-    pub answered_total: u64,
-    pub samples_seen: u64,
-    pub deadline_closes: u64,
-    pub deadline_extensions: u64,
-    pub resumed: u64,
-    pub sessions_rejected: u64,
-    pub bytes_in: u64,
-    pub bytes_out: u64,
-    pub probation_checks: u64,
-    pub probation_unchecked: u64,
-    pub branches_logged: u64,
-    pub branches_forced: u64,
+    /// The version being evaluated, and the one waiting for it.
+    pub evaluations: (Option<u64>, Option<u64>),
 }
 
 #[derive(Debug)]
@@ -189,6 +166,11 @@ impl Metrics {
         self.counters.probation_unchecked += 1;
     }
 
+    /// An evaluation waiting for the one running was replaced by a newer one.
+    pub fn evaluation_replaced(&mut self) {
+        self.counters.evaluations_replaced += 1;
+    }
+
     /// An update was not applied: it would have made a parameter non-finite.
     pub fn update_refused(&mut self) {
         self.counters.updates_refused += 1;
@@ -253,32 +235,19 @@ impl Metrics {
                 .map(|(unit, e)| crate::language::LossReadings::of(e.loss, unit)),
             sample: self.sample.clone(),
             evaluated_round: self.evaluation.map(|(v, _)| v),
+            evaluating: live.evaluations.0,
+            evaluation_waiting: live.evaluations.1,
             train_loss: self.train_loss,
-            samples_seen: self.counters.samples_seen,
-            gradients_accepted: self.counters.gradients_accepted,
-            gradients_rejected: self.counters.gradients_rejected,
-            late: self.counters.late,
-            stale_rejected: self.counters.stale_rejected,
-            duplicate_rejected: self.counters.duplicate_rejected,
-            gradients_clipped: self.counters.gradients_clipped,
             grad_norm_bound: live.grad_norm_bound,
-            updates_refused: self.counters.updates_refused,
-            gradients_verified: self.counters.gradients_verified,
-            verification_mismatches: self.counters.verification_mismatches,
             recompute_seconds: self.recompute.1,
             recomputing: self.recompute.0,
             bans: live.bans,
             replicas_agreed: live.replicas.0,
             replicas_disputed: live.replicas.1,
-            answered_total: self.counters.answered_total,
-            deadline_closes: self.counters.deadline_closes,
-            deadline_extensions: self.counters.deadline_extensions,
             round_timeout_ms: live.standing.round_timeout.map(|t| t.as_secs_f64() * 1e3),
             skipped_workers: live.standing.skipped,
-            resumed: self.counters.resumed,
             last_round_ms: self.last_round.as_ref().map(|r| r.ms),
             last_round: self.last_round.clone(),
-            sessions_rejected: self.counters.sessions_rejected,
             model: self.info.model.clone(),
             model_name: self.info.model_name.clone(),
             classes: self.info.classes.clone(),
@@ -286,8 +255,6 @@ impl Metrics {
             optimizer: self.info.optimizer.clone(),
             batch_size: self.info.batch_size,
             dataset: self.info.dataset.clone(),
-            bytes_in: self.counters.bytes_in,
-            bytes_out: self.counters.bytes_out,
             bytes_per_sample: (self.counters.samples_seen > 0).then(|| {
                 (self.counters.bytes_in + self.counters.bytes_out) as f64
                     / self.counters.samples_seen as f64
@@ -296,11 +263,8 @@ impl Metrics {
             utilisation: live.utilisation,
             probation: live.probation.0,
             on_probation: live.probation.1,
-            probation_checks: self.counters.probation_checks,
-            probation_unchecked: self.counters.probation_unchecked,
-            branches_logged: self.counters.branches_logged,
-            branches_forced: self.counters.branches_forced,
             checkpoints: None,
+            counters: self.counters.clone(),
             worker_list: live.worker_list,
         }
     }
@@ -359,6 +323,7 @@ mod tests {
             utilisation: None,
             probation: (0, 0),
             replicas: (4, 1),
+            evaluations: (None, None),
         }
     }
 
@@ -391,10 +356,24 @@ mod tests {
             }
         );
         let s = m.snapshot(live());
-        assert_eq!((s.gradients_rejected, s.late, s.stale_rejected), (5, 2, 1));
-        assert_eq!((s.duplicate_rejected, s.gradients_accepted), (1, 2));
         assert_eq!(
-            (s.answered_total, s.samples_seen, s.deadline_closes),
+            (
+                s.counters.gradients_rejected,
+                s.counters.late,
+                s.counters.stale_rejected
+            ),
+            (5, 2, 1)
+        );
+        assert_eq!(
+            (s.counters.duplicate_rejected, s.counters.gradients_accepted),
+            (1, 2)
+        );
+        assert_eq!(
+            (
+                s.counters.answered_total,
+                s.counters.samples_seen,
+                s.counters.deadline_closes
+            ),
             (2, 64, 1)
         );
         let report = s.last_round.expect("reported");
@@ -433,14 +412,27 @@ mod tests {
         assert_eq!((s.test_accuracy, s.test_loss), (Some(0.9), Some(0.25)));
         assert_eq!(s.evaluated_round, Some(3));
         assert_eq!(
-            (s.resumed, s.sessions_rejected, s.deadline_extensions),
+            (
+                s.counters.resumed,
+                s.counters.sessions_rejected,
+                s.counters.deadline_extensions
+            ),
             (1, 1, 1)
         );
         assert_eq!((s.state, s.round, s.workers), (State::Training, 3, 2));
         assert_eq!((s.round_participants, s.round_answered), (2, 1));
-        assert_eq!((s.gradients_clipped, s.updates_refused), (1, 1));
+        assert_eq!(
+            (s.counters.gradients_clipped, s.counters.updates_refused),
+            (1, 1)
+        );
         assert_eq!(s.grad_norm_bound, 2.5);
-        assert_eq!((s.gradients_verified, s.verification_mismatches), (2, 1));
+        assert_eq!(
+            (
+                s.counters.gradients_verified,
+                s.counters.verification_mismatches
+            ),
+            (2, 1)
+        );
         assert_eq!(*s.bans, ["worker 3"]);
         assert_eq!((s.replicas_agreed, s.replicas_disputed), (4, 1));
     }

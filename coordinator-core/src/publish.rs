@@ -58,6 +58,7 @@ impl Coordinator {
             local_steps: self.local.as_ref().map(crate::local::LocalPlan::mean_steps),
             utilisation: self.utilisation,
             probation: (self.settings.probation, self.on_probation),
+            evaluations: self.evaluations.state(),
         });
         self.status = Status {
             cluster: self.remote.as_ref().and_then(Remote::view),

@@ -102,29 +102,14 @@ pub struct Status {
     /// What a language model wrote after its latest evaluation.
     pub sample: Option<crate::Sample>,
     pub evaluated_round: Option<u64>,
+    /// The version being evaluated now, off the coordinator's task, and the one waiting for
+    /// it (one at most: a newer one replaces it, `evaluations_replaced`).
+    pub evaluating: Option<u64>,
+    pub evaluation_waiting: Option<u64>,
     /// Sample-weighted mean training loss reported for the latest round.
     pub train_loss: Option<f64>,
-    /// Training samples behind all applied gradients.
-    pub samples_seen: u64,
-    pub gradients_accepted: u64,
-    /// Gradients refused for any reason (late, stale, duplicate, not a participant, ...).
-    pub gradients_rejected: u64,
-    /// Of those: arrived after their round closed.
-    pub late: u64,
-    /// Of those: async, computed on weights more than --max-staleness versions old.
-    pub stale_rejected: u64,
-    /// Of those: a second gradient for the same round (or the same weights, in async).
-    pub duplicate_rejected: u64,
-    /// Gradients longer than the norm bound, scaled down to it before they were combined.
-    pub gradients_clipped: u64,
     /// The current bound on a gradient's L2 norm (`--max-grad-norm`, or adaptive).
     pub grad_norm_bound: f64,
-    /// Updates not applied because they would have made a parameter non-finite.
-    pub updates_refused: u64,
-    /// Gradients recomputed by the coordinator (`--verify-fraction`), and of those the ones
-    /// that did not match (dropped, a strike each).
-    pub gradients_verified: u64,
-    pub verification_mismatches: u64,
     /// Seconds of a core spent recomputing answers off the coordinator's task
     /// (`--verify-cores`), and the answers held for it now, running or waiting.
     pub recompute_seconds: f64,
@@ -135,21 +120,11 @@ pub struct Status {
     /// Bans, in order: `w7` (an identity), `address 203.0.113.5`.
     /// Shared, and rebuilt only when a ban is added (they only grow).
     pub bans: Arc<Vec<String>>,
-    /// Σ answers over applied rounds. With `round_answered` (the open round) it equals
-    /// `gradients_accepted`: every accepted gradient is counted in exactly one round.
-    pub answered_total: u64,
-    /// Rounds closed by their deadline with quorum, and deadlines extended without quorum.
-    pub deadline_closes: u64,
-    pub deadline_extensions: u64,
     /// The current round timeout (sync).
     pub round_timeout_ms: Option<f64>,
     /// Workers skipped from the quorum for missing deadlines.
     pub skipped_workers: usize,
-    /// Joins that resumed an earlier identity with its token.
-    pub resumed: u64,
     pub last_round: Option<RoundReport>,
-    /// Sessions closed for bad input (undecodable frame, wrong shape, NaN/Inf, ...).
-    pub sessions_rejected: u64,
     pub last_round_ms: Option<f64>,
     /// The model's spec in its text form (`input 1x28x28; conv2d 16 k5 s1 p0; ...`).
     pub model: Arc<str>,
@@ -162,9 +137,6 @@ pub struct Status {
     pub dataset: Arc<str>,
     /// Class names, by label.
     pub classes: Arc<Vec<String>>,
-    /// Bytes of gradient frames received, and of frames sent to workers.
-    pub bytes_in: u64,
-    pub bytes_out: u64,
     /// Bytes both ways per sample trained on; `None` before the first update.
     pub bytes_per_sample: Option<f64>,
     /// `--local-steps`: the mean length of the latest phases (H̄); `None` without.
@@ -175,22 +147,15 @@ pub struct Status {
     pub probation: u32,
     /// Connected workers on probation (their every answer is recomputed).
     pub on_probation: usize,
-    /// Answers recomputed because their worker was on probation (not sampled).
-    pub probation_checks: u64,
-    /// Answers of workers on probation dropped because they could not be recomputed (no
-    /// room for their weights; no strike).
-    pub probation_unchecked: u64,
-    /// A ReLU model's GPU phases checked by segments: the near-tie branches their revealed
-    /// logs named, and those the replay took only because they were logged (its own pass
-    /// went the other way: a flip between the two float orders).
-    pub branches_logged: u64,
-    pub branches_forced: u64,
     /// `--checkpoint-dir`: what the checkpoint writer has done (absent without one; the
     /// driver that writes them fills it in).
     pub checkpoints: Option<Arc<CheckpointReport>>,
     /// Rebuilt when membership or a round changes (not per gradient) and shared, so the
     /// status can be republished after every event in O(1).
     pub worker_list: Arc<Vec<WorkerStatus>>,
+    /// The run's counters (`counters.rs`), each a field of its own in the JSON.
+    #[serde(flatten)]
+    pub counters: crate::counters::Counters,
 }
 
 /// What the checkpoint writer has done, as `/api/status` shows it under `checkpoints`.

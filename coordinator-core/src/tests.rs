@@ -341,7 +341,7 @@ fn deadline_with_quorum_closes_and_a_straggler_is_skipped_after_k_misses() {
             (2, 1, true)
         );
     }
-    assert_eq!(h.status().deadline_closes, 2);
+    assert_eq!(h.status().counters.deadline_closes, 2);
     assert_eq!(
         h.status().skipped_workers,
         1,
@@ -377,8 +377,11 @@ fn deadline_with_quorum_closes_and_a_straggler_is_skipped_after_k_misses() {
     assert_eq!(h.status().round, 5, "back in the quorum: waited for");
     h.gradient(&slow, 5, t + 9);
     assert_eq!(h.status().round, 6);
-    assert_eq!(h.status().late, 1);
-    assert_eq!(h.status().answered_total, h.status().gradients_accepted);
+    assert_eq!(h.status().counters.late, 1);
+    assert_eq!(
+        h.status().counters.answered_total,
+        h.status().counters.gradients_accepted
+    );
     // Per worker, by reason: the straggler's late answer is its own, nobody else's.
     let list = h.status().worker_list.clone();
     let rejected = |id: WorkerId| {
@@ -396,11 +399,17 @@ fn deadline_without_quorum_extends_until_quorum() {
     let (a, _b) = (h.join(None, 0), h.join(None, 0));
     h.gradient(&a, 0, 10);
     h.tick(h.at(100));
-    assert_eq!((h.status().round, h.status().deadline_extensions), (0, 1));
+    assert_eq!(
+        (h.status().round, h.status().counters.deadline_extensions),
+        (0, 1)
+    );
     h.tick(h.at(150)); // before the extended deadline: nothing
-    assert_eq!(h.status().deadline_extensions, 1);
+    assert_eq!(h.status().counters.deadline_extensions, 1);
     h.tick(h.at(200));
-    assert_eq!((h.status().round, h.status().deadline_extensions), (0, 2));
+    assert_eq!(
+        (h.status().round, h.status().counters.deadline_extensions),
+        (0, 2)
+    );
 }
 
 #[test]
@@ -426,7 +435,10 @@ fn an_extension_admits_workers_that_joined_mid_round() {
         "the frozen one is still awaited until the deadline"
     );
     h.tick_at_deadline();
-    assert_eq!((h.status().round, h.status().deadline_closes), (1, 1));
+    assert_eq!(
+        (h.status().round, h.status().counters.deadline_closes),
+        (1, 1)
+    );
 }
 
 #[test]
@@ -448,12 +460,16 @@ fn duplicate_late_and_outsider_gradients_are_dropped_and_counted() {
     assert_eq!(a.errors(), [ErrorCode::RoundNotOpen]);
     let s = h.status();
     assert_eq!(
-        (s.late, s.duplicate_rejected, s.gradients_rejected),
+        (
+            s.counters.late,
+            s.counters.duplicate_rejected,
+            s.counters.gradients_rejected
+        ),
         (1, 1, 4)
     );
     assert_eq!(
-        s.answered_total + 1,
-        s.gradients_accepted,
+        s.counters.answered_total + 1,
+        s.counters.gradients_accepted,
         "round 1 is still open with one answer"
     );
 }
@@ -488,7 +504,7 @@ fn resuming_with_the_token_keeps_the_id_and_replaces_a_live_session() {
     h.leave(&old, 3);
     h.gradient_from(old.id, old.session, 1, 3, 0.01);
     assert_eq!(h.status().workers, 2);
-    assert_eq!(h.status().resumed, 1);
+    assert_eq!(h.status().counters.resumed, 1);
     // Gone and back with the token: same id, gradients remembered.
     h.leave(&a2, 4);
     let a3 = h.join(Some(&a2.token), 5);
@@ -524,9 +540,16 @@ fn async_mode_rejects_beyond_the_bound_and_duplicates() {
     h.gradient(&b, 2, 4); // fresh: version 3
     h.gradient(&a, 2, 5); // 1 behind, within the bound: version 4
     let s = h.status();
-    assert_eq!((s.round, s.stale_rejected, s.duplicate_rejected), (4, 1, 1));
+    assert_eq!(
+        (
+            s.round,
+            s.counters.stale_rejected,
+            s.counters.duplicate_rejected
+        ),
+        (4, 1, 1)
+    );
     assert!(a.errors().is_empty());
-    assert_eq!(s.answered_total, s.gradients_accepted);
+    assert_eq!(s.counters.answered_total, s.counters.gradients_accepted);
 }
 
 #[test]
@@ -573,7 +596,10 @@ fn async_buffer_applies_every_b_gradients_and_hogwild_applies_each() {
     let b = h.join(None, 0);
     h.gradient(&a, 0, 1);
     h.gradient(&b, 0, 1); // stale by one: hogwild does not care
-    assert_eq!((h.status().round, h.status().stale_rejected), (2, 0));
+    assert_eq!(
+        (h.status().round, h.status().counters.stale_rejected),
+        (2, 0)
+    );
 }
 
 #[test]
@@ -642,7 +668,7 @@ fn a_gradient_beyond_the_norm_bound_moves_the_model_by_the_bound_and_no_further(
     h.gradient_valued(&a, 0, 1, 1e30);
     h.gradient_valued(&b, 0, 1, 0.0);
     let s = h.status();
-    assert_eq!((s.round, s.gradients_clipped), (1, 1));
+    assert_eq!((s.round, s.counters.gradients_clipped), (1, 1));
     assert_eq!(
         s.worker_list.iter().map(|w| w.clipped).collect::<Vec<_>>(),
         [1, 0]
@@ -698,7 +724,10 @@ fn a_snapshot_restored_into_a_new_coordinator_continues_the_run() {
     assert_eq!(fresh.c.trainer.params(), h.c.trainer.params());
     let after = fresh.status();
     assert_eq!(after.round, 3);
-    assert_eq!(after.gradients_accepted, before.gradients_accepted);
+    assert_eq!(
+        after.counters.gradients_accepted,
+        before.counters.gradients_accepted
+    );
     assert_eq!(*after.bans, [b.id.to_string()], "the ban survives");
 
     let a2 = fresh.join(Some(&a.token), 1);

@@ -2,13 +2,13 @@
 //! the model), the round's metrics and log line, evaluation when due (and its result when it
 //! comes back), and the stop conditions (`--max-rounds`, `--target-accuracy`, `--target-loss`).
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use std::time::Instant;
 
 use model::Evaluation;
 
-use crate::evaluation::Evaluated;
+use crate::evaluation::{Due, Evaluated};
 use crate::history::Point;
 use crate::io::{Observation, Outcome, Output};
 use crate::metrics::LogValue;
@@ -52,8 +52,16 @@ impl Coordinator {
             if version.is_multiple_of(self.settings.eval_interval) {
                 let job = self.trainer.evaluation_job();
                 let job = job.with_prompt(self.writer.as_ref().map(|w| w.prompt.clone()));
-                if let Some(job) = self.evaluations.due(job) {
-                    self.outputs.push_back(Output::Evaluate(job));
+                match self.evaluations.due(job) {
+                    Due::Run(job) => self.outputs.push_back(Output::Evaluate(job)),
+                    Due::Waits => {}
+                    Due::Replaced(older) => {
+                        debug!(
+                            older,
+                            version, "an evaluation still waiting is replaced by a newer one"
+                        );
+                        self.metrics.evaluation_replaced();
+                    }
                 }
             }
             None

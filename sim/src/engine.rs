@@ -701,7 +701,7 @@ impl Engine {
             .filter(|w| w.gradients_sent > 0)
             .map(|w| w.compute_share)
             .collect();
-        let samples = status.samples_seen;
+        let samples = status.counters.samples_seen;
         Report {
             seconds,
             rounds: self.core.version(),
@@ -721,12 +721,12 @@ impl Engine {
                 0.0
             },
             mean_compute_share: computing.iter().sum::<f64>() / computing.len().max(1) as f64,
-            gradients_accepted: status.gradients_accepted,
-            gradients_rejected: status.gradients_rejected,
-            verification_mismatches: status.verification_mismatches,
-            gradients_verified: status.gradients_verified,
-            probation_checks: status.probation_checks,
-            deadline_extensions: status.deadline_extensions,
+            gradients_accepted: status.counters.gradients_accepted,
+            gradients_rejected: status.counters.gradients_rejected,
+            verification_mismatches: status.counters.verification_mismatches,
+            gradients_verified: status.counters.gradients_verified,
+            probation_checks: status.counters.probation_checks,
+            deadline_extensions: status.counters.deadline_extensions,
             replicas_agreed: status.replicas_agreed,
             replicas_disputed: status.replicas_disputed,
             bans: status.bans.len(),
@@ -769,6 +769,7 @@ fn poison(
         match behaviour {
             Behaviour::Scaled(k) => *v *= k,
             Behaviour::Zeros => *v = 0.0,
+            Behaviour::Huge => *v = 3e38,
             Behaviour::Noise(std) => *v = std * gaussian(rng),
             Behaviour::Honest | Behaviour::WrongBatch | Behaviour::Alie(_) => {}
         }

@@ -27,6 +27,8 @@ mod gpt_tests;
 #[cfg(test)]
 mod local_tests;
 #[cfg(test)]
+mod survey_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod trust_tests;

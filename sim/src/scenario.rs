@@ -141,6 +141,8 @@ pub enum Behaviour {
     Noise(f32),
     /// Zeros instead of its gradient.
     Zeros,
+    /// Every value 3e38: finite, but its square (and a sum of a few) overflows f32.
+    Huge,
     /// Its gradient on another batch than the one its `Task` names.
     WrongBatch,
     /// "A Little Is Enough" (Baruch et al., 2019), colluding: every worker of the scenario

@@ -176,7 +176,7 @@ async fn measure(
         }
         other => anyhow::bail!("--worker {other}: tab or native"),
     }
-    let seen = |s: &server::Status| s.samples_seen;
+    let seen = |s: &server::Status| s.counters.samples_seen;
     while seen(&status.borrow_and_update()) == 0 {
         tokio::time::timeout(Duration::from_secs(60), status.changed())
             .await

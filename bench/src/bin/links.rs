@@ -205,7 +205,7 @@ async fn real_run(cli: &Cli, way: Way) -> anyhow::Result<serde_json::Value> {
             );
         }
         if started.is_none() && last.round >= cli.warmup {
-            started = Some((Instant::now(), last.round, last.samples_seen));
+            started = Some((Instant::now(), last.round, last.counters.samples_seen));
         }
     }
     let wall_seconds = begun.elapsed().as_secs_f64();
@@ -218,8 +218,9 @@ async fn real_run(cli: &Cli, way: Way) -> anyhow::Result<serde_json::Value> {
             shares.push(stats.compute_us as f64 / 1e6 / connected.as_secs_f64());
         }
     }
-    let from_warmup = started
-        .map(|(t0, _, samples)| (last.samples_seen - samples) as f64 / t0.elapsed().as_secs_f64());
+    let from_warmup = started.map(|(t0, _, samples)| {
+        (last.counters.samples_seen - samples) as f64 / t0.elapsed().as_secs_f64()
+    });
     Ok(serde_json::json!({
         "run": "real",
         "link": cli.link,

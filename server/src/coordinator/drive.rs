@@ -289,8 +289,8 @@ pub fn run(mode: &[&str], ops: &[Op]) {
         assert!(c.params().iter().all(|p| p.is_finite()), "{op:?}");
         assert_eq!(s.round, c.version());
         assert_eq!(
-            s.answered_total + s.round_answered as u64,
-            s.gradients_accepted,
+            s.counters.answered_total + s.round_answered as u64,
+            s.counters.gradients_accepted,
             "every accepted gradient is in exactly one round, after {op:?}: {s:?}"
         );
         assert!(s.workers <= clients.len());

@@ -19,13 +19,16 @@ fn verified(flags: &[&str], n: usize) -> Swarm {
 /// Every answer accepted since the start (at least `min` of them) was recomputed first and
 /// matched; nobody was struck or banned.
 fn assert_never_struck(s: &Status, min: u64) {
-    assert_eq!(s.verification_mismatches, 0, "{s:?}");
+    assert_eq!(s.counters.verification_mismatches, 0, "{s:?}");
     assert!(
-        s.gradients_accepted >= min,
+        s.counters.gradients_accepted >= min,
         "{} accepted: {s:?}",
-        s.gradients_accepted
+        s.counters.gradients_accepted
     );
-    assert!(s.gradients_verified >= s.gradients_accepted, "{s:?}");
+    assert!(
+        s.counters.gradients_verified >= s.counters.gradients_accepted,
+        "{s:?}"
+    );
     assert!(s.bans.is_empty(), "{s:?}");
     assert!(s.worker_list.iter().all(|w| w.strikes == 0), "{s:?}");
 }
@@ -41,7 +44,7 @@ fn a_resume_from_a_checkpoint_older_than_the_workers_strikes_nobody() {
     swarm.restart_from(checkpoint);
     assert_eq!(swarm.round(), 10);
     let s = swarm.until("40 rounds after the resume", |s| s.round >= 50);
-    assert_eq!(s.resumed, 2, "both came back as themselves");
+    assert_eq!(s.counters.resumed, 2, "both came back as themselves");
     assert_never_struck(&s, 2 * 39);
 }
 
@@ -80,7 +83,7 @@ fn a_worker_back_with_its_token_mid_round_is_checked_on_what_it_was_given() {
         swarm.step();
     }
     let s = swarm.until("round 40", |s| s.round >= 40);
-    assert_eq!(s.resumed, 20);
+    assert_eq!(s.counters.resumed, 20);
     assert_never_struck(&s, 3 * 30);
 }
 

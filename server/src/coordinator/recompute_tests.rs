@@ -46,7 +46,7 @@ fn answers_wait_for_their_verdicts_and_jobs_run_within_the_budget_of_cores() {
     assert_eq!(jobs(&swarm), 1, "one job at a time on one core");
     let s = swarm.c.status().clone();
     assert_eq!(
-        (s.round, s.recomputing, s.gradients_accepted),
+        (s.round, s.recomputing, s.counters.gradients_accepted),
         (0, 3, 0),
         "{s:?}"
     );
@@ -61,7 +61,7 @@ fn answers_wait_for_their_verdicts_and_jobs_run_within_the_budget_of_cores() {
         assert_eq!(done.verdict, Ok(Ok(())), "an honest answer matches");
         assert!(done.seconds > 0.0);
         let s = swarm.c.status().clone();
-        assert_eq!(s.gradients_verified, verdicts, "{s:?}");
+        assert_eq!(s.counters.gradients_verified, verdicts, "{s:?}");
         assert_eq!(
             jobs(&swarm),
             usize::from(verdicts < 3),
@@ -70,12 +70,12 @@ fn answers_wait_for_their_verdicts_and_jobs_run_within_the_budget_of_cores() {
     }
     let s = swarm.c.status().clone();
     assert_eq!(
-        (s.round, s.recomputing, s.gradients_accepted),
+        (s.round, s.recomputing, s.counters.gradients_accepted),
         (1, 0, 3),
         "{s:?}"
     );
     assert!(s.recompute_seconds > 0.0);
-    assert_eq!(s.verification_mismatches, 0);
+    assert_eq!(s.counters.verification_mismatches, 0);
     // Two cores: two jobs at once.
     let mut swarm = held(&[], 3, "2");
     for i in 0..3 {
@@ -103,7 +103,10 @@ fn a_verdict_for_a_worker_that_reconnected_meanwhile_strikes_its_identity_and_go
     assert!(matches!(done.verdict, Ok(Err(_))), "{:?}", done.verdict);
     let s = swarm.c.status().clone();
     assert_eq!(
-        (s.verification_mismatches, s.gradients_accepted),
+        (
+            s.counters.verification_mismatches,
+            s.counters.gradients_accepted
+        ),
         (1, 0),
         "{s:?}"
     );
@@ -148,12 +151,16 @@ fn an_answer_on_probation_with_no_room_to_wait_is_dropped_without_a_strike() {
         answer(&mut swarm, i, false);
     }
     let s = swarm.c.status().clone();
-    assert_eq!((s.recomputing, s.probation_unchecked), (9, 1), "{s:?}");
+    assert_eq!(
+        (s.recomputing, s.counters.probation_unchecked),
+        (9, 1),
+        "{s:?}"
+    );
     for _ in 0..9 {
         swarm.run_recomputation();
     }
     let s = swarm.c.status().clone();
-    assert_eq!((s.round, s.gradients_accepted), (1, 9), "{s:?}");
+    assert_eq!((s.round, s.counters.gradients_accepted), (1, 9), "{s:?}");
     assert!(s.worker_list.iter().all(|w| w.strikes == 0), "{s:?}");
 }
 
@@ -174,7 +181,7 @@ fn a_trusted_workers_sampled_phase_counts_at_once_and_is_judged_after() {
     answer(&mut swarm, 0, true);
     let s = swarm.c.status().clone();
     assert_eq!(
-        (s.round, s.gradients_accepted, s.recomputing),
+        (s.round, s.counters.gradients_accepted, s.recomputing),
         (1, 1, 1),
         "{s:?}"
     );
@@ -182,7 +189,7 @@ fn a_trusted_workers_sampled_phase_counts_at_once_and_is_judged_after() {
     assert!(matches!(done.verdict, Ok(Err(_))), "{:?}", done.verdict);
     let s = swarm.c.status().clone();
     assert_eq!(
-        (s.verification_mismatches, s.worker_list[0].strikes),
+        (s.counters.verification_mismatches, s.worker_list[0].strikes),
         (1, 1),
         "{s:?}"
     );

@@ -127,77 +127,7 @@ impl Collector for FromSlots {
 impl Collector for FromStatus {
     fn encode(&self, mut e: DescriptorEncoder<'_>) -> Fmt {
         let s = self.0.borrow().clone();
-        let counters: [(&str, &str, u64); 20] = [
-            (
-                "gradients_accepted",
-                "Gradients accepted into an update",
-                s.gradients_accepted,
-            ),
-            (
-                "gradients_rejected",
-                "Gradients dropped, for any reason",
-                s.gradients_rejected,
-            ),
-            (
-                "gradients_late",
-                "Gradients for a round already closed",
-                s.late,
-            ),
-            (
-                "gradients_stale",
-                "Async gradients beyond --max-staleness",
-                s.stale_rejected,
-            ),
-            (
-                "gradients_duplicate",
-                "Second answers to one round",
-                s.duplicate_rejected,
-            ),
-            (
-                "gradients_clipped",
-                "Gradients scaled down by the norm bound",
-                s.gradients_clipped,
-            ),
-            (
-                "gradients_verified",
-                "Gradients recomputed by the coordinator",
-                s.gradients_verified,
-            ),
-            (
-                "verification_mismatches",
-                "Recomputed gradients that differed",
-                s.verification_mismatches,
-            ),
-            (
-                "updates_refused",
-                "Updates not applied: they would have broken the model",
-                s.updates_refused,
-            ),
-            (
-                "samples",
-                "Training samples behind applied updates",
-                s.samples_seen,
-            ),
-            (
-                "deadline_closes",
-                "Rounds closed by their deadline",
-                s.deadline_closes,
-            ),
-            (
-                "deadline_extensions",
-                "Deadlines extended for lack of quorum",
-                s.deadline_extensions,
-            ),
-            (
-                "resumed",
-                "Joins that resumed an identity with its token",
-                s.resumed,
-            ),
-            (
-                "sessions_rejected",
-                "Sessions closed for bad input",
-                s.sessions_rejected,
-            ),
+        let replicas = [
             (
                 "replicas_agreed",
                 "Replicated answers that agreed",
@@ -208,28 +138,8 @@ impl Collector for FromStatus {
                 "Replicated answers that disagreed",
                 s.replicas_disputed,
             ),
-            (
-                "probation_checks",
-                "Answers recomputed because their worker was on probation",
-                s.probation_checks,
-            ),
-            (
-                "probation_unchecked",
-                "Answers on probation dropped for lack of room to recompute them",
-                s.probation_unchecked,
-            ),
-            (
-                "branches_logged",
-                "Near-tie branches named by the revealed logs of GPU phases",
-                s.branches_logged,
-            ),
-            (
-                "branches_forced",
-                "Logged branches a replay took only because they were logged",
-                s.branches_forced,
-            ),
         ];
-        for (name, help, value) in counters {
+        for (name, help, value) in s.counters.each().chain(replicas) {
             counter(&mut e, name, help, value)?;
         }
         if let Some(c) = &s.checkpoints {

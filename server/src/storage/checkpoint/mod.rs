@@ -31,7 +31,7 @@ pub use self::export::{export, Exported};
 pub use self::fingerprint::Fingerprint;
 pub use self::format::Fault;
 pub use self::sample::{sample, Sampled};
-pub use self::saved::{SavedBans, SavedCounters, SavedTokenizer};
+pub use self::saved::{SavedBans, SavedTokenizer};
 pub use self::store::{CheckpointError, Loaded, Store};
 pub use self::writer::{Report, Writer};
 
@@ -71,7 +71,7 @@ impl Checkpoint {
                     .map(|d| d.as_nanos() as u64)
                     .collect(),
                 norm_history: snapshot.norm_history,
-                counters: SavedCounters::from(&snapshot.counters),
+                counters: snapshot.counters.clone(),
                 bans: SavedBans::from(&snapshot.bans),
                 evaluation: snapshot.evaluation.map(|(v, e)| (v, e.loss, e.accuracy)),
                 tokenizer,
@@ -128,7 +128,7 @@ pub struct RunState {
     pub deadline_latencies_ns: Vec<u64>,
     /// The adaptive norm bound's accepted norms.
     pub norm_history: Vec<f64>,
-    pub counters: SavedCounters,
+    pub counters: coordinator_core::counters::Counters,
     /// Banned workers and addresses, and strikes so far.
     #[serde(default)]
     pub bans: SavedBans,

@@ -1,43 +1,17 @@
-//! The counters, bans and tokeniser as `state.json` writes them: the file's own types, converted from
-//! and to the coordinator's, so that renaming a counter there is a change here, not a new
-//! file format.
+//! The bans and tokeniser as `state.json` writes them: the file's own types, converted from
+//! and to the coordinator's, so that renaming a field there is a change here, not a new file
+//! format. The counters are written as the coordinator defines them (`coordinator_core::
+//! counters`, one list): a counter added there is in the next checkpoint, and a file from
+//! before it reads it as 0.
 
 use std::net::IpAddr;
 use std::path::Path;
 use std::sync::Arc;
 
-use coordinator_core::metrics::Counters;
 use serde::{Deserialize, Serialize};
 
 use crate::dataset::text::Pretrained;
 use crate::dataset::Tokenizer;
-
-/// The run's counters on disk. A field missing from an older file reads as 0.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct SavedCounters {
-    pub gradients_accepted: u64,
-    pub gradients_rejected: u64,
-    pub late: u64,
-    pub stale_rejected: u64,
-    pub duplicate_rejected: u64,
-    pub gradients_clipped: u64,
-    pub updates_refused: u64,
-    pub gradients_verified: u64,
-    pub verification_mismatches: u64,
-    pub answered_total: u64,
-    pub samples_seen: u64,
-    pub deadline_closes: u64,
-    pub deadline_extensions: u64,
-    pub resumed: u64,
-    pub sessions_rejected: u64,
-    pub bytes_in: u64,
-    pub bytes_out: u64,
-    pub probation_checks: u64,
-    pub probation_unchecked: u64,
-    pub branches_logged: u64,
-    pub branches_forced: u64,
-}
 
 /// Bans and strikes on disk, so a banned worker or address stays out across a restart.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,14 +42,6 @@ macro_rules! same_fields {
         }
     };
 }
-
-same_fields!(Counters => SavedCounters {
-    gradients_accepted, gradients_rejected, late, stale_rejected, duplicate_rejected,
-    gradients_clipped, updates_refused, gradients_verified, verification_mismatches,
-    answered_total, samples_seen, deadline_closes, deadline_extensions, resumed,
-    sessions_rejected, bytes_in, bytes_out, probation_checks, probation_unchecked,
-    branches_logged, branches_forced,
-});
 
 same_fields!(coordinator_core::registry::SavedBans => SavedBans {
     workers, addresses, strikes, address_strikes, trusted,
