@@ -14,6 +14,14 @@ setup_rust() {
     fi
 }
 
+# cargo-nextest, which runs the tests (a machine of this kind has it; installed if not).
+setup_nextest() {
+    if ! cargo nextest --version >/dev/null 2>&1; then
+        say "installing cargo-nextest (one-time, ~5 min)"
+        cargo install cargo-nextest --locked
+    fi
+}
+
 # wasm-pack, and the wasm-bindgen CLI at exactly the version Cargo.lock pins for the crate.
 setup_wasm_tools() {
     setup_rust

@@ -78,7 +78,7 @@ fn removed_with(result: Result<worker::Ended, worker::RunError>, code: protocol:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_steers_a_run_through_the_admin_api() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let dir = tempfile::tempdir().expect("temp dir");
     let flags = [
         "--admin-token",

@@ -196,10 +196,10 @@ async fn bad_clients_are_refused_and_the_model_is_bit_identical() {
     let (attacked, attacked_status) = run(true).await;
     assert_eq!(clean_status.round, ROUNDS);
     assert_eq!(attacked_status.round, ROUNDS);
-    assert_eq!(attacked_status.gradients_rejected, 2);
+    assert_eq!(attacked_status.counters.gradients_rejected, 2);
     assert_eq!(
-        attacked_status.gradients_accepted,
-        clean_status.gradients_accepted
+        attacked_status.counters.gradients_accepted,
+        clean_status.counters.gradients_accepted
     );
     assert!(clean == attacked, "the model differs after bad input");
 }

@@ -185,7 +185,7 @@ fn browsers(s: &Status) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_tabs_train_to_90_percent_and_survive_a_closed_tab() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let server = start_server(&["--eval-interval", "10"]).await;
     let mut status = server.status.clone();
     let first = Browser::open(&page(server.addr));
@@ -225,10 +225,10 @@ async fn two_tabs_train_to_90_percent_and_survive_a_closed_tab() {
 /// run as wasm in the browser, and the page says what is being trained. Every answer is
 /// recomputed (`--verify-fraction 1`) and none is flagged: where wasm's float order flips a
 /// ReLU or a max-pool against the coordinator's, a near-tie explains it.
-#[ignore = "T3, the long tier: scripts/test.sh runs it (--include-ignored)"]
+#[ignore = "a benchmark, not a test: bench/long-runs.sh cnn-tabs-98"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_tabs_train_the_cnn_to_98_percent() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let flags = [
         "--model",
         "cnn",
@@ -293,12 +293,76 @@ async fn two_tabs_train_the_cnn_to_98_percent() {
     second.close().await;
 }
 
+/// Two tabs alone on `model_flags`, every answer recomputed, for `rounds` rounds evaluated
+/// every `eval` (the short form of a long run of `bench/long-runs.sh`): the test loss of the
+/// last evaluation is below the first's, both tabs contributed, and nobody was struck.
+async fn two_tabs_loss_falls(model_flags: &[&str], rounds: u64, eval: u64) -> Status {
+    let (rounds_flag, eval_flag) = (rounds.to_string(), eval.to_string());
+    let mut flags = model_flags.to_vec();
+    flags.extend([
+        "--min-workers",
+        "2",
+        "--verify-fraction",
+        "1",
+        "--eval-interval",
+        &eval_flag,
+        "--max-rounds",
+        &rounds_flag,
+    ]);
+    let server = start_server(&flags).await;
+    let mut status = server.status.clone();
+    let first = Browser::open(&page(server.addr));
+    let second = Browser::open(&page(server.addr));
+    let s = wait_status(&mut status, "the first evaluation", |s| {
+        s.evaluated_round.is_some() && s.test_loss.is_some()
+    })
+    .await;
+    let (first_round, first_loss) = (s.evaluated_round, s.test_loss.expect("evaluated"));
+    let summary = guard("the run to end", server.wait()).await.expect("ran");
+    let s = status.borrow().clone();
+    let last_loss = summary.test_loss.expect("evaluated");
+    println!(
+        "two tabs, {model_flags:?}: test loss {first_loss:.4} at round {first_round:?}, \
+         {last_loss:.4} at round {}",
+        summary.rounds
+    );
+    assert!(last_loss < first_loss, "the loss did not fall: {s:?}");
+    only_tabs_all_contributing(&s);
+    assert_never_flagged("tabs", &s, summary.rounds, 2, rounds);
+    assert!(s.worker_list.iter().all(|w| w.strikes == 0), "{s:?}");
+    first.close().await;
+    second.close().await;
+    s
+}
+
+/// The `cnn` in two tabs, every answer recomputed: the short form of the run to 98 %
+/// (`bench/long-runs.sh cnn-tabs-98`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tabs_train_the_cnn_and_its_loss_falls() {
+    let _heavy = heavy().await;
+    two_tabs_loss_falls(&["--model", "cnn"], 30, 10).await;
+}
+
+/// The 0.8M GPT in two tabs, every answer replayed: the short form of the run to a
+/// validation loss of 2.0 (`bench/long-runs.sh gpt-tabs-2.0`), at batches of 4 windows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tabs_train_the_08m_gpt_and_its_loss_falls() {
+    let _heavy = heavy().await;
+    let s = two_tabs_loss_falls(
+        &["--model", "gpt", "--batch-size", "4", "--warmup", "4"],
+        16,
+        8,
+    )
+    .await;
+    assert!(s.param_count > 800_000, "{}", s.param_count);
+}
+
 /// The coordinator stops (its checkpoint taken on stopping) and a new one resumes on the same
 /// address: nobody touches the tabs, they come back by themselves, keep their worker ids,
 /// and training continues from the round it stopped at.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tabs_reconnect_by_themselves_after_a_coordinator_restart() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let dir = tempfile::tempdir().expect("temp dir");
     let flags = ["--checkpoint-dir", dir.path().to_str().expect("utf-8")];
     let server = start_server(&flags).await;
@@ -324,7 +388,7 @@ async fn tabs_reconnect_by_themselves_after_a_coordinator_restart() {
         "resumed where it stopped"
     );
     let s = wait_status(&mut status, "the tabs to rejoin and train", |s| {
-        browsers(s) == 2 && s.resumed >= 2 && s.round >= summary.rounds + 10
+        browsers(s) == 2 && s.counters.resumed >= 2 && s.round >= summary.rounds + 10
     })
     .await;
     assert_eq!(s.workers, 2);
@@ -342,7 +406,7 @@ async fn tabs_reconnect_by_themselves_after_a_coordinator_restart() {
 #[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tabs_are_not_struck_after_a_kill_9_and_a_resume() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let mut run = crate::durability::kill_9_and_resume(|addr| {
         [Browser::open(&page(addr)), Browser::open(&page(addr))]
     })
@@ -361,7 +425,7 @@ async fn tabs_are_not_struck_after_a_kill_9_and_a_resume() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reloading_a_tab_keeps_its_worker_id() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let server = start_server(&[]).await;
     let mut status = server.status.clone();
     let tab = Browser::open_with_devtools(&page(server.addr));
@@ -374,7 +438,7 @@ async fn reloading_a_tab_keeps_its_worker_id() {
     tab.reload().await;
     // The reloaded page presents the token from sessionStorage and gets its id back.
     let s = wait_status(&mut status, "the reloaded tab to resume", |s| {
-        s.resumed == 1 && browsers(s) == 1
+        s.counters.resumed == 1 && browsers(s) == 1
     })
     .await;
     assert_eq!(
@@ -408,7 +472,7 @@ async fn an_invitation_link_lets_a_tab_in_and_a_tab_without_it_is_told_why() {
     // Its Hello without the token is refused (an event the coordinator counts); by then the
     // page is up and its DevTools endpoint listening.
     wait_status(&mut status, "the uninvited tab's refusal", |s| {
-        s.sessions_rejected >= 1
+        s.counters.sessions_rejected >= 1
     })
     .await;
     let message = "document.getElementById('message').textContent";
@@ -433,7 +497,7 @@ async fn an_invitation_link_lets_a_tab_in_and_a_tab_without_it_is_told_why() {
     );
     let s = status.borrow().clone();
     assert_eq!(browsers(&s), 1, "only the invited tab is a worker");
-    assert!(s.sessions_rejected >= 1, "{s:?}");
+    assert!(s.counters.sessions_rejected >= 1, "{s:?}");
     invited.close().await;
     stranger.close().await;
     stop(server).await;
@@ -506,7 +570,7 @@ async fn a_refused_socket_is_explained_on_the_page() {
 /// int8 and one on exact f32, for 200 rounds: wasm's gradients always match native ones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn honest_tabs_are_never_flagged_at_verify_fraction_1() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let server = start_server(&[
         "--min-workers",
         "2",
@@ -532,7 +596,7 @@ async fn honest_tabs_are_never_flagged_at_verify_fraction_1() {
 /// accuracy curve.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cpu_setting_lowers_the_tabs_rate_and_is_remembered() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let server = start_server(&["--eval-interval", "5"]).await;
     let tab = Browser::open_with_devtools(&page(server.addr));
     let rate = "Number(document.getElementById('rate').textContent.replace(/,/g, ''))";
@@ -582,7 +646,7 @@ async fn the_cpu_setting_lowers_the_tabs_rate_and_is_remembered() {
 /// what it computes on; the CPU share, pause and closing the tab act as with one core.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tab_on_two_cores_is_one_worker_and_replayed_exactly() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let dir = tempfile::tempdir().expect("temp dir");
     let spec = dir.path().join("dropout.json");
     let json = r#"{"layers": [{"type": "dense", "units": 64}, {"type": "relu"},
@@ -667,10 +731,10 @@ async fn a_tab_on_two_cores_is_one_worker_and_replayed_exactly() {
     println!(
         "a tab on 2 cores: computing {share} % of the time at 25 %; {} answers verified, {} \
          mismatches",
-        s.gradients_verified, s.verification_mismatches
+        s.counters.gradients_verified, s.counters.verification_mismatches
     );
-    assert_eq!(s.verification_mismatches, 0, "{s:?}");
-    assert!(s.gradients_verified >= 10, "{s:?}");
+    assert_eq!(s.counters.verification_mismatches, 0, "{s:?}");
+    assert!(s.counters.gradients_verified >= 10, "{s:?}");
     assert!(s.bans.is_empty(), "{s:?}");
     stop(server).await;
 }
@@ -682,7 +746,7 @@ async fn a_tab_on_two_cores_is_one_worker_and_replayed_exactly() {
 /// "do not use it", the tab goes back to its CPU and its answers are replayed exactly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_tabs_train_on_the_gpu_path_and_are_never_flagged() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let server = start_server(&["--eval-interval", "10", "--verify-fraction", "1"]).await;
     let mut status = server.status.clone();
     let url = format!("http://{}/?gpu=fallback", server.addr);
@@ -732,12 +796,12 @@ async fn two_tabs_train_on_the_gpu_path_and_are_never_flagged() {
         s.test_accuracy.unwrap_or_default() * 100.0,
         s.round,
         started.elapsed().as_secs_f64(),
-        s.gradients_verified,
-        s.verification_mismatches
+        s.counters.gradients_verified,
+        s.counters.verification_mismatches
     );
     only_tabs_all_contributing(&s);
-    assert!(s.gradients_verified >= 20, "{s:?}");
-    assert_eq!(s.verification_mismatches, 0, "{s:?}");
+    assert!(s.counters.gradients_verified >= 20, "{s:?}");
+    assert_eq!(s.counters.verification_mismatches, 0, "{s:?}");
     assert!(s.bans.is_empty(), "{s:?}");
 
     // Back to the CPU: the page says so, and the tab's answers are ordered again.
@@ -758,7 +822,7 @@ async fn two_tabs_train_on_the_gpu_path_and_are_never_flagged() {
     })
     .await;
     let s = status.borrow().clone();
-    assert_eq!(s.verification_mismatches, 0, "{s:?}");
+    assert_eq!(s.counters.verification_mismatches, 0, "{s:?}");
     first.close().await;
     second.close().await;
     stop(server).await;
@@ -792,7 +856,7 @@ async fn a_finished_run_thanks_its_tab_which_stops_computing() {
 /// flagged, while the validation loss falls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tab_trains_a_gpt_on_its_gpu_and_is_never_flagged() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     // A mismatch's reason, should one come, in the test's output.
     let _ = tracing_subscriber::fmt().with_env_filter("warn").try_init();
     let mut flags = crate::language::SMALL_GPT.to_vec();
@@ -824,11 +888,14 @@ async fn a_tab_trains_a_gpt_on_its_gpu_and_is_never_flagged() {
     println!(
         "a GPT on a tab's GPU: validation loss {before:.3} at round {:?}, {after:.3} at round \
          {:?}; {} answers verified, {} mismatches",
-        first.evaluated_round, s.evaluated_round, s.gradients_verified, s.verification_mismatches
+        first.evaluated_round,
+        s.evaluated_round,
+        s.counters.gradients_verified,
+        s.counters.verification_mismatches
     );
     assert!(after < before - 0.1, "the loss falls: {before} to {after}");
-    assert!(s.gradients_verified >= 40, "{s:?}");
-    assert_eq!(s.verification_mismatches, 0, "{s:?}");
+    assert!(s.counters.gradients_verified >= 40, "{s:?}");
+    assert_eq!(s.counters.verification_mismatches, 0, "{s:?}");
     assert!(s.worker_list.iter().all(|w| w.strikes == 0), "{s:?}");
     assert!(s.bans.is_empty(), "{s:?}");
     tab.close().await;
@@ -841,7 +908,7 @@ async fn a_tab_trains_a_gpt_on_its_gpu_and_is_never_flagged() {
 /// the model writes, and the loss curve from the run's first evaluation though it opened late.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tab_trains_a_gpt_and_its_page_shows_a_language_model() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let mut flags = crate::language::SMALL_GPT.to_vec();
     flags.extend([
         "--verify-fraction",
@@ -892,7 +959,7 @@ async fn a_tab_trains_a_gpt_and_its_page_shows_a_language_model() {
                 .any(|w| w.kind == "browser" && w.gradients >= 10)
     })
     .await;
-    assert_eq!(s.verification_mismatches, 0, "{s:?}");
+    assert_eq!(s.counters.verification_mismatches, 0, "{s:?}");
     assert!(s.worker_list.iter().all(|w| w.strikes == 0), "{s:?}");
     tab.close().await;
     stop(server).await;
@@ -903,10 +970,10 @@ async fn a_tab_trains_a_gpt_and_its_page_shows_a_language_model() {
 /// parameters) on the embedded Shakespeare to a validation loss of 2.0, with its defaults
 /// (AdamW, warm-up, clipping), and the page shows what the model writes. Prints the wall
 /// time (docs/BENCHMARKS.md).
-#[ignore = "T3, the long tier: scripts/test.sh runs it (--include-ignored)"]
+#[ignore = "a benchmark, not a test: bench/long-runs.sh gpt-tabs-2.0"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_tabs_train_a_gpt_to_a_validation_loss_of_2() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let server = start_server(&[
         "--model",
         "gpt",
@@ -950,5 +1017,5 @@ async fn two_tabs_train_a_gpt_to_a_validation_loss_of_2() {
         s.sample.as_ref().map(|w| &w.text)
     );
     assert!(summary.reached_target && loss <= 2.0, "{summary:?}");
-    assert_eq!(s.verification_mismatches, 0, "{s:?}");
+    assert_eq!(s.counters.verification_mismatches, 0, "{s:?}");
 }

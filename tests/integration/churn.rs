@@ -83,6 +83,6 @@ async fn a_dead_worker_does_not_stall_and_a_late_joiner_contributes() {
     })
     .await;
     assert_eq!(s.workers, 4);
-    assert_eq!(s.gradients_rejected, 0, "{s:?}");
+    assert_eq!(s.counters.gradients_rejected, 0, "{s:?}");
     stop(server).await;
 }

@@ -73,7 +73,7 @@ fn spawn_root(
 /// weights agree within rounding.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_edges_train_like_one_coordinator_with_the_same_six_workers() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let rounds = "12";
     // One coordinator, six workers.
     let single =
@@ -304,7 +304,7 @@ fn spawn_moving_worker(urls: Vec<String>) -> (tokio::task::JoinHandle<()>, Cance
 /// and training goes on. The edges are real processes of the real binary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_kill_9_of_an_edge_its_workers_move_and_training_goes_on() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let nats = NatsServer::start().await;
     let watch = observer(&nats.url).await;
     let (root, root_stop) = spawn_root(&nats.url, &["--edge-timeout", "5s"]);
@@ -430,7 +430,7 @@ fn field(line: &str, key: &str) -> u64 {
 /// none is lost), and the edges go on with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_kill_9_of_the_root_a_standby_continues_from_the_object_store() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let nats = NatsServer::start().await;
     let watch = observer(&nats.url).await;
     let (mut first, _) = spawn_root_process(&nats.url, "root-a", "holding the lease").await;
@@ -462,7 +462,7 @@ async fn after_kill_9_of_the_root_a_standby_continues_from_the_object_store() {
 /// lease and version, the edges send their partials again, and the run continues.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nats_server_restarted_on_its_store_loses_nothing() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let mut nats = NatsServer::start().await;
     let watch = observer(&nats.url).await;
     let (root, root_stop) = spawn_root(&nats.url, &["--edge-timeout", "5s"]);
@@ -489,7 +489,7 @@ async fn a_nats_server_restarted_on_its_store_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hostile_worker_is_handled_at_its_edge_and_the_others_never_see_it() {
     use crate::attacks::{spawn_attacker, Attack};
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let nats = NatsServer::start().await;
     let watch = observer(&nats.url).await;
     let (root, root_stop) = spawn_root(&nats.url, &["--min-edges", "2"]);
@@ -511,11 +511,11 @@ async fn a_hostile_worker_is_handled_at_its_edge_and_the_others_never_see_it() {
     let other = edges[1].status.borrow().clone();
     println!(
         "a ×1.01 cheat at edge-1: banned there at round {} ({} mismatches); edge-2: {} rejected, {} mismatches; root at version {version}",
-        banned.round, banned.verification_mismatches, other.gradients_rejected, other.verification_mismatches
+        banned.round, banned.counters.verification_mismatches, other.counters.gradients_rejected, other.counters.verification_mismatches
     );
-    assert_eq!(banned.verification_mismatches, 3, "{banned:?}");
-    assert_eq!(other.verification_mismatches, 0, "{other:?}");
-    assert_eq!(other.gradients_rejected, 0, "{other:?}");
+    assert_eq!(banned.counters.verification_mismatches, 3, "{banned:?}");
+    assert_eq!(other.counters.verification_mismatches, 0, "{other:?}");
+    assert_eq!(other.counters.gradients_rejected, 0, "{other:?}");
     assert!(other.bans.is_empty());
     assert_eq!(other.workers, 2, "edge-2 only ever had its own two");
     stop_attack.cancel();
@@ -533,7 +533,7 @@ async fn a_hostile_worker_is_handled_at_its_edge_and_the_others_never_see_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tab_trains_on_an_edge_and_every_edge_shows_the_whole_run() {
     use crate::browser::{page, Browser};
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let nats = NatsServer::start().await;
     let watch = observer(&nats.url).await;
     let (root, root_stop) = spawn_root(&nats.url, &["--min-edges", "2"]);
@@ -548,7 +548,7 @@ async fn a_tab_trains_on_an_edge_and_every_edge_shows_the_whole_run() {
             .any(|w| w.kind == "browser" && w.gradients >= 5)
     })
     .await;
-    assert_eq!(s.verification_mismatches, 0, "{s:?}");
+    assert_eq!(s.counters.verification_mismatches, 0, "{s:?}");
     let mut other = edges[1].status.clone();
     let seen = wait_status(&mut other, "edge-2 to see both edges", |s| {
         s.cluster
@@ -587,7 +587,7 @@ async fn a_tab_trains_on_an_edge_and_every_edge_shows_the_whole_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tab_moves_to_another_edge_when_its_edge_goes_away() {
     use crate::browser::{page, Browser};
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let nats = NatsServer::start().await;
     let watch = observer(&nats.url).await;
     let (root, root_stop) = spawn_root(&nats.url, &["--edge-timeout", "5s"]);
@@ -622,7 +622,7 @@ async fn a_tab_moves_to_another_edge_when_its_edge_goes_away() {
         "edge-1 stopped: its tab trained on edge-2 {:.1} s later; version {version}",
         gone.elapsed().as_secs_f64()
     );
-    assert_eq!(s.verification_mismatches, 0, "{s:?}");
+    assert_eq!(s.counters.verification_mismatches, 0, "{s:?}");
     tab.close().await;
     native.1.cancel();
     let _ = native.0.await;

@@ -11,7 +11,7 @@ const TOKEN: &str = "dashboard-test-token-42";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_the_run_live_and_steers_it() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let server = start_server(&["--admin-token", TOKEN, "--eval-interval", "5"]).await;
     let addr = server.addr;
     let mut status = server.status.clone();

@@ -315,12 +315,16 @@ async fn fine_tuning_the_last_layer_from_a_file_keeps_the_frozen_layer_bit_ident
     assert_eq!(&*s.model, "input 1x28x28; dense 128 frozen; relu; dense 10");
     // Every gradient recomputed: the workers rebuilt exactly the weights the coordinator
     // meant from `Frozen` (once) and the trained-only `Weights` (int8, each on its own).
-    assert!(s.gradients_verified >= 38, "{}", s.gradients_verified);
-    assert_eq!(s.verification_mismatches, 0);
+    assert!(
+        s.counters.gradients_verified >= 38,
+        "{}",
+        s.counters.gradients_verified
+    );
+    assert_eq!(s.counters.verification_mismatches, 0);
     // Once the shards and the frozen layer are out, weights carry the last layer only:
     // 1,290 values in int8, not 101,770 (about 103 kB a worker and round). Measured: about
     // 10 kB a round for both workers, a twentieth of the full weights.
-    let per_round = (s.bytes_out - early.bytes_out) / (s.round - early.round);
+    let per_round = (s.counters.bytes_out - early.counters.bytes_out) / (s.round - early.round);
     assert!(
         per_round < 2 * 103_000 / 10,
         "{per_round} bytes out a round"

@@ -77,7 +77,7 @@ fn state_json(checkpoint: &Path) -> serde_json::Value {
 /// stopped. The workers resume their identities, and the shard assignment is the saved one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_run_reaches_bit_identical_weights() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     fn flags<'a>(extra: &[&'a str]) -> Vec<&'a str> {
         EXACT.iter().copied().chain(extra.iter().copied()).collect()
     }
@@ -143,12 +143,12 @@ async fn a_resumed_run_reaches_bit_identical_weights() {
     let ids_after: BTreeSet<u32> = after.worker_list.iter().map(|w| w.id).collect();
     assert_eq!(ids_after, ids, "the workers kept their ids");
     assert_eq!(
-        after.resumed,
-        before.resumed + 2,
+        after.counters.resumed,
+        before.counters.resumed + 2,
         "both resumed with their tokens"
     );
     assert!(
-        after.gradients_accepted >= 40,
+        after.counters.gradients_accepted >= 40,
         "counters carried over: {after:?}"
     );
     let again = state_json(&dir.path().join("ckpt-000000000020"));
@@ -370,7 +370,7 @@ impl<W> Resumed<W> {
 #[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_kill_9_a_resumed_coordinator_continues_and_workers_come_back() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let mut run = kill_9_and_resume(|addr| {
         (0..2)
             .map(|_| reconnecting_worker(ws_url(addr)))

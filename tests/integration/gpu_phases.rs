@@ -32,7 +32,7 @@ const PHASES: [&str; 8] = [
 /// segments, none struck, while the validation loss falls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_gpu_tabs_behind_home_links_train_a_gpt_checked_by_segments() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let mut flags = crate::language::SMALL_GPT.to_vec();
     flags.extend(PHASES);
     flags.extend(["--eval-interval", "2"]);
@@ -45,9 +45,9 @@ async fn two_gpu_tabs_behind_home_links_train_a_gpt_checked_by_segments() {
 /// over a 10 Mbit/s link). Batches of 2 windows, as SwiftShader computes on the same two
 /// cores as everything else (a batch of 12 takes it 5 s alone).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "T3, the long tier: scripts/test.sh runs it (--include-ignored)"]
+#[ignore = "a benchmark, not a test: bench/long-runs.sh gpu-tabs-0.8m"]
 async fn two_gpu_tabs_behind_home_links_train_the_08m_gpt_checked_by_segments() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let mut flags = vec![
         "--model",
         "gpt",
@@ -65,7 +65,7 @@ async fn two_gpu_tabs_behind_home_links_train_the_08m_gpt_checked_by_segments() 
 /// where the coordinator's replay finds them near too. Batches of 8 images.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_gpu_tabs_behind_home_links_train_the_cnn_checked_by_segments() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let mut flags = vec![
         "--model",
         "cnn",
@@ -77,7 +77,7 @@ async fn two_gpu_tabs_behind_home_links_train_the_cnn_checked_by_segments() {
     flags.extend(PHASES);
     let s = gpu_tabs_train(&flags, 6, 12).await;
     // Their logs came with the revealed states (hashed with them) and were replayed.
-    assert!(s.branches_logged > 0, "{s:?}");
+    assert!(s.counters.branches_logged > 0, "{s:?}");
 }
 
 /// Two GPU tabs behind home links on a coordinator with `flags`, for `rounds` rounds after
@@ -106,7 +106,7 @@ async fn gpu_tabs_train(flags: &[&str], rounds: u64, checked: u64) -> server::St
     let started = std::time::Instant::now();
     let s = round_by_round(&mut status, "phases from the tabs' GPUs, checked", |s| {
         s.evaluated_round >= first.evaluated_round.map(|r| r + rounds)
-            && s.gradients_verified >= checked
+            && s.counters.gradients_verified >= checked
             && s.worker_list.len() == 2
     })
     .await;
@@ -121,10 +121,10 @@ async fn gpu_tabs_train(flags: &[&str], rounds: u64, checked: u64) -> server::St
         first.evaluated_round,
         s.evaluated_round,
         started.elapsed().as_secs_f64(),
-        s.gradients_verified,
-        s.verification_mismatches,
-        s.branches_logged,
-        s.branches_forced,
+        s.counters.gradients_verified,
+        s.counters.verification_mismatches,
+        s.counters.branches_logged,
+        s.counters.branches_forced,
         s.worker_list
             .iter()
             .map(|w| (
@@ -139,7 +139,7 @@ async fn gpu_tabs_train(flags: &[&str], rounds: u64, checked: u64) -> server::St
     // Every answer in the GPU's own order (`cores` 0): phases committed and challenged.
     assert!(s.worker_list.iter().all(|w| w.cores == 0), "{s:?}");
     assert!(after < before - 0.05, "the loss falls: {before} to {after}");
-    assert_eq!(s.verification_mismatches, 0, "{s:?}");
+    assert_eq!(s.counters.verification_mismatches, 0, "{s:?}");
     assert!(s.worker_list.iter().all(|w| w.strikes == 0), "{s:?}");
     assert!(s.bans.is_empty(), "{s:?}");
     for tab in tabs {
@@ -307,7 +307,7 @@ fn scaled(frames: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
 /// strike (each a mismatch naming the log), the honest one never struck, its logs replayed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_branch_log_is_banned_and_an_honest_one_replayed() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let mut flags = PHASES.to_vec();
     flags.extend(["--model", "cnn", "--max-rounds", "200", "--batch-size", "4"]);
     let mut swarm = swarm(&flags, 1).await;
@@ -315,7 +315,10 @@ async fn a_forged_branch_log_is_banned_and_an_honest_one_replayed() {
     let honest = spawn_gpu_cheat(swarm.addr(), GpuCheat::Honest, stop.clone());
     let forger = spawn_gpu_cheat(swarm.addr(), GpuCheat::ForgedLog, stop.clone());
     let s = swarm.wait_for("the ban", |s| !s.bans.is_empty()).await;
-    assert_eq!(s.verification_mismatches, 3, "three strikes: {s:?}");
+    assert_eq!(
+        s.counters.verification_mismatches, 3,
+        "three strikes: {s:?}"
+    );
     let s = swarm
         .wait_for("the honest workers verified", |s| {
             s.worker_list.len() == 2 && s.worker_list.iter().all(|w| w.verified > 1)
@@ -323,10 +326,16 @@ async fn a_forged_branch_log_is_banned_and_an_honest_one_replayed() {
         .await;
     println!(
         "a forged log: banned ({:?}); {} verified, {} mismatches, {} branches logged",
-        s.bans, s.gradients_verified, s.verification_mismatches, s.branches_logged
+        s.bans,
+        s.counters.gradients_verified,
+        s.counters.verification_mismatches,
+        s.counters.branches_logged
     );
     assert!(s.worker_list.iter().all(|w| w.strikes == 0), "{s:?}");
-    assert!(s.branches_logged > 0, "the honest GPU's logs: {s:?}");
+    assert!(
+        s.counters.branches_logged > 0,
+        "the honest GPU's logs: {s:?}"
+    );
     stop.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(10), forger).await;
     let _ = tokio::time::timeout(Duration::from_secs(10), honest).await;
@@ -339,7 +348,7 @@ async fn a_forged_branch_log_is_banned_and_an_honest_one_replayed() {
 /// GPU's phases each checked by segments.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cheats_on_a_gpus_committed_phases_are_banned() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     for cheat in [
         GpuCheat::ScaledAnswer,
         GpuCheat::SkippedStep,
@@ -355,9 +364,12 @@ async fn cheats_on_a_gpus_committed_phases_are_banned() {
         let s = swarm.wait_for("the ban", |s| !s.bans.is_empty()).await;
         println!(
             "{cheat:?}: banned at round {} ({:?}); {} verified, {} mismatches",
-            s.round, s.bans, s.gradients_verified, s.verification_mismatches
+            s.round, s.bans, s.counters.gradients_verified, s.counters.verification_mismatches
         );
-        assert_eq!(s.verification_mismatches, 3, "three strikes: {s:?}");
+        assert_eq!(
+            s.counters.verification_mismatches, 3,
+            "three strikes: {s:?}"
+        );
         let s = swarm
             .wait_for("the three honest workers verified", |s| {
                 s.worker_list.len() == 3 && s.worker_list.iter().all(|w| w.verified > 1)

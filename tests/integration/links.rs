@@ -37,7 +37,7 @@ async fn tabs_behind_home_links(
 /// exchange lets them (0.15 %), 95 % comes, and no honest phase is struck.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn native_workers_behind_home_links_train_with_local_steps_and_are_never_struck() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let flags = [
         "--min-workers",
         "2",
@@ -98,12 +98,12 @@ async fn native_workers_behind_home_links_train_with_local_steps_and_are_never_s
         wall.as_secs_f64(),
         s.worker_list.iter().map(|w| w.compute_share).collect::<Vec<_>>(),
         s.bytes_per_sample.unwrap_or_default(),
-        s.gradients_verified,
+        s.counters.gradients_verified,
     );
     assert!(summary.reached_target, "{summary:?}");
     assert!(longest > 50.0, "phases grew to the link: {longest}");
-    assert!(s.gradients_verified > 0);
-    assert_eq!(s.verification_mismatches, 0, "{s:?}");
+    assert!(s.counters.gradients_verified > 0);
+    assert_eq!(s.counters.verification_mismatches, 0, "{s:?}");
     assert!(s.bans.is_empty(), "{:?}", s.bans);
     // One pass over a shard is 125 steps of 0.2-1 ms against a 0.2 s round trip and
     // transfer; the first shard's download (3.1 MB at 10 Mbit/s) counts too.
@@ -115,7 +115,7 @@ async fn native_workers_behind_home_links_train_with_local_steps_and_are_never_s
 /// phases match, and each shows how much of its time it computes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tabs_behind_home_links_train_with_local_steps_and_are_never_struck() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let flags = [
         "--min-workers",
         "2",
@@ -178,8 +178,8 @@ async fn tabs_behind_home_links_train_with_local_steps_and_are_never_struck() {
         "{:?}",
         s.local_steps
     );
-    assert!(s.gradients_verified > 0);
-    assert_eq!(s.verification_mismatches, 0, "{s:?}");
+    assert!(s.counters.gradients_verified > 0);
+    assert_eq!(s.counters.verification_mismatches, 0, "{s:?}");
     assert!(s.bans.is_empty(), "{:?}", s.bans);
     first.close().await;
     second.close().await;
@@ -192,10 +192,10 @@ async fn tabs_behind_home_links_train_with_local_steps_and_are_never_struck() {
 /// exchange). With one pass over a shard per phase the CNN hovers between 97.6 % and 98 %
 /// before it reaches 98 % (2 native workers: round 30, 43 s), too close to the edge for a
 /// test whose every round takes seconds.
-#[ignore = "T3, the long tier: scripts/test.sh runs it (--include-ignored)"]
+#[ignore = "a benchmark, not a test: bench/long-runs.sh cnn-tabs-home-97.5"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_tabs_behind_home_links_train_the_cnn_to_97_5_percent_with_local_steps() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let flags = [
         "--model",
         "cnn",
@@ -252,8 +252,14 @@ async fn two_tabs_behind_home_links_train_the_cnn_to_97_5_percent_with_local_ste
         s.worker_list.iter().map(|w| w.compute_share).collect::<Vec<_>>(),
     );
     assert!(summary.reached_target, "{summary:?}");
-    assert_eq!(s.verification_mismatches, 0, "honest tabs are never struck");
-    assert!(s.gradients_verified >= 2 * summary.rounds - 2, "{s:?}");
+    assert_eq!(
+        s.counters.verification_mismatches, 0,
+        "honest tabs are never struck"
+    );
+    assert!(
+        s.counters.gradients_verified >= 2 * summary.rounds - 2,
+        "{s:?}"
+    );
     assert!(s
         .worker_list
         .iter()
@@ -269,10 +275,10 @@ async fn two_tabs_behind_home_links_train_the_cnn_to_97_5_percent_with_local_ste
 /// writes: the wall time, beside `browser::two_tabs_train_a_gpt_to_a_validation_loss_of_2`
 /// (loopback, one step per exchange). `--local-steps auto` is given because the coordinator
 /// listens on loopback here (behind the proxies), where a GPT's default is one step.
-#[ignore = "T3, the long tier: scripts/test.sh runs it (--include-ignored)"]
+#[ignore = "a benchmark, not a test: bench/long-runs.sh gpt-tabs-home-2.0"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_tabs_behind_home_links_train_a_gpt_to_a_validation_loss_of_2() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let flags = [
         "--model",
         "gpt",
@@ -336,11 +342,14 @@ async fn two_tabs_behind_home_links_train_a_gpt_to_a_validation_loss_of_2() {
             .iter()
             .map(|w| w.compute_share)
             .collect::<Vec<_>>(),
-        s.gradients_verified,
+        s.counters.gradients_verified,
     );
     assert!(summary.reached_target && loss <= 2.0, "{summary:?}");
-    assert_eq!(s.verification_mismatches, 0, "honest tabs are never struck");
-    assert!(s.gradients_verified > 0, "{s:?}");
+    assert_eq!(
+        s.counters.verification_mismatches, 0,
+        "honest tabs are never struck"
+    );
+    assert!(s.counters.gradients_verified > 0, "{s:?}");
     assert!(
         s.local_steps.is_some_and(|h| h >= 16.0),
         "{:?}",

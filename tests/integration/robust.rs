@@ -42,7 +42,7 @@ fn spawn_frozen(addr: std::net::SocketAddr) -> CancellationToken {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_worker_costs_a_few_deadlines_then_is_skipped() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     const FLAGS: &[&str] = &[
         "--round-timeout",
         "0.2",
@@ -67,7 +67,7 @@ async fn a_frozen_worker_costs_a_few_deadlines_then_is_skipped() {
     let s = wait_status(&mut status, "it to be skipped", |s| s.skipped_workers == 1).await;
     let skipped_after = started.elapsed();
     assert_eq!(
-        s.deadline_closes, 2,
+        s.counters.deadline_closes, 2,
         "two missed deadlines, then skipped: {s:?}"
     );
     let with_straggler = rounds_per_s(&mut status, 20, 620).await;
@@ -75,7 +75,7 @@ async fn a_frozen_worker_costs_a_few_deadlines_then_is_skipped() {
     println!(
         "straggler: {baseline:.0} rounds/s without, {with_straggler:.0} with (skipped after {:.2} s); \
          late {}, stale {}, duplicate {}, deadline closes {}",
-        skipped_after.as_secs_f64(), s.late, s.stale_rejected, s.duplicate_rejected, s.deadline_closes
+        skipped_after.as_secs_f64(), s.counters.late, s.counters.stale_rejected, s.counters.duplicate_rejected, s.counters.deadline_closes
     );
     assert!(
         with_straggler >= 0.8 * baseline,
@@ -84,8 +84,8 @@ async fn a_frozen_worker_costs_a_few_deadlines_then_is_skipped() {
     assert_eq!(s.workers, 5, "the frozen tab answers pings: slow, not dead");
     // Every accepted gradient is in exactly one round: applied ones, or the open one.
     assert_eq!(
-        s.answered_total + s.round_answered as u64,
-        s.gradients_accepted,
+        s.counters.answered_total + s.round_answered as u64,
+        s.counters.gradients_accepted,
         "{s:?}"
     );
     frozen.cancel();
@@ -94,7 +94,7 @@ async fn a_frozen_worker_costs_a_few_deadlines_then_is_skipped() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn churn_for_200_rounds_stalls_nothing_and_counts_nothing_twice() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     const WORKERS: usize = 10;
     let server = start_server(&["--max-rounds", "200", "--round-timeout", "2"]).await;
     let mut status = server.status.clone();
@@ -155,13 +155,13 @@ async fn churn_for_200_rounds_stalls_nothing_and_counts_nothing_twice() {
         }
         // Every resume reaches the coordinator before the next churn.
         let s = wait_status(&mut status, "the resumes", |s| {
-            s.resumed >= resumes || s.state == server::status::State::Done
+            s.counters.resumed >= resumes || s.state == server::status::State::Done
         })
         .await;
         if s.state == server::status::State::Done {
             break s;
         }
-        assert_eq!(s.resumed, resumes, "{s:?}");
+        assert_eq!(s.counters.resumed, resumes, "{s:?}");
         confirmed = resumes;
     };
     let elapsed = started.elapsed();
@@ -171,20 +171,23 @@ async fn churn_for_200_rounds_stalls_nothing_and_counts_nothing_twice() {
     println!(
         "churn: 200 rounds in {:.1} s ({:.0} rounds/s), {disconnects} disconnects, {resumes} resumes \
          (coordinator saw {}), accuracy {:?}; late {}, stale {}, duplicate {}, deadline closes {}",
-        elapsed.as_secs_f64(), 200.0 / elapsed.as_secs_f64(), done.resumed, summary.test_accuracy,
-        done.late, done.stale_rejected, done.duplicate_rejected, done.deadline_closes
+        elapsed.as_secs_f64(), 200.0 / elapsed.as_secs_f64(), done.counters.resumed, summary.test_accuracy,
+        done.counters.late, done.counters.stale_rejected, done.counters.duplicate_rejected, done.counters.deadline_closes
     );
     assert_eq!(summary.rounds, 200);
     // Nothing counted twice: every accepted gradient is in exactly one applied round, and no
     // honest worker ever had a gradient refused as a duplicate.
-    assert_eq!(done.answered_total, done.gradients_accepted, "{done:?}");
-    assert_eq!(done.duplicate_rejected, 0);
+    assert_eq!(
+        done.counters.answered_total, done.counters.gradients_accepted,
+        "{done:?}"
+    );
+    assert_eq!(done.counters.duplicate_rejected, 0);
     assert!(resumes >= 10, "the churn resumed identities: {resumes}");
     // Every resume up to the last churn was confirmed by the coordinator's count. Only the
     // last churn's (at most 2) may be missing: if the 200th round ended the run while they
     // were connecting, they were refused because training was done.
     assert!(
-        (confirmed..=resumes).contains(&done.resumed) && resumes - confirmed <= 2,
+        (confirmed..=resumes).contains(&done.counters.resumed) && resumes - confirmed <= 2,
         "{resumes} resumes sent, {confirmed} confirmed: {done:?}"
     );
     assert!(
@@ -198,7 +201,7 @@ async fn churn_for_200_rounds_stalls_nothing_and_counts_nothing_twice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_mode_with_a_5x_slower_worker_reaches_93_percent() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     // A fast worker's cycle here is ~2 ms (gradient + round trip); the slow one adds 10 ms.
     let started = Instant::now();
     let swarm = swarm_with(
@@ -228,22 +231,22 @@ async fn async_mode_with_a_5x_slower_worker_reaches_93_percent() {
         summary.test_accuracy,
         started.elapsed().as_secs_f64(),
         summary.rounds as f64 / started.elapsed().as_secs_f64(),
-        s.late,
-        s.stale_rejected,
-        s.duplicate_rejected
+        s.counters.late,
+        s.counters.stale_rejected,
+        s.counters.duplicate_rejected
     );
     assert!(summary.reached_target, "{summary:?}");
     assert!(
-        s.stale_rejected > 0,
+        s.counters.stale_rejected > 0,
         "the slow worker's gradients beyond S are rejected and counted: {s:?}"
     );
-    assert_eq!(s.answered_total, s.gradients_accepted);
+    assert_eq!(s.counters.answered_total, s.counters.gradients_accepted);
     assert_eq!(s.mode, "async");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hogwild_converges_on_the_default_model() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let started = Instant::now();
     let swarm = swarm(
         &[
@@ -346,7 +349,7 @@ async fn a_reconnect_with_the_token_keeps_id_and_shard() {
         }
     };
     assert_eq!(again_shard, shard, "same shard after the resume");
-    let s = wait_status(&mut status, "the resume", |s| s.resumed == 1).await;
+    let s = wait_status(&mut status, "the resume", |s| s.counters.resumed == 1).await;
     let mine = |list: &[server::status::WorkerStatus]| list.iter().find(|w| w.id == id.0).cloned();
     let (was, is) = (
         mine(&before).expect("listed"),
@@ -361,7 +364,7 @@ async fn a_reconnect_with_the_token_keeps_id_and_shard() {
 /// Prints the accuracy after a fixed number of rounds for each, for the README's table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compressed_workers_train_the_default_model() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let mut accuracy = Vec::new();
     for compression in [
         protocol::Compression::None,

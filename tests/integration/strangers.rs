@@ -166,45 +166,22 @@ fn little_is_enough(a: &mut [f32], b: &mut [f32], z: f32) {
     }
 }
 
-/// `rounds` rounds of six honest native workers and the two colluders (or none), coordinator
-/// flags `flags`: what the group did, the final status, and the mean test accuracy of the
-/// evaluations from `from_round` on. Asserts that every honest worker ended only at the
-/// coordinator's shutdown.
-async fn train(
-    flags: &[&str],
-    colluders: bool,
-    rounds: u64,
-    from_round: u64,
-) -> (Collusion, server::Status, f64) {
+/// `rounds` rounds of six honest native workers and the two colluders, coordinator flags
+/// `flags`: what the group did and the final status. Asserts that every honest worker ended
+/// only at the coordinator's shutdown. (What colluders cost the model over 400 rounds is
+/// measured in virtual time: `sim`'s `colluders_who_come_back_fresh_cost_at_most_a_point`.)
+async fn train(flags: &[&str], rounds: u64) -> (Collusion, server::Status) {
     let rounds_flag = rounds.to_string();
     let mut all = vec!["--min-workers", "6", "--max-rounds", &rounds_flag];
     all.extend(flags);
     let swarm = swarm(&all, 6).await;
     let stop = CancellationToken::new();
-    let group = colluders.then(|| spawn_collusion(swarm.addr(), 1.0, stop.clone()));
-    let watch = {
-        let mut status = swarm.status.clone();
-        tokio::spawn(async move {
-            let mut evaluations = std::collections::BTreeMap::new();
-            while status.changed().await.is_ok() {
-                let s = status.borrow().clone();
-                if let (Some(r), Some(a)) = (s.evaluated_round, s.test_accuracy) {
-                    if r >= from_round {
-                        evaluations.insert(r, a);
-                    }
-                }
-            }
-            evaluations
-        })
-    };
+    let group = spawn_collusion(swarm.addr(), 1.0, stop.clone());
     let status = swarm.status.clone();
     let (summary, workers) = swarm.finish("training among colluders").await;
     assert_eq!(summary.rounds, rounds);
     stop.cancel();
-    let tally = match group {
-        Some(group) => guard("colluders end", group).await.expect("task"),
-        None => Collusion::default(),
-    };
+    let tally = guard("colluders end", group).await.expect("task");
     for task in workers {
         let (ended, _) = guard("honest worker end", task).await.expect("task");
         assert!(
@@ -212,14 +189,8 @@ async fn train(
             "an honest worker ended: {ended:?}"
         );
     }
-    let evaluations = watch.await.expect("watch");
-    assert!(
-        !evaluations.is_empty(),
-        "no evaluation from round {from_round}"
-    );
-    let accuracy = evaluations.values().sum::<f64>() / evaluations.len() as f64;
     let s = status.borrow().clone();
-    (tally, s, accuracy)
+    (tally, s)
 }
 
 /// Default flags: a fresh identity is on probation, so every poisoned answer is recomputed
@@ -228,8 +199,8 @@ async fn train(
 /// poisoned answers count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn colluders_who_come_back_fresh_get_nothing_in_while_on_probation() {
-    let _heavy = HEAVY.lock().await;
-    let (group, s, _) = train(&[], true, 60, 0).await;
+    let _heavy = heavy().await;
+    let (group, s) = train(&[], 60).await;
     println!("default flags, 60 rounds: {group:?}; {} bans", s.bans.len());
     assert!(group.poisoned >= 10, "{group:?}");
     assert!(group.identities >= 4, "banned and back: {group:?}");
@@ -237,35 +208,17 @@ async fn colluders_who_come_back_fresh_get_nothing_in_while_on_probation() {
     let refused = group.mismatches + group.banned;
     assert!(refused + 2 >= group.poisoned, "{group:?}: some counted");
     // The coordinator counted each of them (a refusal sent as it stopped may not be read).
-    let counted = s.verification_mismatches;
+    let counted = s.counters.verification_mismatches;
     assert!(
         (refused..=refused + 2).contains(&counted),
         "{counted}: {s:?}"
     );
-    assert!(s.probation_checks >= refused, "{s:?}");
+    assert!(s.counters.probation_checks >= refused, "{s:?}");
 
-    let (group, s, _) = train(&["--probation", "0"], true, 60, 0).await;
+    let (group, s) = train(&["--probation", "0"], 60).await;
     println!("--probation 0, 60 rounds: {group:?}");
     assert!(
         group.poisoned > 4 * (group.mismatches + group.banned + 1),
         "before probation, most poisoned answers counted: {group:?}, {s:?}"
     );
-}
-
-/// Default flags, 400 rounds: the colluders cost at most 1 point of accuracy against the six
-/// honest workers alone (mean of the evaluations from round 300).
-#[ignore = "T3, the long tier: scripts/test.sh runs it (--include-ignored)"]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn colluders_who_come_back_fresh_cost_at_most_a_point() {
-    let _heavy = HEAVY.lock().await;
-    let (_, _, clean) = train(&[], false, 400, 300).await;
-    let (group, s, attacked) = train(&[], true, 400, 300).await;
-    println!(
-        "6 honest: {:.2} %; with 2 colluders (z = 1) coming back fresh: {:.2} % ({:+.2} points); {group:?}; {} bans",
-        clean * 100.0,
-        attacked * 100.0,
-        (attacked - clean) * 100.0,
-        s.bans.len()
-    );
-    assert!(attacked >= clean - 0.01, "{attacked} against {clean}");
 }

@@ -105,7 +105,11 @@ async fn a_native_worker_trains_over_wss_trusting_a_private_ca() {
         }));
     }
     wait_status(&mut status, "rounds over wss", |s| s.round >= 5).await;
-    assert_eq!(status.borrow().sessions_rejected, 0, "no honest refusal");
+    assert_eq!(
+        status.borrow().counters.sessions_rejected,
+        0,
+        "no honest refusal"
+    );
 
     // https: the API answers, from a client that trusts the same CA.
     let body = https_get(&pki, port, "/api/status").await;

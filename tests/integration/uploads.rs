@@ -82,8 +82,8 @@ async fn a_third_gradient_waits_for_a_slot_and_then_counts() {
     // B finishes: the round closes with all three.
     workers[1].send(rest_b).await;
     let s = wait_status(&mut status, "the round", |s| s.round >= 1).await;
-    assert_eq!(s.gradients_accepted, 3);
-    assert_eq!(s.gradients_rejected, 0);
+    assert_eq!(s.counters.gradients_accepted, 3);
+    assert_eq!(s.counters.gradients_rejected, 0);
     until_gauge(addr, "crowdtrain_upload_slots_free", 2.0).await;
     server.shutdown.cancel();
 }
@@ -137,7 +137,10 @@ async fn one_address_cannot_keep_the_others_gradients_out() {
     until_gauge(addr, "crowdtrain_uploads_waiting", 0.0).await;
     workers[1].send(rest_second).await;
     let s = wait_status(&mut status, "the round", |s| s.round >= 1).await;
-    assert_eq!((s.gradients_accepted, s.gradients_rejected), (3, 0));
+    assert_eq!(
+        (s.counters.gradients_accepted, s.counters.gradients_rejected),
+        (3, 0)
+    );
     until_gauge(addr, "crowdtrain_upload_slots_free", 2.0).await;
     server.shutdown.cancel();
 }

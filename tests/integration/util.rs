@@ -22,8 +22,32 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tokio_util::sync::CancellationToken;
 
 /// Held by tests whose figures (rounds/s) would be skewed by other heavy tests running at
-/// the same time on this 2-core machine.
-pub static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// the same time on this 2-core machine: an exclusive lock on a file in the tests' target
+/// folder, so that it holds across processes (cargo-nextest runs each test in its own) as
+/// well as across the threads of one test binary. Released when dropped.
+pub async fn heavy() -> HeavyGuard {
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("heavy-tests.lock");
+    let file = tokio::task::spawn_blocking(move || {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+        file.lock()
+            .unwrap_or_else(|e| panic!("lock {}: {e}", path.display()));
+        file
+    })
+    .await
+    .expect("the lock's thread");
+    HeavyGuard { _file: file }
+}
+
+/// The heavy tests' lock, held while it lives (see [`heavy`]).
+#[derive(Debug)]
+pub struct HeavyGuard {
+    _file: std::fs::File,
+}
 
 /// Upper bound on any single wait: a guard against hangs, never a synchronisation device.
 pub const GUARD: Duration = Duration::from_secs(120);
@@ -508,10 +532,13 @@ pub async fn spawn_coordinator_with(
 pub fn assert_never_flagged(who: &str, s: &Status, rounds: u64, workers: u64, expected: u64) {
     println!(
         "{who}: verified {} gradients over {rounds} rounds, {} mismatches",
-        s.gradients_verified, s.verification_mismatches
+        s.counters.gradients_verified, s.counters.verification_mismatches
     );
     assert_eq!(rounds, expected);
-    assert_eq!(s.verification_mismatches, 0, "{s:?}");
-    assert!(s.gradients_verified >= workers * (expected - 1), "{s:?}");
+    assert_eq!(s.counters.verification_mismatches, 0, "{s:?}");
+    assert!(
+        s.counters.gradients_verified >= workers * (expected - 1),
+        "{s:?}"
+    );
     assert!(s.bans.is_empty(), "{s:?}");
 }
