@@ -86,7 +86,7 @@ impl EvalJob {
 #[derive(Debug)]
 pub enum Due {
     /// Nothing runs: it runs now.
-    Run(EvalJob),
+    Run(Box<EvalJob>),
     /// It waits for the one running.
     Waits,
     /// It waits for the one running, in place of this older version's, which will not run.
@@ -106,7 +106,7 @@ impl Evaluations {
     pub fn due(&mut self, job: EvalJob) -> Due {
         if self.running.is_none() {
             self.running = Some(job.version);
-            Due::Run(job)
+            Due::Run(Box::new(job))
         } else {
             match self.waiting.replace(job) {
                 Some(older) => Due::Replaced(older.version),
@@ -127,10 +127,8 @@ impl Evaluations {
             return (false, None);
         }
         self.running = None;
-        let next = self.waiting.take().map(|job| {
-            self.running = Some(job.version);
-            job
-        });
+        let next = self.waiting.take();
+        self.running = next.as_ref().map(|job| job.version);
         (true, next)
     }
 }

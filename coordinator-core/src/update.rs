@@ -53,7 +53,7 @@ impl Coordinator {
                 let job = self.trainer.evaluation_job();
                 let job = job.with_prompt(self.writer.as_ref().map(|w| w.prompt.clone()));
                 match self.evaluations.due(job) {
-                    Due::Run(job) => self.outputs.push_back(Output::Evaluate(job)),
+                    Due::Run(job) => self.outputs.push_back(Output::Evaluate(*job)),
                     Due::Waits => {}
                     Due::Replaced(older) => {
                         debug!(

@@ -96,7 +96,7 @@ impl Checkpoint {
                 .map(|&ns| Duration::from_nanos(ns))
                 .collect(),
             norm_history: run.norm_history,
-            counters: run.counters.into(),
+            counters: run.counters,
             bans: run.bans.into(),
             evaluation: run
                 .evaluation
