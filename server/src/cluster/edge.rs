@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::wire::{self, WeightsAssembler};
-use super::{ClusterError, Nats, EDGE_PREFIX, TICK};
+use super::{last_words, unless_shut, ClusterError, Nats, EDGE_PREFIX, TICK};
 use crate::coordinator::CoordinatorHandle;
 
 /// What an edge says about itself in its lease (and so what the root and the other edges'
@@ -55,12 +55,15 @@ impl EdgeLink {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         info!(edge = %self.name, "edge: waiting for the root's weights");
+        let shutdown = self.shutdown.clone();
         loop {
             tokio::select! {
-                () = self.shutdown.cancelled() => break,
+                () = shutdown.cancelled() => break,
                 partial = self.partials.recv() => match partial {
                     Some(partial) => {
-                        self.publish(&partial).await;
+                        if unless_shut(&shutdown, self.publish(&partial)).await.is_none() {
+                            break;
+                        }
                         state.pending = Some(partial);
                     }
                     None => break,
@@ -71,28 +74,39 @@ impl EdgeLink {
                         .and_then(|chunk| assembler.add(chunk));
                     match whole {
                         Ok(Some((epoch, version, params))) => {
-                            self.weights(&mut state, epoch, version, params).await;
+                            let adopted = self.weights(&mut state, epoch, version, params);
+                            if unless_shut(&shutdown, adopted).await.is_none() {
+                                break;
+                            }
                         }
                         Ok(None) => {}
                         Err(e) => warn!(error = %e, "a message on the weights subject was refused"),
                     }
                 }
-                _ = tick.tick() => self.tick(&mut state).await,
+                _ = tick.tick() => {
+                    if unless_shut(&shutdown, self.tick(&mut state)).await.is_none() {
+                        break;
+                    }
+                }
                 // Workers or none, now rather than at the next tick: the root waits for
                 // the partials of edges with workers only.
                 Ok(()) = self.status.changed() => {
                     let working = self.status.borrow().workers > 0;
-                    if state.working != Some(working) {
-                        self.renew_lease(&mut state).await;
+                    if state.working != Some(working)
+                        && unless_shut(&shutdown, self.renew_lease(&mut state)).await.is_none()
+                    {
+                        break;
                     }
                 }
             }
         }
-        let _ = self
-            .nats
-            .leases
-            .delete(format!("{EDGE_PREFIX}{}", self.name))
-            .await;
+        // The lease handed back at once rather than after it expires: within a second, or
+        // not at all when NATS is gone.
+        let lease = format!("{EDGE_PREFIX}{}", self.name);
+        last_words("edge: the lease", async {
+            let _ = self.nats.leases.delete(lease).await;
+        })
+        .await;
         Ok(())
     }
 

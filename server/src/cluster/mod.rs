@@ -38,6 +38,31 @@ pub const TICK: Duration = Duration::from_secs(2);
 /// root holds at most 32 MiB of partials it has not read yet.
 pub const SUBSCRIPTION_CAPACITY: usize = 64;
 
+/// How long a role's last words to NATS may take on its way out (the root's last version
+/// stored, a lease handed back): Ctrl-C and SIGTERM stop every role within about two
+/// seconds, whether NATS answers or not.
+pub const LAST_WORDS: Duration = Duration::from_secs(1);
+
+/// `work`, unless `shutdown` comes first (`None`): every NATS call in a role's loop goes
+/// through here, so that a NATS that does not answer never holds a stop up.
+pub async fn unless_shut<T>(
+    shutdown: &tokio_util::sync::CancellationToken,
+    work: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    tokio::select! {
+        biased;
+        () = shutdown.cancelled() => None,
+        done = work => Some(done),
+    }
+}
+
+/// `work` within [`LAST_WORDS`]; `what` is logged if it does not finish in time.
+pub async fn last_words(what: &str, work: impl std::future::Future<Output = ()>) {
+    if tokio::time::timeout(LAST_WORDS, work).await.is_err() {
+        tracing::warn!("{what}: NATS did not answer within {LAST_WORDS:?}; stopping without it");
+    }
+}
+
 /// The run and role this process takes in a cluster.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClusterConfig {

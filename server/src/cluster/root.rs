@@ -21,7 +21,10 @@ use tracing::{debug, info, warn};
 
 use super::edge::{live_edges, EdgeLease};
 use super::wire::{self, Assembler, Version};
-use super::{ClusterConfig, ClusterError, Nats, EDGE_PREFIX, LATEST, ROOT_KEY, TICK, VERSION_KEY};
+use super::{
+    last_words, unless_shut, ClusterConfig, ClusterError, Nats, EDGE_PREFIX, LATEST, ROOT_KEY,
+    TICK, VERSION_KEY,
+};
 use crate::config::Config;
 use async_nats::jetstream::kv;
 
@@ -49,7 +52,7 @@ pub async fn run(
         .map_err(|e| setup(&e))?
         .stepping(config.lr_schedule, config.clip_norm);
     let nats = Nats::connect(&cluster).await?;
-    let Some(mut revision) = take_lease(&nats, &cluster.name, &shutdown).await? else {
+    let Some(revision) = take_lease(&nats, &cluster.name, &shutdown).await? else {
         return Ok(RootSummary {
             version: root.version(),
             test_accuracy: None,
@@ -68,11 +71,6 @@ pub async fn run(
         }
         None => info!("root: starting at version 0"),
     }
-    // This root's epoch: its lease's first revision, which only grows in the bucket.
-    let epoch = revision;
-    // Not yet published (NATS unreachable): tried again at each tick.
-    let mut unpublished = publish(&nats, epoch, weights_of(epoch, &root)).await.err();
-    let mut heard = false;
     let mut partials = nats
         .client
         .subscribe(nats.partials.clone())
@@ -81,7 +79,6 @@ pub async fn run(
             what: "subscribing to partials",
             error: e.to_string(),
         })?;
-    let mut assembler = Assembler::new(root.net().trainable_count(), root.version());
     // The live edges: every lease put shows at once (a watch); an expired one is noticed
     // at the next tick's listing.
     let mut leases = nats
@@ -92,114 +89,239 @@ pub async fn run(
             what: "watching the edges' leases",
             error: e.to_string(),
         })?;
-    // Every edge with a lease (a new one is sent the weights at once), and those with
-    // workers, whose partials a round waits for.
-    let (mut known, mut live) = edge_sets(&nats).await;
+    let mut rounds = Rounds::start(config, cluster, shutdown, nats, root, revision).await;
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut deadline: Option<Instant> = None;
-    let (mut closed, mut accuracy) = (0u64, None);
-    let done = |version: u64| config.max_rounds.is_some_and(|max| version >= max);
-    while !done(root.version()) {
-        tokio::select! {
-            () = shutdown.cancelled() => break,
-            message = partials.next() => {
-                let Some(message) = message else { break };
-                let chunk = match wire::decode_chunk(&message.payload) {
-                    Ok(chunk) => chunk,
-                    Err(e) => {
-                        warn!(error = %e, "root: a message on the partials subject was not a partial");
-                        continue;
-                    }
-                };
-                match assembler.add(chunk) {
-                    Ok(Some((edge, partial))) => {
-                        let round = partial.round;
-                        let before = root.received();
-                        match root.partial(&edge, partial) {
-                            Ok(()) => {
-                                debug!(%edge, round, "root: partial");
-                                // An edge's first partial this round is progress; one sent
-                                // again is not.
-                                heard |= root.received() > before;
-                                live.insert(edge);
-                                deadline.get_or_insert_with(|| Instant::now() + cluster.edge_timeout);
-                            }
-                            Err(e) => warn!(%edge, error = %e, "root: partial refused"),
-                        }
-                    }
-                    Ok(None) => {}
-                    // An old round's chunk (an edge sending again): nothing to do.
-                    Err(e) => debug!(error = %e, "root: chunk dropped"),
+    let shutdown = rounds.shutdown.clone();
+    while !rounds.done() {
+        let go_on = tokio::select! {
+            () = shutdown.cancelled() => false,
+            message = partials.next() => match message {
+                Some(message) => {
+                    rounds.partial(&message.payload);
+                    true
                 }
+                None => false,
+            },
+            entry = leases.next() => match entry {
+                Some(Ok(entry)) => rounds.lease(&entry).await,
+                _ => true,
+            },
+            _ = tick.tick() => rounds.tick().await?,
+            () = sleep_until(rounds.deadline) => {
+                rounds.edge_timeout();
+                true
             }
-            entry = leases.next() => {
-                let Some(Ok(entry)) = entry else { continue };
-                let name = entry.key.trim_start_matches(EDGE_PREFIX).to_owned();
-                let lease = serde_json::from_slice::<EdgeLease>(&entry.value).ok();
-                match lease.filter(|_| entry.operation == kv::Operation::Put) {
-                    None => {
-                        known.remove(&name);
-                        live.remove(&name);
-                    }
-                    Some(lease) => {
-                        // Rounds wait only for edges with workers: one with none sends no
-                        // partial.
-                        if lease.workers > 0 {
-                            live.insert(name.clone());
-                        } else {
-                            live.remove(&name);
-                        }
-                        if known.insert(name) {
-                            // A new edge: the current weights at once, rather than at a tick.
-                            unpublished = publish(&nats, epoch, weights_of(epoch, &root)).await.err();
-                        }
-                    }
-                }
-            }
-            _ = tick.tick() => {
-                revision = renew(&nats, &cluster.name, revision).await?;
-                // Nothing came since the last tick: the weights again (an edge missed them,
-                // or joined since), as a retry when they could not go at all.
-                if unpublished.is_some() || !std::mem::take(&mut heard) {
-                    unpublished = publish(&nats, epoch, weights_of(epoch, &root)).await.err();
-                }
-                if let Some(e) = &unpublished {
-                    warn!(version = root.version(), error = %e, "root: the version is not published yet; trying again");
-                } else {
-                    (known, live) = edge_sets(&nats).await;
-                }
-            }
-            () = sleep_until(deadline) => {
-                if root.received() >= cluster.min_edges {
-                    info!(round = root.version(), received = root.received(), live = live.len(), "root: edge timeout; closing with the partials received");
-                } else {
-                    // Too few for a round: wait on, as a coordinator extends a round without
-                    // its quorum.
-                    deadline = Some(Instant::now() + cluster.edge_timeout);
-                }
-            }
+        };
+        if !go_on || !rounds.close_if_due().await {
+            break;
         }
-        let due = deadline.is_some_and(|d| Instant::now() >= d);
-        let enough = root.received() >= cluster.min_edges;
-        if !(root.complete(&live, cluster.min_edges) || due && enough) {
-            continue;
+    }
+    Ok(rounds.finish().await)
+}
+
+/// The root's rounds once it holds the lease: what it knows of the edges, the partials of
+/// the round under way, and what it has published.
+struct Rounds {
+    config: Config,
+    cluster: ClusterConfig,
+    shutdown: CancellationToken,
+    nats: Nats,
+    root: Root,
+    /// This root's epoch: its lease's first revision, which only grows in the bucket.
+    epoch: u64,
+    revision: u64,
+    /// Not yet published (NATS unreachable): tried again at each tick.
+    unpublished: Option<ClusterError>,
+    /// A partial came since the last tick.
+    heard: bool,
+    assembler: Assembler,
+    /// Every edge with a lease (a new one is sent the weights at once), and those with
+    /// workers, whose partials a round waits for.
+    known: BTreeSet<String>,
+    live: BTreeSet<String>,
+    /// When the round under way closes without the partials still missing.
+    deadline: Option<Instant>,
+    closed: u64,
+    accuracy: Option<f64>,
+}
+
+impl Rounds {
+    /// The current weights published, and the edges listed.
+    async fn start(
+        config: Config,
+        cluster: ClusterConfig,
+        shutdown: CancellationToken,
+        nats: Nats,
+        root: Root,
+        revision: u64,
+    ) -> Self {
+        let epoch = revision;
+        let unpublished = publish(&nats, epoch, weights_of(epoch, &root)).await.err();
+        let assembler = Assembler::new(root.net().trainable_count(), root.version());
+        let (known, live) = edge_sets(&nats).await;
+        Self {
+            config,
+            cluster,
+            shutdown,
+            nats,
+            root,
+            epoch,
+            revision,
+            unpublished,
+            heard: false,
+            assembler,
+            known,
+            live,
+            deadline: None,
+            closed: 0,
+            accuracy: None,
         }
-        let Some(round) = root.close() else { continue };
-        deadline = None;
-        heard = true;
-        closed += 1;
+    }
+
+    /// `--max-rounds` reached.
+    fn done(&self) -> bool {
+        let version = self.root.version();
+        self.config.max_rounds.is_some_and(|max| version >= max)
+    }
+
+    /// A chunk of a partial came on the partials subject.
+    fn partial(&mut self, payload: &[u8]) {
+        let chunk = match wire::decode_chunk(payload) {
+            Ok(chunk) => chunk,
+            Err(e) => {
+                warn!(error = %e, "root: a message on the partials subject was not a partial");
+                return;
+            }
+        };
+        match self.assembler.add(chunk) {
+            Ok(Some((edge, partial))) => {
+                let round = partial.round;
+                let before = self.root.received();
+                match self.root.partial(&edge, partial) {
+                    Ok(()) => {
+                        debug!(%edge, round, "root: partial");
+                        // An edge's first partial this round is progress; one sent again
+                        // is not.
+                        self.heard |= self.root.received() > before;
+                        self.live.insert(edge);
+                        let timeout = self.cluster.edge_timeout;
+                        self.deadline
+                            .get_or_insert_with(|| Instant::now() + timeout);
+                    }
+                    Err(e) => warn!(%edge, error = %e, "root: partial refused"),
+                }
+            }
+            Ok(None) => {}
+            // An old round's chunk (an edge sending again): nothing to do.
+            Err(e) => debug!(error = %e, "root: chunk dropped"),
+        }
+    }
+
+    /// An edge's lease was put or went. `false`: shutting down.
+    async fn lease(&mut self, entry: &kv::Entry) -> bool {
+        let name = entry.key.trim_start_matches(EDGE_PREFIX).to_owned();
+        let lease = serde_json::from_slice::<EdgeLease>(&entry.value).ok();
+        let Some(lease) = lease.filter(|_| entry.operation == kv::Operation::Put) else {
+            self.known.remove(&name);
+            self.live.remove(&name);
+            return true;
+        };
+        // Rounds wait only for edges with workers: one with none sends no partial.
+        if lease.workers > 0 {
+            self.live.insert(name.clone());
+        } else {
+            self.live.remove(&name);
+        }
+        if self.known.insert(name) {
+            // A new edge: the current weights at once, rather than at a tick.
+            return self.publish().await;
+        }
+        true
+    }
+
+    /// The lease renewed; the weights again if nothing came since the last tick (an edge
+    /// missed them, or joined since), or if they could not go at all; the edges listed.
+    /// `Ok(false)`: shutting down; an error: another root holds the lease now.
+    async fn tick(&mut self) -> Result<bool, ClusterError> {
+        let renewed = renew(&self.nats, &self.cluster.name, self.revision);
+        let Some(renewed) = unless_shut(&self.shutdown, renewed).await else {
+            return Ok(false);
+        };
+        self.revision = renewed?;
+        if (self.unpublished.is_some() || !std::mem::take(&mut self.heard)) && !self.publish().await
+        {
+            return Ok(false);
+        }
+        if let Some(e) = &self.unpublished {
+            warn!(version = self.root.version(), error = %e, "root: the version is not published yet; trying again");
+            return Ok(true);
+        }
+        let Some(sets) = unless_shut(&self.shutdown, edge_sets(&self.nats)).await else {
+            return Ok(false);
+        };
+        (self.known, self.live) = sets;
+        Ok(true)
+    }
+
+    /// The round's deadline passed: it closes with the partials received, if enough came;
+    /// else it waits on, as a coordinator extends a round without its quorum.
+    fn edge_timeout(&mut self) {
+        if self.root.received() >= self.cluster.min_edges {
+            info!(
+                round = self.root.version(),
+                received = self.root.received(),
+                live = self.live.len(),
+                "root: edge timeout; closing with the partials received"
+            );
+        } else {
+            self.deadline = Some(Instant::now() + self.cluster.edge_timeout);
+        }
+    }
+
+    /// The current weights on the weights subject. `false`: shutting down.
+    async fn publish(&mut self) -> bool {
+        let sent = publish(&self.nats, self.epoch, weights_of(self.epoch, &self.root));
+        let Some(sent) = unless_shut(&self.shutdown, sent).await else {
+            return false;
+        };
+        self.unpublished = sent.err();
+        true
+    }
+
+    /// Closes the round if every live edge sent its partial (or its deadline passed with
+    /// enough of them): the optimizer's step, the new version stored when due and
+    /// published, and evaluated when due. `false`: the run is over (a target reached, or
+    /// shutting down).
+    async fn close_if_due(&mut self) -> bool {
+        let due = self.deadline.is_some_and(|d| Instant::now() >= d);
+        let enough = self.root.received() >= self.cluster.min_edges;
+        if !(self.root.complete(&self.live, self.cluster.min_edges) || due && enough) {
+            return true;
+        }
+        let Some(round) = self.root.close() else {
+            return true;
+        };
+        self.deadline = None;
+        self.heard = true;
+        self.closed += 1;
         if round.refused {
             warn!(
                 version = round.version,
                 "root: update not applied: it would have made a parameter non-finite"
             );
         }
-        assembler.round(root.version());
-        if root.version().is_multiple_of(cluster.store_every) {
-            store(&nats, snapshot(&root)).await;
+        let version = self.root.version();
+        self.assembler.round(version);
+        if version.is_multiple_of(self.cluster.store_every) {
+            let stored = store(&self.nats, snapshot(&self.root));
+            if unless_shut(&self.shutdown, stored).await.is_none() {
+                return false;
+            }
         }
-        unpublished = publish(&nats, epoch, weights_of(epoch, &root)).await.err();
+        if !self.publish().await {
+            return false;
+        }
         info!(
             round = round.version,
             edges = round.edges.len(),
@@ -208,31 +330,39 @@ pub async fn run(
             train_loss = format_args!("{:.4}", round.mean_loss),
             "root: round"
         );
-        let version = root.version();
-        if version.is_multiple_of(config.eval_interval) || done(version) {
-            if let Some(e) = root.evaluate() {
-                info!(
-                    round = version,
-                    test_accuracy = e.accuracy,
-                    "root: evaluated"
-                );
-                accuracy = Some(e.accuracy);
-                if config.target_accuracy.is_some_and(|t| e.accuracy >= t)
-                    || config.target_loss.is_some_and(|t| e.loss <= t)
-                {
-                    break;
-                }
-            }
+        if !(version.is_multiple_of(self.config.eval_interval) || self.done()) {
+            return true;
+        }
+        let Some(e) = self.root.evaluate() else {
+            return true;
+        };
+        info!(
+            round = version,
+            test_accuracy = e.accuracy,
+            "root: evaluated"
+        );
+        self.accuracy = Some(e.accuracy);
+        let reached = self.config.target_accuracy.is_some_and(|t| e.accuracy >= t)
+            || self.config.target_loss.is_some_and(|t| e.loss <= t);
+        !reached
+    }
+
+    /// The last version stored, and the lease handed over at once rather than after it
+    /// expires: within a second, or not at all when NATS is gone.
+    async fn finish(self) -> RootSummary {
+        let last = snapshot(&self.root);
+        let nats = &self.nats;
+        last_words("root: the last version and the lease", async {
+            store(nats, last).await;
+            let _ = nats.leases.delete(ROOT_KEY).await;
+        })
+        .await;
+        RootSummary {
+            version: self.root.version(),
+            test_accuracy: self.accuracy,
+            closed: self.closed,
         }
     }
-    store(&nats, snapshot(&root)).await;
-    // Hand the lease over at once rather than after it expires.
-    let _ = nats.leases.delete(ROOT_KEY).await;
-    Ok(RootSummary {
-        version: root.version(),
-        test_accuracy: accuracy,
-        closed,
-    })
 }
 
 /// Takes the root lease, waiting as a standby while another root holds it. `None`: shut
