@@ -348,6 +348,32 @@ fn an_honest_gpus_phases_are_checked_by_segments_and_never_struck() {
     );
     assert!(seen.errors.is_empty(), "{:?}", seen.errors);
     assert_eq!(c.registry.strikes(WorkerId(1)), 0);
+    // What the operator sees of it: every phase challenged, two states of 12 bytes a
+    // parameter (weights, Adam's `m` and `v`) revealed and two segments replayed each.
+    let state_bytes = c.state_len() as u64 * 4;
+    assert_eq!(
+        (
+            counters.phases_challenged,
+            counters.bytes_revealed,
+            counters.segments_replayed
+        ),
+        (6, 12 * state_bytes, 12)
+    );
+    assert_eq!(
+        (
+            counters.segments_marginal,
+            counters.states_missing,
+            counters.answers_dropped
+        ),
+        (0, 0, 0)
+    );
+    let w = &c.status().worker_list[0];
+    assert_eq!(
+        (w.challenged, w.bytes_revealed, w.segments_replayed),
+        (6, 12 * state_bytes, 12),
+        "{w:?}"
+    );
+    assert_eq!(w.replay_ms, counters.segment_replay_ms);
 }
 
 /// A ReLU model's phases on a "GPU" (in f64), each step's near-tie branches logged: every
@@ -473,7 +499,18 @@ fn a_phase_whose_states_never_come_is_dropped_without_a_strike() {
     c.handle_timeout(later);
     assert!(c.challenges.open.is_empty(), "given up");
     assert_eq!(c.registry.strikes(WorkerId(1)), 0);
-    assert_eq!(c.metrics.counters().verification_mismatches, 0);
+    let counters = c.metrics.counters();
+    assert_eq!(counters.verification_mismatches, 0);
+    assert_eq!(
+        (
+            counters.phases_challenged,
+            counters.states_missing,
+            counters.answers_dropped,
+            counters.bytes_revealed
+        ),
+        (1, 1, 1, 0),
+        "the operator sees a state that did not come"
+    );
 }
 
 /// A segment just outside its tolerance asks for its neighbours instead of striking: a
@@ -495,6 +532,8 @@ fn a_marginal_segment_asks_for_its_neighbours_and_strikes_nobody() {
         (4, 0)
     );
     assert_eq!(c.registry.strikes(WorkerId(1)), 0);
+    assert!(counters.segments_marginal > 0, "{counters:?}");
+    assert_eq!(counters.answers_dropped, 0, "{counters:?}");
 
     let (c, seen) = run_with(Gpu::Noisy(3e-3), settings_with(4, 1.0, 16, 4), 2);
     let counters = c.metrics.counters();
@@ -507,6 +546,10 @@ fn a_marginal_segment_asks_for_its_neighbours_and_strikes_nobody() {
     assert_eq!(counters.verification_mismatches, 0);
     assert_eq!(c.registry.strikes(WorkerId(1)), 0);
     assert!(seen.errors.is_empty(), "{:?}", seen.errors);
+    assert!(
+        counters.answers_dropped > 0 && counters.segments_marginal > counters.answers_dropped,
+        "marginal, then marginal again and dropped: {counters:?}"
+    );
 
     let (c, seen) = run_with(Gpu::Noisy(1e-2), settings_with(4, 1.0, 16, 4), 2);
     assert_eq!(c.metrics.counters().verification_mismatches, 2, "{seen:?}");

@@ -52,6 +52,13 @@ counters! {
     branches_logged => "branches_logged", "Near-tie branches named by the revealed logs of GPU phases";
     branches_forced => "branches_forced", "Logged branches a replay took only because they were logged";
     evaluations_replaced => "evaluations_replaced", "Evaluations that fell due while one ran and were replaced by a newer one before they could run";
+    phases_challenged => "phases_challenged", "GPU phases challenged for their committed states";
+    bytes_revealed => "revealed_bytes", "Bytes of committed states that challenged workers revealed";
+    segments_replayed => "segments_replayed", "Segments of challenged GPU phases replayed";
+    segment_replay_ms => "segment_replay_milliseconds", "Milliseconds of a core spent replaying challenged GPU phases' segments";
+    segments_marginal => "segments_marginal", "Replayed segments outside the tolerance but within four times it: their neighbours asked for, no strike";
+    states_missing => "states_missing", "Challenged phases whose states did not come in time, or whose worker left";
+    answers_dropped => "answers_dropped", "Answers whose check could not be finished (states missing, marginal twice, a challenge given up): dropped without a strike";
 }
 
 #[cfg(test)]

@@ -166,6 +166,37 @@ impl Metrics {
         self.counters.probation_unchecked += 1;
     }
 
+    /// A GPU phase was challenged for its states.
+    pub fn phase_challenged(&mut self) {
+        self.counters.phases_challenged += 1;
+    }
+
+    /// `bytes` of a challenged phase's states came in.
+    pub fn revealed(&mut self, bytes: u64) {
+        self.counters.bytes_revealed += bytes;
+    }
+
+    /// A challenged phase's `segments` were replayed, in `ms` of a core.
+    pub fn segments_replayed(&mut self, segments: u32, ms: u64) {
+        self.counters.segments_replayed += u64::from(segments);
+        self.counters.segment_replay_ms += ms;
+    }
+
+    /// A replayed segment was marginal.
+    pub fn segment_marginal(&mut self) {
+        self.counters.segments_marginal += 1;
+    }
+
+    /// A challenged phase's states did not come.
+    pub fn states_missing(&mut self) {
+        self.counters.states_missing += 1;
+    }
+
+    /// An answer whose check could not be finished was dropped, without a strike.
+    pub fn answer_dropped(&mut self) {
+        self.counters.answers_dropped += 1;
+    }
+
     /// An evaluation waiting for the one running was replaced by a newer one.
     pub fn evaluation_replaced(&mut self) {
         self.counters.evaluations_replaced += 1;

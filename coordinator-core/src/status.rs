@@ -39,6 +39,12 @@ pub struct WorkerStatus {
     /// Its gradients dropped, by reason: `late`, `stale`, `duplicate`, `round_not_open`,
     /// `not_participant`, `mismatch` (recomputed and found different).
     pub rejected: BTreeMap<&'static str, u64>,
+    /// A GPU's committed phases: how many were challenged, the bytes of states it revealed,
+    /// the segments the coordinator replayed and the milliseconds of a core they took.
+    pub challenged: u64,
+    pub bytes_revealed: u64,
+    pub segments_replayed: u64,
+    pub replay_ms: u64,
     /// Strikes against it (mismatches); at `--ban-after` it is banned.
     pub strikes: u32,
     /// Samples in its current shard (0 until its first round).

@@ -31,6 +31,7 @@ use super::recompute::{Held, Refuted};
 use super::segment::{check_counting, Branches, Segment, State, Verdict};
 use super::verify::{Batches, Claim};
 use crate::io::SessionId;
+use crate::registry::tally::Note;
 
 /// Segments drawn for each challenged phase (more if one is marginal).
 pub const SEGMENTS: usize = 2;
@@ -342,6 +343,11 @@ impl Open {
 }
 
 impl Revealed {
+    /// Segments the replay takes.
+    pub fn segments(&self) -> u32 {
+        self.replay.len() as u32
+    }
+
     /// Steps the replay takes (at most a segment's each).
     pub fn steps(&self) -> u32 {
         self.replay.len() as u32 * self.segment
@@ -514,6 +520,8 @@ impl crate::Coordinator {
             self.unrevealed(older);
         }
         let state_len = self.state_len();
+        self.metrics.phase_challenged();
+        self.registry.note(worker, Note::Challenged);
         let boundaries = self.challenges.open(
             held,
             audit.weights,
@@ -597,6 +605,7 @@ impl crate::Coordinator {
             // Its challenge was given up meanwhile (the worker moved on or left).
             return self.unrevealed(held);
         };
+        self.metrics.segment_marginal();
         let neighbours = open.neighbours(segment);
         if open.escalated || neighbours.is_empty() {
             tracing::warn!(%worker, segment, %why, "a marginal segment, again: dropped, not struck");
@@ -624,6 +633,7 @@ impl crate::Coordinator {
             .expire(now, |w, s| registry.is_current(w, s));
         for held in expired {
             tracing::warn!(worker = %held.worker, round = %held.gradient.round, "a challenged phase's states did not come; its answer is dropped");
+            self.metrics.states_missing();
             self.unrevealed(held);
         }
     }
@@ -631,6 +641,7 @@ impl crate::Coordinator {
     /// An answer whose check could not be finished: dropped without a strike (its round
     /// goes on without it).
     fn unrevealed(&mut self, held: Held) {
+        self.metrics.answer_dropped();
         if self.registry.is_current(held.worker, held.session) {
             let actions = self.schedule.excuse(held.worker);
             self.execute(actions);

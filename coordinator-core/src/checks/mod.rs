@@ -291,8 +291,17 @@ impl Coordinator {
         // A verdict for no job of this coordinator's (a stale one) is not counted.
         let seconds = if held.is_some() { done.seconds } else { 0.0 };
         self.metrics.recomputing(self.recomputations.len(), seconds);
-        if held.is_some() {
+        if let Some(held) = held.as_ref() {
             self.metrics.branches(done.branches);
+            if done.segments > 0 {
+                let ms = (done.seconds * 1e3) as u64;
+                self.metrics.segments_replayed(done.segments, ms);
+                let note = Note::Replayed {
+                    segments: done.segments,
+                    ms,
+                };
+                self.registry.note(held.worker, note);
+            }
         }
         if let (Some(held), None) = (held, &self.outcome) {
             self.judge(held, done.verdict, now);

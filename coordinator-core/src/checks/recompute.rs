@@ -93,6 +93,8 @@ pub struct Recomputed {
     pub seconds: f64,
     /// A ReLU model's segments: the branches their logs named, and those forced.
     pub branches: Branches,
+    /// A committed phase's segments replayed (0: a whole answer recomputed).
+    pub segments: u32,
 }
 
 impl RecomputeJob {
@@ -152,6 +154,7 @@ impl RecomputeJob {
             verdict,
             seconds: started.elapsed().as_secs_f64(),
             branches,
+            segments: self.segments.as_ref().map_or(0, |r| r.segments()),
         }
     }
 }
@@ -333,6 +336,7 @@ mod tests {
             verdict: Ok(Ok(())),
             seconds: 0.5,
             branches: Branches::default(),
+            segments: 0,
         };
         let (held2, next) = r.done(&answer(&second));
         assert_eq!(held2.map(|h| h.worker), Some(WorkerId(2)));

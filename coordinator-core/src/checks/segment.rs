@@ -215,9 +215,22 @@ pub fn check_counting(
         };
         parts.push((name.clone(), theirs.clone(), ours.clone()));
     }
+    Ok(compare(net, &parts, &ties, reach))
+}
+
+/// The worker's end state against the replay's, part by part (the weights' deltas from the
+/// segment's start, then each optimizer tensor): an Adam tie beyond its reach is a
+/// mismatch; otherwise the tensor furthest outside [`SEGMENT_TENSOR`] of its norm decides,
+/// marginal within [`MARGINAL`] times it.
+fn compare(
+    net: &Network,
+    parts: &[(String, Vec<f32>, Vec<f32>)],
+    ties: &[bool],
+    reach: f32,
+) -> Verdict {
     let mut worst: Option<Outside> = None;
-    for (what, theirs, ours) in &parts {
-        for (i, ((&t, &o), &tie)) in theirs.iter().zip(ours).zip(&ties).enumerate() {
+    for (what, theirs, ours) in parts {
+        for (i, ((&t, &o), &tie)) in theirs.iter().zip(ours).zip(ties).enumerate() {
             let off = f64::from((t - o).abs());
             // A tie's weight moves within Adam's reach; its moments are rounding's.
             let bound = if what == "weights" {
@@ -233,7 +246,7 @@ pub fn check_counting(
                     distance: off,
                     bound,
                 };
-                return Ok(Verdict::Mismatch(far));
+                return Verdict::Mismatch(far);
             }
         }
         for t in net.layout().tensors() {
@@ -263,11 +276,11 @@ pub fn check_counting(
             }
         }
     }
-    Ok(match worst {
+    match worst {
         None => Verdict::Matches,
         Some(w) if w.distance <= MARGINAL * w.bound => Verdict::Marginal(w),
         Some(w) => Verdict::Mismatch(w),
-    })
+    }
 }
 
 /// Which values are Adam's ties: the root of their second moment below [`TIE`] of their

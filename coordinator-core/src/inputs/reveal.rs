@@ -117,6 +117,9 @@ impl Coordinator {
             }
             return self.done(now);
         };
+        let bytes = chunk.values.len() as u64 * 4;
+        self.metrics.revealed(bytes);
+        self.registry.note(worker, Note::Revealed(bytes));
         match open.take(chunk, expected) {
             Ok(false) => {}
             Ok(true) => self.replay_segments(worker, now),

@@ -16,6 +16,12 @@ pub enum Note {
     Verified,
     /// It was dropped, for this reason.
     Rejected(ErrorCode),
+    /// Its GPU phase was challenged for its committed states.
+    Challenged,
+    /// These bytes of a challenged phase's states came in.
+    Revealed(u64),
+    /// Segments of its phase were replayed, in these milliseconds of a core.
+    Replayed { segments: u32, ms: u64 },
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -25,6 +31,12 @@ pub struct Tally {
     pub verified: u64,
     /// By reason: `late`, `stale`, `mismatch`, ...
     pub rejected: BTreeMap<&'static str, u64>,
+    /// Its GPU phases challenged, the bytes of states it revealed, the segments replayed
+    /// and the milliseconds of a core they took.
+    pub challenged: u64,
+    pub bytes_revealed: u64,
+    pub segments_replayed: u64,
+    pub replay_ms: u64,
 }
 
 impl Tally {
@@ -34,6 +46,12 @@ impl Tally {
             Note::Clipped => self.clipped += 1,
             Note::Verified => self.verified += 1,
             Note::Rejected(code) => *self.rejected.entry(code.name()).or_default() += 1,
+            Note::Challenged => self.challenged += 1,
+            Note::Revealed(bytes) => self.bytes_revealed += bytes,
+            Note::Replayed { segments, ms } => {
+                self.segments_replayed += u64::from(segments);
+                self.replay_ms += ms;
+            }
         }
     }
 }
