@@ -143,17 +143,7 @@ pub async fn start(
     let names: Vec<String> = (config.optimizer.build(0).state().tensors.into_iter())
         .map(|(name, _)| name)
         .collect();
-    let mut core_data = data.data();
-    if let Some((part, parts)) = config.data_part {
-        let range = model::assign_shards(parts, core_data.train.len())[part].clone();
-        info!(
-            part = part + 1,
-            parts,
-            samples = range.len(),
-            "training on a part of the train split"
-        );
-        core_data.train = core_data.train.slice(range);
-    }
+    let core_data = part_of(data.data(), config.data_part);
     let core = Coordinator::new(config.settings(), net.clone(), core_data, now())
         .map_err(ServerError::Model)?;
     let mut driver = Driver::new(core, shutdown.clone());
@@ -179,31 +169,7 @@ pub async fn start(
         info!(init = %path.display(), frozen_parameters = frozen, "starting from given weights");
     }
     if let Some(c) = checkpoints {
-        let store = Store::new(c.dir, c.keep, net.layout().clone());
-        store.probe()?;
-        let resume = if c.resume {
-            Some(store.load_newest(&fingerprint, &names)?)
-        } else {
-            None
-        };
-        let tokenizer = data
-            .text
-            .as_ref()
-            .map(|t| SavedTokenizer::from(&t.tokenizer));
-        let mut checkpoints = Checkpoints::new(Writer::spawn(store), fingerprint, tokenizer);
-        if let Some(loaded) = resume {
-            let snapshot = loaded.checkpoint.into_snapshot();
-            checkpoints.resumed_at(snapshot.version);
-            driver
-                .core()
-                .restore(snapshot, now())
-                .map_err(|error| ServerError::Resume {
-                    path: loaded.path.clone(),
-                    error,
-                })?;
-            info!(checkpoint = %loaded.path.display(), passed_over = loaded.skipped.len(), "resuming");
-        }
-        driver = driver.with_checkpoints(checkpoints);
+        driver = with_checkpoints(driver, c, &net, fingerprint, &names, &data)?;
     }
     let (handle, published) = (driver.sender(), driver.published());
     let status = published.status.clone();
@@ -233,7 +199,7 @@ pub async fn start(
 
     if let Some((nats, name, public_url, partials)) = edge_link {
         let scheme = if tls.is_some() { "wss" } else { "ws" };
-        let link = crate::cluster::edge::EdgeLink {
+        spawn_edge_link(crate::cluster::edge::EdgeLink {
             nats,
             name,
             url: public_url.unwrap_or_else(|| format!("{scheme}://{addr}/ws")),
@@ -243,11 +209,6 @@ pub async fn start(
             status: status.clone(),
             admission: state_admission,
             shutdown: shutdown.clone(),
-        };
-        tokio::spawn(async move {
-            if let Err(e) = link.run().await {
-                warn!(error = %e, "the edge's link to the cluster stopped");
-            }
         });
     }
     let coordinator_task = tokio::spawn(driver.run());
@@ -262,51 +223,15 @@ pub async fn start(
     }
     let scheme = if tls.is_some() { "https" } else { "http" };
     info!(%addr, "coordinator listening; volunteers open {scheme}://{addr}/");
-    let task = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move {
-            let service = router.into_make_service_with_connect_info::<SocketAddr>();
-            let stop = shutdown.clone().cancelled_owned();
-            let served = match tls {
-                // Chunk frames go out back to back: no waiting on Nagle's algorithm between
-                // them.
-                None => {
-                    let listener = listener.tap_io(|tcp| {
-                        let _ = tcp.set_nodelay(true);
-                    });
-                    axum::serve(listener, service)
-                        .with_graceful_shutdown(stop)
-                        .await
-                }
-                // `tap_io` gives the TLS listener axum's `ConnectInfo<SocketAddr>` (the peer
-                // address admission and bans need); it does nothing else.
-                Some(config) => {
-                    let tls = TlsListener::new(listener, addr, config, shutdown.clone());
-                    axum::serve(tls.tap_io(|_| {}), service)
-                        .with_graceful_shutdown(stop)
-                        .await
-                }
-            };
-            // Serving stopped: make sure everything else stops too, then drain sessions.
-            shutdown.cancel();
-            sessions.close();
-            if tokio::time::timeout(SESSION_DRAIN_TIMEOUT, sessions.wait())
-                .await
-                .is_err()
-            {
-                warn!("some sessions did not close in time");
-            }
-            let outcome: Outcome = coordinator_task.await?;
-            served.map_err(ServerError::Serve)?;
-            Ok(Summary {
-                rounds: outcome.rounds,
-                test_accuracy: outcome.evaluation.map(|e| e.accuracy),
-                test_loss: outcome.evaluation.map(|e| e.loss),
-                reached_target: outcome.reached_target,
-                checkpoint_error: outcome.checkpoint_error,
-            })
-        }
-    });
+    let task = tokio::spawn(serve(
+        listener,
+        addr,
+        tls,
+        router,
+        shutdown.clone(),
+        sessions,
+        coordinator_task,
+    ));
     Ok(RunningServer {
         addr,
         status,
@@ -314,6 +239,124 @@ pub async fn start(
         shutdown,
         task,
     })
+}
+
+/// `--checkpoint-dir`: the store probed, the newest checkpoint resumed from with
+/// `--resume`, and the writer handed to the driver.
+fn with_checkpoints(
+    mut driver: Driver,
+    c: crate::config::CheckpointConfig,
+    net: &model::Network,
+    fingerprint: Fingerprint,
+    names: &[String],
+    data: &crate::dataset::Split,
+) -> Result<Driver, ServerError> {
+    let store = Store::new(c.dir, c.keep, net.layout().clone());
+    store.probe()?;
+    let resume = if c.resume {
+        Some(store.load_newest(&fingerprint, names)?)
+    } else {
+        None
+    };
+    let tokenizer = data
+        .text
+        .as_ref()
+        .map(|t| SavedTokenizer::from(&t.tokenizer));
+    let mut checkpoints = Checkpoints::new(Writer::spawn(store), fingerprint, tokenizer);
+    if let Some(loaded) = resume {
+        let snapshot = loaded.checkpoint.into_snapshot();
+        checkpoints.resumed_at(snapshot.version);
+        driver
+            .core()
+            .restore(snapshot, now())
+            .map_err(|error| ServerError::Resume {
+                path: loaded.path.clone(),
+                error,
+            })?;
+        info!(checkpoint = %loaded.path.display(), passed_over = loaded.skipped.len(), "resuming");
+    }
+    driver = driver.with_checkpoints(checkpoints);
+    Ok(driver)
+}
+
+/// Serves `router` on `listener` until `shutdown`, then drains the sessions and waits for
+/// the driver: the run's summary.
+async fn serve(
+    listener: TcpListener,
+    addr: SocketAddr,
+    tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+    router: axum::Router,
+    shutdown: CancellationToken,
+    sessions: TaskTracker,
+    coordinator_task: JoinHandle<Outcome>,
+) -> Result<Summary, ServerError> {
+    let service = router.into_make_service_with_connect_info::<SocketAddr>();
+    let stop = shutdown.clone().cancelled_owned();
+    let served = match tls {
+        // Chunk frames go out back to back: no waiting on Nagle's algorithm between
+        // them.
+        None => {
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
+            axum::serve(listener, service)
+                .with_graceful_shutdown(stop)
+                .await
+        }
+        // `tap_io` gives the TLS listener axum's `ConnectInfo<SocketAddr>` (the peer
+        // address admission and bans need); it does nothing else.
+        Some(config) => {
+            let tls = TlsListener::new(listener, addr, config, shutdown.clone());
+            axum::serve(tls.tap_io(|_| {}), service)
+                .with_graceful_shutdown(stop)
+                .await
+        }
+    };
+    // Serving stopped: make sure everything else stops too, then drain sessions.
+    shutdown.cancel();
+    sessions.close();
+    if tokio::time::timeout(SESSION_DRAIN_TIMEOUT, sessions.wait())
+        .await
+        .is_err()
+    {
+        warn!("some sessions did not close in time");
+    }
+    let outcome: Outcome = coordinator_task.await?;
+    served.map_err(ServerError::Serve)?;
+    Ok(Summary {
+        rounds: outcome.rounds,
+        test_accuracy: outcome.evaluation.map(|e| e.accuracy),
+        test_loss: outcome.evaluation.map(|e| e.loss),
+        reached_target: outcome.reached_target,
+        checkpoint_error: outcome.checkpoint_error,
+    })
+}
+
+/// `--data-part k/n`: an edge trains on its part of the train split only.
+fn part_of(
+    mut data: coordinator_core::Data,
+    part: Option<(usize, usize)>,
+) -> coordinator_core::Data {
+    if let Some((part, parts)) = part {
+        let range = model::assign_shards(parts, data.train.len())[part].clone();
+        info!(
+            part = part + 1,
+            parts,
+            samples = range.len(),
+            "training on a part of the train split"
+        );
+        data.train = data.train.slice(range);
+    }
+    data
+}
+
+/// `--role edge`: the link to the cluster, beside the driver until shutdown.
+fn spawn_edge_link(link: crate::cluster::edge::EdgeLink) {
+    tokio::spawn(async move {
+        if let Err(e) = link.run().await {
+            warn!(error = %e, "the edge's link to the cluster stopped");
+        }
+    });
 }
 
 fn now() -> std::time::Instant {

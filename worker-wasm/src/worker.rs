@@ -451,33 +451,7 @@ async fn session(
                 Err(err) => return Ended::Retry(err),
             },
             Ok(reply) => reply,
-            Err(WorkerError::Rejected {
-                code: ErrorCode::Kicked,
-                ..
-            }) => return Ended::Final("the organiser removed this tab from the run".into()),
-            Err(WorkerError::Rejected {
-                code: ErrorCode::Finished,
-                message,
-            }) => return Ended::Finished(message),
-            Err(WorkerError::Rejected {
-                code: ErrorCode::Banned,
-                message,
-            }) => return Ended::Final(format!("the coordinator banned this tab: {message}")),
-            Err(WorkerError::Rejected {
-                code: ErrorCode::VersionMismatch,
-                ..
-            }) => return Ended::Final("this page is older than the coordinator: reload it".into()),
-            Err(WorkerError::Rejected {
-                code: ErrorCode::Unauthorized,
-                ..
-            }) => {
-                return Ended::Final(if inner.join_token.is_some() {
-                    "this invitation link is not valid for this run: ask its organiser for a new one".into()
-                } else {
-                    "this run needs an invitation link: ask its organiser for one".into()
-                })
-            }
-            Err(err) => return Ended::Retry(err.to_string()),
+            Err(err) => return ended_by(inner, err),
         };
         if reply.is_empty() && core.receiving_weights() {
             // A chunk of weights still arriving: nothing to show yet.
@@ -523,6 +497,38 @@ async fn session(
         inner.emit(state, &fields);
     }
     Ended::Retry("connection lost".into())
+}
+
+/// How a frame the core refused ends the session: for good (kicked, finished, banned, an
+/// older page, no invitation), or to be retried.
+fn ended_by(inner: &Inner, err: WorkerError) -> Ended {
+    match err {
+        WorkerError::Rejected {
+            code: ErrorCode::Kicked,
+            ..
+        } => Ended::Final("the organiser removed this tab from the run".into()),
+        WorkerError::Rejected {
+            code: ErrorCode::Finished,
+            message,
+        } => Ended::Finished(message),
+        WorkerError::Rejected {
+            code: ErrorCode::Banned,
+            message,
+        } => Ended::Final(format!("the coordinator banned this tab: {message}")),
+        WorkerError::Rejected {
+            code: ErrorCode::VersionMismatch,
+            ..
+        } => Ended::Final("this page is older than the coordinator: reload it".into()),
+        WorkerError::Rejected {
+            code: ErrorCode::Unauthorized,
+            ..
+        } => Ended::Final(if inner.join_token.is_some() {
+            "this invitation link is not valid for this run: ask its organiser for a new one".into()
+        } else {
+            "this run needs an invitation link: ask its organiser for one".into()
+        }),
+        err => Ended::Retry(err.to_string()),
+    }
 }
 
 /// What the page shows about this worker.
