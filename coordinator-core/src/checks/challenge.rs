@@ -21,17 +21,16 @@ use std::ops::RangeInclusive;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use model::{Branch, Dataset, ModelError, Network, OptimizerState, SplitMix64};
-use protocol::chunk::{chunks, Assembly};
+use model::SplitMix64;
+use protocol::chunk::Assembly;
 use protocol::commit::{boundaries, boundary_step};
-use protocol::tensor::{decode_payload, encode_payload};
-use protocol::{log_words, Commitments, Compression, LocalPhase, Round, WorkerId, LOG_WORDS};
+use protocol::{Commitments, Compression, LocalPhase, Round, WorkerId, LOG_WORDS};
 
-use super::recompute::{Held, Refuted};
-use super::segment::{check_counting, Branches, Segment, State, Verdict};
-use super::verify::{Batches, Claim};
-use crate::io::SessionId;
+use super::job::Held;
+use super::segment::Revealed;
+use super::verdict::Refuted;
 use crate::registry::tally::Note;
+use crate::session::SessionId;
 
 /// Segments drawn for each challenged phase (more if one is marginal).
 pub const SEGMENTS: usize = 2;
@@ -85,15 +84,6 @@ pub(crate) struct Open {
     pub held: Option<Held>,
     pub escalated: bool,
     pub due: Instant,
-}
-
-/// What a committed phase's check is: its revealed states (boundary 0, its start, is the
-/// coordinator's own weights and a fresh optimizer) and the segments to replay.
-#[derive(Debug, Clone)]
-pub struct Revealed {
-    states: BTreeMap<u32, Arc<[f32]>>,
-    replay: Vec<u32>,
-    segment: u32,
 }
 
 impl Challenges {
@@ -340,148 +330,6 @@ impl Open {
             segment: self.local.segment,
         }
     }
-}
-
-impl Revealed {
-    /// Segments the replay takes.
-    pub fn segments(&self) -> u32 {
-        self.replay.len() as u32
-    }
-
-    /// Steps the replay takes (at most a segment's each).
-    pub fn steps(&self) -> u32 {
-        self.replay.len() as u32 * self.segment
-    }
-
-    /// The answer against the last state, then each segment replayed from its start.
-    pub fn check(
-        &self,
-        net: &Network,
-        train: &Dataset,
-        batches: &Batches,
-        local: LocalPhase,
-        claim: &Claim<'_>,
-        branches: &mut Branches,
-    ) -> Result<Result<(), Refuted>, ModelError> {
-        let len = net.param_count();
-        let kind = worker_core::inner(local.optimizer);
-        let fresh = kind.build_masked(len, net.decayed_trained()).state();
-        let n = boundaries(local.steps, local.segment);
-        let state = |b: u32| -> Result<State, Refuted> {
-            if b == 0 {
-                return Ok(State {
-                    weights: claim.weights.to_vec(),
-                    optimizer: fresh.clone(),
-                    log: Vec::new(),
-                });
-            }
-            let values = self
-                .states
-                .get(&b)
-                .ok_or_else(|| Refuted::Mismatch(format!("state {b} was not revealed")))?;
-            let unfit = || {
-                Refuted::Mismatch(format!(
-                    "state {b} is not the model's and its optimizer's length"
-                ))
-            };
-            let moments = fresh.tensors.iter().map(|(_, t)| t.len()).sum::<usize>();
-            if values.len() < len + moments {
-                return Err(unfit());
-            }
-            let (weights, rest) = values.split_at(len);
-            let (rest, log) = rest.split_at(moments);
-            let step = boundary_step(b, local.segment, local.steps);
-            let optimizer = OptimizerState::unflatten(&fresh, step, rest).ok_or_else(unfit)?;
-            let log = log_words(log).ok_or_else(unfit)?;
-            Ok(State {
-                weights: weights.to_vec(),
-                optimizer,
-                log: log
-                    .into_iter()
-                    .map(|[step, layer, row, col, taken]| {
-                        let branch = Branch {
-                            layer,
-                            row,
-                            col,
-                            taken,
-                        };
-                        (step, branch)
-                    })
-                    .collect(),
-            })
-        };
-        let end = match state(n) {
-            Ok(end) => end,
-            Err(refuted) => return Ok(Err(refuted)),
-        };
-        if let Some(why) =
-            answer_differs(claim.weights, &end.weights, claim.grads, claim.compression)
-        {
-            return Ok(Err(Refuted::Mismatch(why)));
-        }
-        let mut marginal = None;
-        for &s in &self.replay {
-            let (start, end) = match (state(s - 1), state(s)) {
-                (Ok(start), Ok(end)) => (start, end),
-                (Err(refuted), _) | (_, Err(refuted)) => return Ok(Err(refuted)),
-            };
-            let taken = u64::from((s - 1) * local.segment);
-            let segment = Segment {
-                batches: Batches {
-                    first: batches.first + taken,
-                    ..batches.clone()
-                },
-                steps: (local.steps - (s - 1) * local.segment).min(local.segment),
-                optimizer: local.optimizer,
-            };
-            match check_counting(net, train, &segment, &start, &end, branches)? {
-                Verdict::Matches => {}
-                Verdict::Marginal(outside) => {
-                    marginal.get_or_insert(Refuted::Marginal {
-                        segment: s,
-                        why: outside.to_string(),
-                    });
-                }
-                Verdict::Mismatch(outside) => {
-                    return Ok(Err(Refuted::Mismatch(format!("segment {s}: {outside}"))));
-                }
-            }
-        }
-        Ok(marginal.map_or(Ok(()), Err))
-    }
-}
-
-/// Whether `grads` is not exactly `start − end` as the worker's compression carries it
-/// (chunk by chunk, as `encode_gradient` encodes it): the reason, if so.
-fn answer_differs(
-    start: &[f32],
-    end: &[f32],
-    grads: &[f32],
-    compression: Compression,
-) -> Option<String> {
-    if start.len() != end.len() || grads.len() != start.len() {
-        return Some("the answer is not the last state's length".into());
-    }
-    let delta: Vec<f32> = start.iter().zip(end).map(|(s, e)| s - e).collect();
-    let mut bytes = Vec::new();
-    for range in chunks(delta.len()) {
-        bytes.clear();
-        encode_payload(&mut bytes, &delta[range.clone()], compression);
-        let carried = decode_payload(&bytes, range.len(), compression);
-        if let Some(i) = carried
-            .iter()
-            .zip(&grads[range.clone()])
-            .position(|(a, b)| a.to_bits() != b.to_bits())
-        {
-            let i = range.start + i;
-            return Some(format!(
-                "the answer's value {i} is {}, the last committed state gives {}",
-                grads[i],
-                carried[i - range.start]
-            ));
-        }
-    }
-    None
 }
 
 impl crate::Coordinator {

@@ -8,9 +8,11 @@
 pub mod audit;
 pub mod challenge;
 pub mod clip;
+pub mod job;
 pub mod recompute;
 pub mod replicas;
 pub mod segment;
+pub mod verdict;
 pub mod verify;
 
 use std::sync::Arc;
@@ -21,10 +23,11 @@ use tracing::{debug, warn};
 
 use self::recompute::{Held, Inputs, Recomputed, Refuted, Then};
 use self::replicas::Fate;
-use crate::io::{Outbound, Output, SessionId};
+use crate::io::Output;
 use crate::refusal::Refusal;
 use crate::registry::tally::Note;
 use crate::schedule::{Action, Contribution};
+use crate::session::{Outbound, SessionId};
 use crate::Coordinator;
 
 /// A seed nobody outside the process can know, for sampling what to verify.
@@ -242,7 +245,7 @@ impl Coordinator {
         held: Held,
         weights: Arc<[f32]>,
         compression: Compression,
-        segments: Option<challenge::Revealed>,
+        segments: Option<segment::Revealed>,
         now: Instant,
     ) {
         let order = self

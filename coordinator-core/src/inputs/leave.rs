@@ -7,8 +7,8 @@ use protocol::WorkerId;
 use tracing::info;
 
 use crate::checks::strikes_an_address;
-use crate::io::SessionId;
 use crate::refusal::Refusal;
+use crate::session::SessionId;
 use crate::Coordinator;
 
 impl Coordinator {

@@ -8,9 +8,9 @@ use protocol::{Commitments, ErrorCode, RevealChunk, WorkerId};
 use tracing::{debug, warn};
 
 use crate::checks::recompute::Refuted;
-use crate::io::SessionId;
 use crate::refusal::Refusal;
 use crate::registry::tally::Note;
+use crate::session::SessionId;
 use crate::Coordinator;
 
 impl Coordinator {

@@ -21,8 +21,8 @@ use self::newcomers::Newcomers;
 use self::tally::{Note, Tally};
 use self::trust::Trust;
 use crate::checks::replicas::GroupKey;
-use crate::io::SessionId;
 use crate::refusal::Refusal;
+use crate::session::SessionId;
 
 pub mod bans;
 pub mod identities;

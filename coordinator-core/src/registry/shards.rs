@@ -10,7 +10,7 @@ use protocol::{
 };
 
 use super::{GroupKey, Pull, Registry};
-use crate::io::Outbound;
+use crate::session::Outbound;
 
 impl Registry {
     /// The samples `id`'s next gradient is computed on: its batch, as the coordinator

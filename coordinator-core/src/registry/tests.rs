@@ -8,7 +8,7 @@ use protocol::{
 };
 
 use super::*;
-use crate::io::Outbound;
+use crate::session::Outbound;
 
 const LOCAL: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 
