@@ -98,3 +98,7 @@ mod datasets;
 
 #[path = "integration/links.rs"]
 mod links;
+
+/// The suite's own configuration (the heavy group nextest runs one at a time).
+#[path = "integration/suite.rs"]
+mod suite;
