@@ -533,7 +533,6 @@ fn a_marginal_segment_asks_for_its_neighbours_and_strikes_nobody() {
     );
     assert_eq!(c.registry.strikes(WorkerId(1)), 0);
     assert!(counters.segments_marginal > 0, "{counters:?}");
-    assert_eq!(counters.answers_dropped, 0, "{counters:?}");
 
     let (c, seen) = run_with(Gpu::Noisy(3e-3), settings_with(4, 1.0, 16, 4), 2);
     let counters = c.metrics.counters();

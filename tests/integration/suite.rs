@@ -16,6 +16,9 @@ fn heavy_in_source() -> BTreeSet<String> {
             .expect("a name")
             .to_string_lossy()
             .to_string();
+        if module == "suite" {
+            continue;
+        }
         let source = std::fs::read_to_string(&path).expect("a test file");
         // A test: an `async fn` after a `#[tokio::test]`; its body runs to the next `fn`.
         let mut parts = source.split("#[tokio::test").skip(1);
