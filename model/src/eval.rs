@@ -8,9 +8,9 @@ use crate::network::Network;
 /// this many samples a chunk,
 const EVAL_CHUNK: usize = 500;
 /// and at most this many positions a chunk for a language model, whose activations grow with
-/// its context (a chunk of the 10.7M model's 256-token windows: 16 windows, one block's
-/// activations at a time, about 130 MB).
-const EVAL_POSITIONS: usize = 4096;
+/// its context (a chunk of the 10.7M model's 256-token windows: 8 windows, one block's
+/// activations at a time, about 70 MB).
+const EVAL_POSITIONS: usize = 2048;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Evaluation {
