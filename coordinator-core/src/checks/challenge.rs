@@ -102,13 +102,6 @@ impl Challenges {
         self.commitments.insert(worker, commitments);
     }
 
-    /// Whether `worker` has committed to its phase for `round` already.
-    pub fn committed_to(&self, worker: WorkerId, round: Round) -> bool {
-        self.commitments
-            .get(&worker)
-            .is_some_and(|c| c.round == round)
-    }
-
     /// Whether `worker`'s latest challenge was for `round` (its reveal may still be arriving
     /// after the challenge ended).
     pub fn was_challenged(&self, worker: WorkerId, round: Round) -> bool {

@@ -36,8 +36,10 @@ impl Coordinator {
     }
 
     /// Whether `worker`'s task calls for `commitments`: a committed phase of that round, one
-    /// hash a segment, once. `Ok(false)`: for an older task (a late phase's, which its
-    /// answer will find late too); `Err`: nothing called for them.
+    /// hash a segment. `Ok(false)`: for an older task (a late phase's, which its answer will
+    /// find late too); `Err`: nothing called for them. A second set for the same task
+    /// replaces the first (a task sent again, as after a reconnect, is computed again): one
+    /// set a worker is kept, whatever it sends.
     fn calls_for(&self, worker: WorkerId, commitments: &Commitments) -> Result<bool, String> {
         let round = commitments.round;
         let Some(pull) = self.registry.pull(worker) else {
@@ -62,9 +64,6 @@ impl Coordinator {
                 commitments.hashes.len(),
                 local.steps
             ));
-        }
-        if self.challenges.committed_to(worker, round) {
-            return Err(format!("it committed to {round} already"));
         }
         Ok(true)
     }
