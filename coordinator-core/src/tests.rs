@@ -147,11 +147,16 @@ fn harness_adaptive(flags: &[&str]) -> Harness {
     // Made-up gradients: nothing to recompute them against.
     let mut all = vec!["--verify-fraction", "0"];
     all.extend_from_slice(flags);
+    harness_of(settings(&all))
+}
+
+/// A coordinator with these settings for the tiny model on the digits.
+fn harness_of(settings: Settings) -> Harness {
     let data = crate::data::digits(1);
     let net =
         model::Network::new(model::NetSpec::mlp(data.train.shape(), &[4], 10), 10).expect("model");
     let t0 = Instant::now();
-    let c = Coordinator::new(settings(&all), net, data, t0).expect("model");
+    let c = Coordinator::new(settings, net, data, t0).expect("model");
     let params = c.trainer.params().len();
     let mut h = Harness {
         c,
@@ -883,25 +888,13 @@ fn commitments_and_reveals_nothing_called_for_are_refused_and_repeats_strike() {
 /// the same task replaces the first (one set a worker).
 #[test]
 fn commitments_are_freed_when_their_worker_leaves() {
-    let data = crate::data::digits(1);
-    let net =
-        model::Network::new(model::NetSpec::mlp(data.train.shape(), &[4], 10), 10).expect("model");
     let mut settings = settings(&["--verify-fraction", "0", "--min-workers", "1"]);
     settings.local = Some(Local {
         steps: LocalSteps::Fixed(8),
         inner: protocol::InnerOptimizer::Sgd { lr: 0.1 },
         segment: 4,
     });
-    let t0 = Instant::now();
-    let c = Coordinator::new(settings, net, data, t0).expect("model");
-    let params = c.trainer.params().len();
-    let mut h = Harness {
-        c,
-        t0,
-        params,
-        mail: Mailboxes::default(),
-    };
-    h.deliver();
+    let mut h = harness_of(settings);
     let mut stays = h.join(None, 0);
     let commit = |h: &mut Harness, c: &Client, round: u64, n: usize, ms: u64| {
         let commitments = protocol::Commitments {
