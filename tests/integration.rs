@@ -32,6 +32,10 @@ mod training;
 #[path = "integration/equivalence.rs"]
 mod equivalence;
 
+/// A finished run keeps its model in a run directory and serves its dashboard until stopped.
+#[path = "integration/finished.rs"]
+mod finished;
+
 /// Workers dying mid-round and joining late.
 #[path = "integration/churn.rs"]
 mod churn;

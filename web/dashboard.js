@@ -99,6 +99,7 @@ function onStatus(s) {
   $("run").textContent = `model ${s.model_name}: ${s.model} (${s.param_count.toLocaleString()} parameters) · ` +
     `${s.dataset} · ${s.mode} · aggregator ${s.aggregator} · ${s.optimizer}`;
   $("efficiency").textContent = efficiency(s);
+  kept(s);
   if (s.train_loss != null && s.last_round_ms != null) {
     addPoint({
       round: s.round, unix_ms: Date.now(), train_loss: s.train_loss, test_accuracy: s.test_accuracy, test_loss: s.test_loss,
@@ -111,6 +112,21 @@ function onStatus(s) {
   redraw();
   table(s);
   cluster(s);
+}
+
+// Where the model is kept, and once the run is finished, how to take it away.
+function kept(s) {
+  const dir = s.checkpoints?.dir;
+  const version = s.checkpoints?.last_version;
+  let text = dir ? `checkpoints in ${dir}` + (version != null ? ` (last: version ${version})` : "") : "";
+  if (s.state === "done") {
+    text = dir
+      ? `Training finished. The model is kept in ${dir}: coordinator export --checkpoint-dir ${dir} --out model.safetensors`
+      : "Training finished, without checkpoints: its weights are at /api/params until the coordinator stops.";
+  }
+  $("kept").hidden = !text;
+  $("kept").textContent = text;
+  $("kept").dataset.state = s.state;
 }
 
 // A line chart of `points` ([x, [y0, y1, ...]]) in a 320 × 140 viewBox, from zero, or

@@ -103,7 +103,11 @@ fn main() -> anyhow::Result<()> {
 
 /// The coordinator process: the real server on its own runtime.
 fn serve(flags: Vec<String>) -> anyhow::Result<()> {
-    let args = std::iter::once("coordinator".to_string()).chain(flags);
+    // Done when training is: the bench reads the summary, and keeps no model.
+    let args = ["coordinator", "--exit-when-finished", "--no-checkpoints"]
+        .map(String::from)
+        .into_iter()
+        .chain(flags);
     let config = server::Config::from_args(args).map_err(anyhow::Error::msg)?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {

@@ -317,16 +317,8 @@ impl Coordinator {
     /// computing, rather than reconnect to a run that has ended), then the driver stops.
     pub(crate) fn stop(&mut self, outcome: Outcome) {
         self.outcome = Some(outcome.clone());
-        let why = if outcome.plateaued {
-            "training finished: the model stopped improving"
-        } else if outcome.reached_target {
-            "training finished: the model reached its target"
-        } else {
-            "training finished"
-        };
         for id in self.registry.ids() {
-            let close = Refusal::new(protocol::ErrorCode::Finished, why);
-            self.send(id, Outbound::Close(close));
+            self.send(id, Outbound::Close(finished(&outcome)));
         }
         self.outputs.push_back(Output::Stop(outcome));
     }
@@ -443,4 +435,17 @@ impl Coordinator {
             self.execute(actions);
         }
     }
+}
+
+/// What a worker is told once training is over: at the end, and when it comes afterwards (a
+/// finished run goes on serving its dashboard).
+pub(crate) fn finished(outcome: &Outcome) -> Refusal {
+    let why = if outcome.plateaued {
+        "training finished: the model stopped improving"
+    } else if outcome.reached_target {
+        "training finished: the model reached its target"
+    } else {
+        "training finished"
+    };
+    Refusal::new(protocol::ErrorCode::Finished, why)
 }

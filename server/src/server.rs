@@ -64,7 +64,7 @@ pub struct Summary {
     pub test_accuracy: Option<f64>,
     pub test_loss: Option<f64>,
     pub reached_target: bool,
-    /// `--checkpoint-dir`: the checkpoint on stopping failed.
+    /// The checkpoint of the end (or on stopping) failed.
     pub checkpoint_error: Option<String>,
 }
 
@@ -93,8 +93,9 @@ impl RunningServer {
     }
 }
 
-/// Starts the coordinator on `listener`. It stops when `signal` completes, or by itself when
-/// `--max-rounds` / `--target-accuracy` is reached.
+/// Starts the coordinator on `listener`. It stops when `signal` completes, or, with
+/// `--exit-when-finished`, by itself when training finishes (a plateau, a target,
+/// `--max-rounds`).
 pub async fn start(
     listener: TcpListener,
     config: Config,
@@ -147,6 +148,9 @@ pub async fn start(
     let core = Coordinator::new(config.settings(), net.clone(), core_data, now())
         .map_err(ServerError::Model)?;
     let mut driver = Driver::new(core, shutdown.clone());
+    if !config.exit_when_finished {
+        driver = driver.serving_when_finished();
+    }
     // `--role edge`: the link to the root, connected before anything is served.
     let edge_link = match (&config.cluster, config.role) {
         (Some(cluster), crate::cluster::Role::Edge) => {
@@ -251,6 +255,7 @@ fn with_checkpoints(
     names: &[String],
     data: &crate::dataset::Split,
 ) -> Result<Driver, ServerError> {
+    info!(dir = %c.dir.display(), every = c.every, keep = c.keep, "checkpoints go to {}", c.dir.display());
     let store = Store::new(c.dir, c.keep, net.layout().clone());
     store.probe()?;
     let resume = if c.resume {

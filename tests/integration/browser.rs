@@ -841,24 +841,61 @@ async fn two_tabs_train_on_the_gpu_path_and_are_never_flagged() {
 
 /// A run that ends (here `--max-rounds`) tells its tabs: the page says the training is
 /// finished and thanks the volunteer, and the tab stops computing instead of retrying a
-/// coordinator that has gone (issue 34).
+/// coordinator that has gone (issue 34). The coordinator, as an operator runs it, goes on
+/// serving the finished run: a page opened then says so too, and trains nothing, and the
+/// dashboard says where the model is and how to export it (issue 46).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_run_thanks_its_tab_which_stops_computing() {
-    let server = start_server(&["--max-rounds", "30"]).await;
+    let kept = tempfile::tempdir().expect("temp dir");
+    let dir = kept.path().to_str().expect("utf-8");
+    let server = start_kept_server(&["--max-rounds", "30", "--checkpoint-dir", dir]).await;
+    let mut status = server.status.clone();
     let tab = Browser::open_with_devtools(&page(server.addr));
-    let summary = guard("30 rounds", server.wait()).await.expect("server ran");
-    assert_eq!(summary.rounds, 30);
-    let shown = until_message(&tab, "Thank you for lending this tab").await;
-    assert!(shown.contains("training finished"), "{shown}");
-    let state = tab
-        .evaluate("document.getElementById('state').dataset.state")
+    let done = wait_status(&mut status, "30 rounds, and the end", |s| {
+        s.state == server::status::State::Done
+    })
+    .await;
+    assert_eq!(done.round, 30);
+    for (tab, when) in [
+        (tab, "training"),
+        (Browser::open_with_devtools(&page(server.addr)), "after"),
+    ] {
+        let shown = until_message(&tab, "Thank you for lending this tab").await;
+        assert!(shown.contains("training finished"), "{when}: {shown}");
+        let state = tab
+            .evaluate("document.getElementById('state').dataset.state")
+            .await;
+        assert_eq!(state, "finished", "{when}, not retrying: {shown}");
+        let paused = tab
+            .evaluate("document.getElementById('toggle').disabled")
+            .await;
+        assert_eq!(paused, true, "{when}: nothing left to pause or resume");
+        tab.close().await;
+    }
+    let s = status.borrow().clone();
+    assert_eq!(
+        (s.round, s.workers),
+        (30, 0),
+        "nobody trains a finished run: {s:?}"
+    );
+    let dashboard = Browser::open_with_devtools(&format!("http://{}/dashboard", server.addr));
+    dashboard
+        .until(
+            "the dashboard to say the run is finished",
+            "document.getElementById('kept').dataset.state === 'done'",
+        )
         .await;
-    assert_eq!(state, "finished", "not retrying: {shown}");
-    let paused = tab
-        .evaluate("document.getElementById('toggle').disabled")
+    let said = dashboard
+        .evaluate("document.getElementById('kept').textContent")
         .await;
-    assert_eq!(paused, true, "nothing left to pause or resume");
-    tab.close().await;
+    let said = said.as_str().expect("text");
+    assert!(
+        said.starts_with("Training finished")
+            && said.contains(&format!("coordinator export --checkpoint-dir {dir} --out")),
+        "{said}"
+    );
+    dashboard.close().await;
+    stop(server).await;
 }
 
 /// A tab on the GPU path (`?gpu=fallback`: SwiftShader here) trains a small GPT step by

@@ -148,7 +148,7 @@ async fn metrics_parse_and_match_the_status() {
         );
     }
     assert!(
-        text.contains("crowdtrain_run_info{mode=\"sync\",aggregator=\"mean-around-median\"} 1"),
+        text.contains("crowdtrain_run_info{mode=\"sync\",aggregator=\"centered-clip\"} 1"),
         "{text}"
     );
     let (code, _, body) = http_get(server.addr, "/api/history").await;

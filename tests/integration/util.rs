@@ -65,6 +65,31 @@ pub async fn start_server(flags: &[&str]) -> RunningServer {
 
 /// Starts a coordinator on `addr` (to restart one where its workers expect it).
 pub async fn start_server_at(addr: SocketAddr, flags: &[&str]) -> RunningServer {
+    start_server_as(addr, &harnessed(flags)).await
+}
+
+/// Starts a coordinator as an operator runs it: once training finishes it keeps serving
+/// until stopped, and without `--checkpoint-dir` it keeps its run under `runs/`.
+pub async fn start_kept_server(flags: &[&str]) -> RunningServer {
+    start_server_as(SocketAddr::from(([127, 0, 0, 1], 0)), flags).await
+}
+
+/// What a test's coordinator runs with besides its test's flags: it exits when training
+/// finishes (so `RunningServer::wait` returns then), and takes no checkpoints unless the
+/// test names their directory.
+pub fn harnessed<'a>(flags: &[&'a str]) -> Vec<&'a str> {
+    let mut all = vec!["--exit-when-finished"];
+    if !flags
+        .iter()
+        .any(|f| matches!(*f, "--checkpoint-dir" | "--resume"))
+    {
+        all.push("--no-checkpoints");
+    }
+    all.extend(flags);
+    all
+}
+
+async fn start_server_as(addr: SocketAddr, flags: &[&str]) -> RunningServer {
     let args = ["coordinator", "--port", "0", "--log-level", "warn"]
         .into_iter()
         .chain(flags.iter().copied());
@@ -477,6 +502,33 @@ pub async fn spawn_coordinator_at(
 
 /// The same with these environment variables.
 pub async fn spawn_coordinator_with(
+    binary: &std::path::Path,
+    cwd: Option<&std::path::Path>,
+    port: u16,
+    flags: &[&str],
+    env: &[(&str, &str)],
+) -> (
+    tokio::process::Child,
+    SocketAddr,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    spawn_coordinator_as(binary, cwd, port, &harnessed(flags), env).await
+}
+
+/// The real binary as an operator runs it (see [`start_kept_server`]), in `cwd`.
+pub async fn spawn_kept_coordinator(
+    binary: &std::path::Path,
+    cwd: &std::path::Path,
+    flags: &[&str],
+) -> (
+    tokio::process::Child,
+    SocketAddr,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    spawn_coordinator_as(binary, Some(cwd), 0, flags, &[]).await
+}
+
+async fn spawn_coordinator_as(
     binary: &std::path::Path,
     cwd: Option<&std::path::Path>,
     port: u16,

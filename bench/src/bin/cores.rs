@@ -110,6 +110,8 @@ async fn measure(
     let steps = steps_for(cli, preset).to_string();
     let mut args = vec![
         "coordinator",
+        "--exit-when-finished",
+        "--no-checkpoints",
         "--log-level",
         "warn",
         "--model",

@@ -100,6 +100,8 @@ async fn train(cli: &Cli, eval_interval: Option<u64>) -> anyhow::Result<Run> {
     let (workers, total_s) = (cli.workers.to_string(), total.to_string());
     let args = [
         "coordinator",
+        "--exit-when-finished",
+        "--no-checkpoints",
         "--log-level",
         "warn",
         "--model",

@@ -148,9 +148,15 @@ fn main() -> anyhow::Result<()> {
 
 async fn real_run(cli: &Cli, way: Way) -> anyhow::Result<serde_json::Value> {
     let workers = cli.workers.to_string();
-    let mut args: Vec<String> = ["coordinator", "--log-level", "warn"]
-        .map(String::from)
-        .into();
+    let mut args: Vec<String> = [
+        "coordinator",
+        "--exit-when-finished",
+        "--no-checkpoints",
+        "--log-level",
+        "warn",
+    ]
+    .map(String::from)
+    .into();
     args.extend(["--max-per-ip", &workers, "--upload-slots-per-ip", &workers].map(String::from));
     args.extend(cli.flags());
     let config = server::Config::from_args(args).map_err(anyhow::Error::msg)?;

@@ -34,11 +34,8 @@ impl Coordinator {
         peer: std::net::IpAddr,
         now: Instant,
     ) -> Result<Joined, Refusal> {
-        if self.outcome.is_some() {
-            return Err(Refusal::new(
-                ErrorCode::ShuttingDown,
-                "training is finished",
-            ));
+        if let Some(outcome) = &self.outcome {
+            return Err(crate::coordinator::finished(outcome));
         }
         let admission = self.registry.admit(hello, peer, now)?;
         let id = admission.id;

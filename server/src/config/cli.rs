@@ -224,12 +224,12 @@ pub struct Cli {
     #[arg(long, default_value = "20s", value_parser = super::parse_duration)]
     pub ping_timeout: Duration,
 
-    /// How a round's gradients are combined: mean-around-median (per coordinate, drop the
-    /// values farthest from the median), trimmed-mean (drop the largest and smallest),
-    /// median, multi-krum (average the gradients nearest their neighbours), centered-clip
-    /// (clip each gradient's distance from the last result; O(parameters) memory), or mean
-    /// (exact, not robust).
-    #[arg(long, value_enum, default_value_t = AggregatorChoice::MeanAroundMedian)]
+    /// How a round's gradients are combined: centered-clip (clip each gradient's distance
+    /// from the last result; O(parameters) memory), mean-around-median (per coordinate, drop
+    /// the values farthest from the median), trimmed-mean (drop the largest and smallest),
+    /// median, multi-krum (average the gradients nearest their neighbours), or mean (exact,
+    /// not robust).
+    #[arg(long, value_enum, default_value_t = AggregatorChoice::CenteredClip)]
     pub aggregator: AggregatorChoice,
 
     /// mean-around-median and trimmed-mean: the fraction of gradients dropped (from each end,
@@ -359,7 +359,8 @@ pub struct Cli {
     pub log_format: LogFormat,
 
     /// Take checkpoints in this directory (created if needed): every --checkpoint-every
-    /// updates, on stopping, and when training finishes.
+    /// updates, when training finishes, and on stopping [default: a new run directory,
+    /// runs/<model>-<start time>/, for --role single].
     #[arg(long)]
     pub checkpoint_dir: Option<PathBuf>,
 
@@ -375,6 +376,18 @@ pub struct Cli {
     /// passed over with a warning; none valid is an error).
     #[arg(long)]
     pub resume: bool,
+
+    /// Take no checkpoints: the model lives only in memory, and is lost when the coordinator
+    /// stops.
+    #[arg(long)]
+    pub no_checkpoints: bool,
+
+    /// Exit when training finishes (a plateau, --target-loss, --target-accuracy,
+    /// --max-rounds), for scripts and tests. Without it the coordinator keeps serving the
+    /// dashboard, /api/status, /api/params and the page until Ctrl-C; a page opened then
+    /// says the run is finished. An edge and a root always exit.
+    #[arg(long)]
+    pub exit_when_finished: bool,
 
     /// This process's part in a cluster (docs/CLUSTER.md): `single` (one coordinator, no
     /// NATS), `edge` (takes volunteers; a root applies its rounds) or `root` (combines the
@@ -508,12 +521,12 @@ pub enum InnerChoice {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum AggregatorChoice {
+    CenteredClip,
     MeanAroundMedian,
     Mean,
     TrimmedMean,
     Median,
     MultiKrum,
-    CenteredClip,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -136,6 +136,8 @@ pub enum ConfigError {
     WebDir(PathBuf),
     #[error("{0} needs --checkpoint-dir")]
     NeedsCheckpointDir(&'static str),
+    #[error("{0} asks for checkpoints, which --no-checkpoints turns off")]
+    NoCheckpoints(&'static str),
     #[error("--checkpoint-every must be at least 1")]
     CheckpointEvery,
     #[error("--keep-checkpoints must be between 1 and 1000, got {0}")]

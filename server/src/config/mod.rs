@@ -18,6 +18,7 @@ use std::time::Duration;
 use model::OptimizerKind;
 
 use self::aggregator::aggregator;
+use self::cli::RoleChoice;
 pub use self::cli::{
     AggregatorChoice, Cli, Command, ExportArgs, LogFormat, ModeChoice, OptimizerChoice,
 };
@@ -107,8 +108,11 @@ pub struct Config {
     pub tls: Option<TlsFiles>,
     pub log_level: String,
     pub log_format: LogFormat,
-    /// `--checkpoint-dir` and its companions.
+    /// `--checkpoint-dir` and its companions (by default a run directory under `runs/`).
     pub checkpoints: Option<CheckpointConfig>,
+    /// `--exit-when-finished` (always, for an edge or a root): stop once training finishes
+    /// instead of serving the finished run until stopped.
+    pub exit_when_finished: bool,
     /// `--role` and, for an edge or a root, its cluster.
     pub role: crate::cluster::Role,
     pub cluster: Option<crate::cluster::ClusterConfig>,
@@ -329,6 +333,7 @@ impl TryFrom<Cli> for Config {
             log_level,
             log_format: cli.log_format,
             checkpoints,
+            exit_when_finished: cli.exit_when_finished || cli.role != RoleChoice::Single,
             role,
             cluster,
             data_part,
@@ -336,19 +341,35 @@ impl TryFrom<Cli> for Config {
     }
 }
 
-/// `--checkpoint-dir` and the flags that need it (defaults recognised by value).
+/// `--checkpoint-dir` and the flags that need it (defaults recognised by value). Without
+/// it, a single coordinator keeps its run in a new directory under `runs/` (a finished run
+/// keeps its model); an edge (whose root keeps the state) and a root (which keeps it in
+/// NATS) take none, as with `--no-checkpoints`.
 fn checkpoints(cli: &Cli) -> Result<Option<CheckpointConfig>, ConfigError> {
-    let Some(dir) = cli.checkpoint_dir.clone() else {
-        return match () {
-            () if cli.resume => Err(ConfigError::NeedsCheckpointDir("--resume")),
-            () if cli.checkpoint_every != 100 => {
-                Err(ConfigError::NeedsCheckpointDir("--checkpoint-every"))
-            }
-            () if cli.keep_checkpoints != 3 => {
-                Err(ConfigError::NeedsCheckpointDir("--keep-checkpoints"))
-            }
-            () => Ok(None),
+    let companion = match () {
+        () if cli.checkpoint_every != 100 => Some("--checkpoint-every"),
+        () if cli.keep_checkpoints != 3 => Some("--keep-checkpoints"),
+        () => None,
+    };
+    if cli.no_checkpoints {
+        return match (&cli.checkpoint_dir, cli.resume, companion) {
+            (Some(_), _, _) => Err(ConfigError::NoCheckpoints("--checkpoint-dir")),
+            (None, true, _) => Err(ConfigError::NoCheckpoints("--resume")),
+            (None, false, Some(flag)) => Err(ConfigError::NoCheckpoints(flag)),
+            (None, false, None) => Ok(None),
         };
+    }
+    let dir = match (cli.checkpoint_dir.clone(), cli.role) {
+        (Some(dir), _) => dir,
+        // A new run each time: `--resume` names the run it continues.
+        (None, _) if cli.resume => return Err(ConfigError::NeedsCheckpointDir("--resume")),
+        (None, RoleChoice::Single) => run_dir(&cli.model, std::time::SystemTime::now()),
+        (None, _) => {
+            return match companion {
+                Some(flag) => Err(ConfigError::NeedsCheckpointDir(flag)),
+                None => Ok(None),
+            }
+        }
     };
     if cli.checkpoint_every == 0 {
         return Err(ConfigError::CheckpointEvery);
@@ -362,6 +383,29 @@ fn checkpoints(cli: &Cli) -> Result<Option<CheckpointConfig>, ConfigError> {
         keep: cli.keep_checkpoints,
         resume: cli.resume,
     }))
+}
+
+/// `runs/<model>-<start time, UTC>/`, with `-2`, `-3`… if two runs start in the same second.
+/// A model file's run is named after the file.
+fn run_dir(model: &str, now: std::time::SystemTime) -> PathBuf {
+    let name = std::path::Path::new(model)
+        .file_stem()
+        .map_or_else(|| model.to_string(), |s| s.to_string_lossy().into_owned());
+    // 2026-11-27T20:39:48Z → 20261127-203948
+    let stamp: String = humantime::format_rfc3339_seconds(now)
+        .to_string()
+        .chars()
+        .filter(char::is_ascii_digit)
+        .collect();
+    let base = format!("{name}-{}-{}", &stamp[..8], &stamp[8..]);
+    let runs = PathBuf::from("runs");
+    (1..)
+        .map(|n| match n {
+            1 => runs.join(&base),
+            n => runs.join(format!("{base}-{n}")),
+        })
+        .find(|dir| !dir.exists())
+        .expect("an unused name")
 }
 
 /// `--allowed-origin`s.

@@ -28,7 +28,32 @@ fn defaults_are_the_documented_ones() {
 
 #[test]
 fn checkpoint_flags_come_together() {
-    assert_eq!(parse(&[]).expect("valid").checkpoints, None);
+    // By default a run keeps its model in a directory of its own, and serves it when done.
+    let c = parse(&["--checkpoint-every", "7"]).expect("valid");
+    assert!(!c.exit_when_finished);
+    let kept = c.checkpoints.expect("a run directory");
+    let name = kept
+        .dir
+        .file_name()
+        .expect("a name")
+        .to_string_lossy()
+        .into_owned();
+    assert_eq!(kept.dir.parent(), Some(std::path::Path::new("runs")));
+    // mlp-YYYYMMDD-HHMMSS
+    let stamp = name.strip_prefix("mlp-").expect("the model's name first");
+    assert!(
+        stamp.len() == 15 && stamp.chars().filter(char::is_ascii_digit).count() == 14,
+        "{name}"
+    );
+    assert_eq!((kept.every, kept.keep, kept.resume), (7, 3, false));
+    let gpt = parse(&["--model", "gpt"]).expect("valid").checkpoints;
+    assert!(gpt
+        .expect("kept")
+        .dir
+        .to_string_lossy()
+        .starts_with("runs/gpt-"));
+    let c = parse(&["--no-checkpoints", "--exit-when-finished"]).expect("valid");
+    assert_eq!((c.checkpoints, c.exit_when_finished), (None, true));
     let c = parse(&["--checkpoint-dir", "runs/a", "--resume"]).expect("valid");
     let expected = CheckpointConfig {
         dir: "runs/a".into(),
@@ -158,12 +183,16 @@ fn bad_combinations_are_refused_with_a_clear_message() {
         (&["--hidden", "0"], "--hidden"),
         (&["--resume"], "--resume needs --checkpoint-dir"),
         (
-            &["--checkpoint-every", "5"],
-            "--checkpoint-every needs --checkpoint-dir",
+            &["--no-checkpoints", "--checkpoint-dir", "d"],
+            "--checkpoint-dir asks for checkpoints, which --no-checkpoints turns off",
         ),
         (
-            &["--keep-checkpoints", "5"],
-            "--keep-checkpoints needs --checkpoint-dir",
+            &["--no-checkpoints", "--checkpoint-every", "5"],
+            "--checkpoint-every asks for checkpoints, which --no-checkpoints turns off",
+        ),
+        (
+            &["--no-checkpoints", "--keep-checkpoints", "5"],
+            "--keep-checkpoints asks for checkpoints",
         ),
         (
             &["--checkpoint-dir", "d", "--checkpoint-every", "0"],
@@ -241,7 +270,7 @@ fn bad_combinations_are_refused_with_a_clear_message() {
             "only applies",
         ),
         (
-            &["--clip-radius", "1"],
+            &["--aggregator", "mean", "--clip-radius", "1"],
             "only applies to --aggregator centered-clip",
         ),
         (

@@ -77,9 +77,10 @@ impl Checkpoints {
         result
     }
 
-    /// On stopping: a checkpoint of the current state (unless that version was already
-    /// taken), and waits for the writer. Returns why it failed, if it did.
-    pub async fn finish(self, snapshot: Snapshot) -> Option<String> {
+    /// On stopping, or when training finished: a checkpoint of the current state (unless
+    /// that version was already taken), and waits for the writer. Returns why it failed, if
+    /// it did, and the writer's last report.
+    pub async fn finish(self, snapshot: Snapshot) -> (Option<String>, Arc<Report>) {
         let version = snapshot.version;
         let due = self.taken != Some(version);
         let last = due.then(|| self.on_disk(snapshot));
@@ -93,16 +94,15 @@ impl Checkpoints {
                 })
             });
         if report.last_error.is_none() && (!due || report.last_version == Some(version)) {
-            info!(version, "checkpoints done");
-            return None;
+            info!(version, dir = report.dir, "checkpoints done");
+            return (None, report);
         }
         let error = report
             .last_error
             .clone()
             .unwrap_or_else(|| "it was not written".to_string());
-        Some(format!(
-            "the checkpoint of version {version} on stopping failed: {error}"
-        ))
+        let error = format!("the checkpoint of version {version} on stopping failed: {error}");
+        (Some(error), report)
     }
 
     fn on_disk(&self, snapshot: Snapshot) -> Checkpoint {

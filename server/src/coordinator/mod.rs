@@ -22,7 +22,7 @@ use coordinator_core::status::CheckpointReport;
 use coordinator_core::{EvalJob, Observation, Output, RecomputeJob, Status};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::{info, warn};
 
 pub use self::checkpoints::Checkpoints;
 pub use self::handle::{CoordinatorHandle, Event, Published, Stopped, EVENT_CHANNEL_CAPACITY};
@@ -53,6 +53,14 @@ pub struct Driver {
     /// `--role edge`: the partials for the cluster task to publish to the root.
     partials: Option<mpsc::Sender<coordinator_core::remote::Partial>>,
     shutdown: CancellationToken,
+    /// Training's end stops the driver (`--exit-when-finished`); else it keeps the finished
+    /// run's status and weights published until shutdown.
+    exit_when_finished: bool,
+    /// Training finished, and what it left to do is done: the checkpoint of the end written,
+    /// and the writer's last report kept in `report`.
+    finished: bool,
+    /// Why the checkpoint of the end failed, if it did.
+    checkpoint_error: Option<String>,
 }
 
 impl Driver {
@@ -76,7 +84,18 @@ impl Driver {
             report: None,
             partials: None,
             shutdown,
+            exit_when_finished: true,
+            finished: false,
+            checkpoint_error: None,
         }
+    }
+
+    /// Once training finishes, keeps serving what it published (the status, the weights,
+    /// the history) until shutdown, its last checkpoint written at once: an operator without
+    /// `--exit-when-finished`.
+    pub fn serving_when_finished(mut self) -> Self {
+        self.exit_when_finished = false;
+        self
     }
 
     /// `--role edge`: each round's partial goes to `partials` (the cluster task's).
@@ -119,10 +138,14 @@ impl Driver {
     }
 
     /// Feeds events and deadlines to the core until shutdown (or until training is done,
-    /// which triggers shutdown); then the checkpoint on stopping.
+    /// which triggers shutdown unless it serves when finished); then the checkpoint on
+    /// stopping.
     pub async fn run(mut self) -> Outcome {
         self.carry_out();
         loop {
+            if self.core.outcome().is_some() && !self.finished {
+                self.finish().await;
+            }
             let deadline = self.core.poll_timeout().map(tokio::time::Instant::from_std);
             tokio::select! {
                 biased;
@@ -148,9 +171,46 @@ impl Driver {
             checkpoint_error: None,
         });
         if let Some(checkpoints) = self.checkpoints.take() {
-            outcome.checkpoint_error = checkpoints.finish(self.core.snapshot()).await;
+            self.checkpoint_error = checkpoints.finish(self.core.snapshot()).await.0;
         }
+        outcome.checkpoint_error = self.checkpoint_error;
         outcome
+    }
+
+    /// Training finished: without `--exit-when-finished`, the checkpoint of the end is
+    /// written now (not at Ctrl-C), and the run keeps being served.
+    async fn finish(&mut self) {
+        self.finished = true;
+        if self.exit_when_finished {
+            self.shutdown.cancel();
+            return;
+        }
+        let kept = match self.checkpoints.take() {
+            Some(checkpoints) => {
+                let (error, report) = checkpoints.finish(self.core.snapshot()).await;
+                self.checkpoint_error = error;
+                let dir = report.dir.clone();
+                self.report = Some(report);
+                let status = self.core.poll_status();
+                self.publish_status(status);
+                Some(dir)
+            }
+            None => None,
+        };
+        match (kept, &self.checkpoint_error) {
+            (Some(dir), None) => info!(
+                dir = %dir,
+                "training finished; the model is kept: coordinator export --checkpoint-dir {dir} --out model.safetensors. Serving the dashboard until Ctrl-C"
+            ),
+            (Some(dir), Some(error)) => warn!(
+                dir = %dir,
+                error = %error,
+                "training finished, but its last checkpoint failed; serving the dashboard and /api/params until Ctrl-C"
+            ),
+            (None, _) => info!(
+                "training finished (no checkpoints: --no-checkpoints); serving the dashboard and /api/params until Ctrl-C"
+            ),
+        }
     }
 
     /// One event from a session or from off the task, to the core.
@@ -255,7 +315,8 @@ impl Driver {
                 Output::Observe(Observation::GradientLatency(seconds)) => {
                     self.histograms.gradient_latency_seconds.observe(seconds);
                 }
-                Output::Stop(_) => self.shutdown.cancel(),
+                // `run` finishes the run once the core has its outcome.
+                Output::Stop(_) => {}
                 Output::Partial(partial) => {
                     let round = partial.round;
                     // Never blocks the core: a cluster task that cannot keep up (its link to
@@ -314,18 +375,27 @@ impl Driver {
         if let Some(weights) = self.core.poll_weights() {
             self.weights_tx.send_replace(weights);
         }
-        let report = self.checkpoints.as_ref().map(Checkpoints::report);
+        // The writer's live report while it runs; its last one once training finished.
+        let report = match &self.checkpoints {
+            Some(checkpoints) => Some(checkpoints.report()),
+            None => self.report.clone(),
+        };
         let report_changed = match (&report, &self.report) {
             (Some(now), Some(then)) => !Arc::ptr_eq(now, then),
             (now, then) => now.is_some() != then.is_some(),
         };
         let status = self.core.poll_status();
         if status.is_some() || report_changed {
-            let mut status = status.unwrap_or_else(|| self.core.status().clone());
-            status.checkpoints.clone_from(&report);
             self.report = report;
-            self.status_tx.send_replace(status);
+            self.publish_status(status);
         }
+    }
+
+    /// `status` (or the core's current one) with the checkpoint writer's report.
+    fn publish_status(&mut self, status: Option<Status>) {
+        let mut status = status.unwrap_or_else(|| self.core.status().clone());
+        status.checkpoints.clone_from(&self.report);
+        self.status_tx.send_replace(status);
     }
 }
 
