@@ -272,15 +272,6 @@ async fn bad_data_and_bad_specs_are_refused_at_start_with_the_entry_named() {
     says_once(&stderr, "only one class (cats)");
 }
 
-/// The named tensors of a safetensors file, as raw bytes by name.
-fn tensors(bytes: &[u8]) -> std::collections::BTreeMap<String, Vec<u8>> {
-    let file = safetensors::SafeTensors::deserialize(bytes).expect("safetensors");
-    file.tensors()
-        .into_iter()
-        .map(|(name, view)| (name, view.data().to_vec()))
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fine_tuning_the_last_layer_from_a_file_keeps_the_frozen_layer_bit_identical() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -331,7 +322,7 @@ async fn fine_tuning_the_last_layer_from_a_file_keeps_the_frozen_layer_bit_ident
     );
     let (_, _, after) = http_get(tuned.addr(), "/api/params").await;
     tuned.stop().await;
-    let (before, after) = (tensors(&pretrained), tensors(&after));
+    let (before, after) = (tensors_by_name(&pretrained), tensors_by_name(&after));
     assert_eq!(
         before["l0.weight"], after["l0.weight"],
         "frozen weight changed"

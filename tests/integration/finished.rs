@@ -6,15 +6,6 @@ use crate::util::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_coordinator");
 
-/// Each tensor of a safetensors file, by name, as bytes.
-fn tensors(bytes: &[u8]) -> std::collections::BTreeMap<String, Vec<u8>> {
-    let file = safetensors::SafeTensors::deserialize(bytes).expect("safetensors");
-    file.tensors()
-        .into_iter()
-        .map(|(name, view)| (name, view.data().to_vec()))
-        .collect()
-}
-
 /// The real binary on its defaults but for a short run (`--max-rounds 6`), in an empty
 /// directory, with one native worker. Once training finishes:
 /// - the log says where the model is, and how to export it; the run directory is under
@@ -95,7 +86,7 @@ async fn a_finished_run_keeps_its_model_and_serves_its_dashboard_until_stopped()
     assert!(export.status.success(), "{said}");
     assert!(said.contains("exported version 6"), "{said}");
     let exported = std::fs::read(&out).expect("written");
-    assert_eq!(tensors(&exported), tensors(&served));
+    assert_eq!(tensors_by_name(&exported), tensors_by_name(&served));
 
     let pid = child.id().expect("still running");
     let term = std::process::Command::new("kill")

@@ -492,13 +492,16 @@ pub async fn spawn_coordinator_at(
     cwd: Option<&std::path::Path>,
     port: u16,
     flags: &[&str],
-) -> (
+) -> Spawned {
+    spawn_coordinator_with(binary, cwd, port, flags, &[]).await
+}
+
+/// A coordinator process, its address, and the lines it logs but the listening line.
+pub type Spawned = (
     tokio::process::Child,
     SocketAddr,
     tokio::sync::mpsc::UnboundedReceiver<String>,
-) {
-    spawn_coordinator_with(binary, cwd, port, flags, &[]).await
-}
+);
 
 /// The same with these environment variables.
 pub async fn spawn_coordinator_with(
@@ -507,11 +510,7 @@ pub async fn spawn_coordinator_with(
     port: u16,
     flags: &[&str],
     env: &[(&str, &str)],
-) -> (
-    tokio::process::Child,
-    SocketAddr,
-    tokio::sync::mpsc::UnboundedReceiver<String>,
-) {
+) -> Spawned {
     spawn_coordinator_as(binary, cwd, port, &harnessed(flags), env).await
 }
 
@@ -520,11 +519,7 @@ pub async fn spawn_kept_coordinator(
     binary: &std::path::Path,
     cwd: &std::path::Path,
     flags: &[&str],
-) -> (
-    tokio::process::Child,
-    SocketAddr,
-    tokio::sync::mpsc::UnboundedReceiver<String>,
-) {
+) -> Spawned {
     spawn_coordinator_as(binary, Some(cwd), 0, flags, &[]).await
 }
 
@@ -534,11 +529,7 @@ async fn spawn_coordinator_as(
     port: u16,
     flags: &[&str],
     env: &[(&str, &str)],
-) -> (
-    tokio::process::Child,
-    SocketAddr,
-    tokio::sync::mpsc::UnboundedReceiver<String>,
-) {
+) -> Spawned {
     use tokio::io::AsyncBufReadExt;
     let mut command = tokio::process::Command::new(binary);
     command
@@ -593,4 +584,13 @@ pub fn assert_never_flagged(who: &str, s: &Status, rounds: u64, workers: u64, ex
         "{s:?}"
     );
     assert!(s.bans.is_empty(), "{s:?}");
+}
+
+/// The named tensors of a safetensors file, as raw bytes by name.
+pub fn tensors_by_name(bytes: &[u8]) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let file = safetensors::SafeTensors::deserialize(bytes).expect("safetensors");
+    file.tensors()
+        .into_iter()
+        .map(|(name, view)| (name, view.data().to_vec()))
+        .collect()
 }

@@ -128,15 +128,15 @@ fn mean_around_median_equals_the_naive_reference_and_keeps_every_honest_value() 
             assert!((f64::from(*a) - b).abs() < 1e-6, "k={k}: {a} vs {b}");
         }
     }
-    // The default: four honest values and one far outlier per coordinate. Only the outlier
-    // goes; the trimmed mean would also drop an honest value from the other end.
+    // Four honest values and one far outlier per coordinate. Only the outlier goes; the
+    // trimmed mean would also drop an honest value from the other end.
     let honest = [
         vec![1.0f32, -1.0],
         vec![1.2, -0.8],
         vec![0.8, -1.2],
         vec![1.4, -0.6],
     ];
-    let mut agg = round_of(AggregatorKind::default(), 2, 5);
+    let mut agg = round_of(kind(Rule::MeanAroundMedian { trim: 0.2 }), 2, 5);
     for g in &honest {
         agg.add(g, 32, 32.0, 1.0);
     }
@@ -147,14 +147,15 @@ fn mean_around_median_equals_the_naive_reference_and_keeps_every_honest_value() 
 #[test]
 fn rounds_with_nothing_to_trim_or_too_many_gradients_stream_the_exact_mean() {
     // Four gradients at trim 0.2: nothing to drop, so the weighted mean (weights honoured).
-    let mut agg = round_of(AggregatorKind::default(), 1, 4);
+    let meamed = kind(Rule::MeanAroundMedian { trim: 0.2 });
+    let mut agg = round_of(meamed, 1, 4);
     agg.add(&[4.0], 10, 1.0, 1.0);
     agg.add(&[1.0], 10, 3.0, 1.0);
     assert_eq!(agg.take(), Some(vec![1.75]));
     // Over the memory budget: the mean too.
     let tight = AggregatorKind {
         memory: 1000,
-        ..AggregatorKind::default()
+        ..meamed
     };
     let mut agg = round_of(tight, 100, 10);
     for v in [1.0f32, 2.0, 3.0, 4.0, 100.0, 6.0, 7.0, 8.0, 9.0, 10.0] {
@@ -277,7 +278,7 @@ fn centered_clipping_equals_the_naive_reference_round_after_round() {
 }
 
 #[test]
-fn centered_clipping_adapts_its_radius_to_the_median_distance() {
+fn centered_clipping_adapts_its_radius_to_twice_the_median_distance() {
     let mut clip = CenteredClip::new(1, None);
     assert_eq!(clip.radius(), f64::INFINITY, "nothing seen: no clipping");
     for v in [1.0f32, 2.0, 3.0, 4.0, 1000.0] {
@@ -286,10 +287,10 @@ fn centered_clipping_adapts_its_radius_to_the_median_distance() {
     assert_eq!(clip.clipped(), 0);
     let first = clip.take().expect("five")[0];
     assert!((first - 202.0).abs() < 1e-3, "{first}");
-    // Distances from 0 were 1, 2, 3, 4, 1000: the median, 3, is the next radius.
-    assert_eq!(clip.radius(), 3.0);
+    // Distances from 0 were 1, 2, 3, 4, 1000: twice the median, 6, is the next radius.
+    assert_eq!(clip.radius(), 6.0);
     clip.add(&[first + 1000.0], 1, 1.0, 1.0);
-    assert_eq!(clip.take().expect("one")[0], first + 3.0);
+    assert_eq!(clip.take().expect("one")[0], first + 6.0);
     assert_eq!(clip.clipped(), 1);
     // A clipped gradient (scale < 1) is measured after scaling.
     let mut clip = CenteredClip::new(2, Some(10.0));

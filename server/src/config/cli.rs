@@ -239,7 +239,7 @@ pub struct Cli {
     pub trim: Option<f32>,
 
     /// centered-clip: the radius τ each gradient's distance from the last result is clipped
-    /// to [default: adaptive, the median of the last 64 distances].
+    /// to [default: adaptive, twice the median of the last 64 distances].
     #[arg(long)]
     pub clip_radius: Option<f64>,
 
