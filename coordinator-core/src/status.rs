@@ -13,7 +13,8 @@ pub enum State {
     Waiting,
     /// A round is open.
     Training,
-    /// `--max-rounds` or `--target-accuracy` was reached; the coordinator is stopping.
+    /// Training finished (a plateau, a target, `--max-rounds`): the coordinator serves the
+    /// finished run until it is stopped (or exits, with `--exit-when-finished`).
     Done,
     /// The operator paused training (admin API); a round open then still completes.
     Paused,

@@ -89,7 +89,8 @@ async fn the_operator_steers_a_run_through_the_admin_api() {
         dir.path().to_str().expect("utf-8"),
     ];
     let bin = env!("CARGO_BIN_EXE_coordinator");
-    let (mut child, addr, rx) = spawn_coordinator_at(bin.as_ref(), None, 0, &flags).await;
+    // As an operator runs it (no --exit-when-finished): the stop at the end still exits.
+    let (mut child, addr, rx) = spawn_kept_coordinator(bin.as_ref(), dir.path(), &flags).await;
     let mut log = Log {
         rx,
         seen: Vec::new(),

@@ -266,17 +266,38 @@ impl Driver {
                 from,
                 reply,
             } => {
-                let answer = match &mut self.checkpoints {
-                    Some(c) => c.now(self.core.snapshot(), &from),
-                    None => self.core.admin(Command::Checkpoint, &from, now),
+                let answer = match (&mut self.checkpoints, &self.report) {
+                    (Some(c), _) => c.now(self.core.snapshot(), &from),
+                    (None, Some(kept)) if self.finished => Ok(format!(
+                        "training finished: version {} is kept in {}",
+                        self.core.version(),
+                        kept.dir
+                    )),
+                    (None, _) => self.core.admin(Command::Checkpoint, &from, now),
                 };
                 let _ = reply.send(answer);
+            }
+            // The operator's stop ends the process, whether training had finished or not.
+            Event::Admin {
+                command: Command::Stop,
+                from,
+                reply,
+            } if self.finished => {
+                info!(from = %from, action = "stop", "admin");
+                self.shutdown.cancel();
+                let _ = reply.send(Ok(format!(
+                    "stopping; training had finished at round {}",
+                    self.core.version()
+                )));
             }
             Event::Admin {
                 command,
                 from,
                 reply,
             } => {
+                if matches!(command, Command::Stop) {
+                    self.exit_when_finished = true;
+                }
                 let _ = reply.send(self.core.admin(command, &from, now));
             }
             Event::History { reply } => {
