@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use model::{Network, OptimizerKind, Order};
 use protocol::{
-    decode_from_worker, decode_worker_frame, encode_gradient, Compression, Hello, InnerOptimizer,
-    WorkerFrame, WorkerKind, WorkerToCoordinator,
+    decode_from_worker, decode_worker_frame, encode_gradient, Compression, Hello, WorkerFrame,
+    WorkerKind, WorkerToCoordinator,
 };
 use worker_core::{Compute, WorkerCore};
 
@@ -62,7 +62,7 @@ fn settings_with(rounds: u64, verify: f64, steps: u32, segment: u32) -> Settings
         optimizer: OptimizerKind::Sgd { lr: 1.0 },
         local: Some(Local {
             steps: LocalSteps::Fixed(steps),
-            inner: InnerOptimizer::AdamW {
+            inner: OptimizerKind::AdamW {
                 lr: 1e-3,
                 beta1: 0.9,
                 beta2: 0.99,

@@ -28,7 +28,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use protocol::{InnerOptimizer, LocalPhase, WorkerId};
+use model::OptimizerKind;
+use protocol::{LocalPhase, WorkerId};
 
 /// `--local-steps`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -47,7 +48,7 @@ pub enum LocalSteps {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Local {
     pub steps: LocalSteps,
-    pub inner: InnerOptimizer,
+    pub inner: OptimizerKind,
     /// `--segment-steps`: a GPU may take a phase in its own order, committing to its state
     /// every this many steps, and is checked by segments (0: never; a phase in one
     /// ordered part, replayed whole).
@@ -115,7 +116,7 @@ impl LocalPlan {
     }
 
     /// The inner learning rate changed (the admin API).
-    pub fn set_inner(&mut self, inner: InnerOptimizer) {
+    pub fn set_inner(&mut self, inner: OptimizerKind) {
         self.local.inner = inner;
     }
 
@@ -256,7 +257,7 @@ mod tests {
                 max,
                 passes: 1e9,
             },
-            inner: InnerOptimizer::Sgd { lr: 0.1 },
+            inner: OptimizerKind::Sgd { lr: 0.1 },
             segment: 0,
         })
     }
@@ -267,7 +268,7 @@ mod tests {
     fn the_slowest_expected_phase_follows_the_answers() {
         let mut plan = LocalPlan::new(Local {
             steps: LocalSteps::Fixed(10),
-            inner: InnerOptimizer::Sgd { lr: 0.1 },
+            inner: OptimizerKind::Sgd { lr: 0.1 },
             segment: 0,
         });
         assert_eq!(plan.expected(), None);
@@ -329,7 +330,7 @@ mod tests {
                 max: 1000,
                 passes: 1e9,
             },
-            inner: InnerOptimizer::Sgd { lr: 0.1 },
+            inner: OptimizerKind::Sgd { lr: 0.1 },
             segment: 0,
         });
         let (fast, slow) = (WorkerId(1), WorkerId(2));
@@ -351,7 +352,7 @@ mod tests {
                     max: 1000,
                     passes,
                 },
-                inner: InnerOptimizer::Sgd { lr: 0.1 },
+                inner: OptimizerKind::Sgd { lr: 0.1 },
                 segment: 0,
             });
             let id = WorkerId(1);
@@ -369,7 +370,7 @@ mod tests {
     fn answers_are_brought_to_the_mean_length_and_fixed_h_is_left_alone() {
         let fixed = LocalPlan::new(Local {
             steps: LocalSteps::Fixed(16),
-            inner: InnerOptimizer::Sgd { lr: 0.1 },
+            inner: OptimizerKind::Sgd { lr: 0.1 },
             segment: 0,
         });
         assert_eq!(fixed.scale(16), 1.0);

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use model::{batch_positions, batch_seed, Network, Optimizer, OptimizerKind, Sgd};
-use protocol::{decode_worker_frame, Hello, InnerOptimizer, WorkerFrame, WorkerKind};
+use protocol::{decode_worker_frame, Hello, WorkerFrame, WorkerKind};
 use worker_core::WorkerCore;
 
 use crate::aggregate::{AggregatorKind, Rule};
@@ -57,7 +57,7 @@ fn one_worker_h_local_steps_under_outer_sgd_at_1_are_h_steps_of_sgd() {
         optimizer: OptimizerKind::Sgd { lr: 1.0 },
         local: Some(Local {
             steps: LocalSteps::Fixed(H),
-            inner: InnerOptimizer::Sgd { lr: 0.05 },
+            inner: OptimizerKind::Sgd { lr: 0.05 },
             segment: 0,
         }),
         aggregator: AggregatorKind {
@@ -133,7 +133,7 @@ fn a_resumed_run_with_local_steps_continues_bit_for_bit() {
         },
         local: Some(Local {
             steps: LocalSteps::Fixed(6),
-            inner: InnerOptimizer::Sgd { lr: 0.05 },
+            inner: OptimizerKind::Sgd { lr: 0.05 },
             segment: 0,
         }),
         verify_fraction: 1.0,

@@ -891,7 +891,7 @@ fn commitments_are_freed_when_their_worker_leaves() {
     let mut settings = settings(&["--verify-fraction", "0", "--min-workers", "1"]);
     settings.local = Some(Local {
         steps: LocalSteps::Fixed(8),
-        inner: protocol::InnerOptimizer::Sgd { lr: 0.1 },
+        inner: model::OptimizerKind::Sgd { lr: 0.1 },
         segment: 4,
     });
     let mut h = harness_of(settings);

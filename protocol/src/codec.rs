@@ -10,11 +10,13 @@
 
 use thiserror::Error;
 
+use model::OptimizerKind;
+
 use crate::commit::{Challenge, Commitments, RevealChunk, MAX_CHALLENGED};
 use crate::ids::{Round, WorkerId};
 use crate::message::{
-    CoordinatorToWorker, ErrorCode, GradientChunk, Hello, InnerOptimizer, LocalPhase, ModelSpec,
-    Shard, ShardValues, Task, Weights, Welcome, WorkerKind, WorkerToCoordinator, MAX_LOCAL_STEPS,
+    CoordinatorToWorker, ErrorCode, GradientChunk, Hello, LocalPhase, ModelSpec, Shard,
+    ShardValues, Task, Weights, Welcome, WorkerKind, WorkerToCoordinator, MAX_LOCAL_STEPS,
 };
 use crate::tensor::Compression;
 use crate::PROTOCOL_VERSION;
@@ -183,15 +185,16 @@ pub fn encode_from_coordinator(msg: &CoordinatorToWorker) -> Vec<u8> {
                     w.u8(1);
                     w.u32(phase.steps);
                     let (kind, values) = match phase.optimizer {
-                        InnerOptimizer::Sgd { lr } => (0, [lr, 0.0, 0.0, 0.0]),
-                        InnerOptimizer::Momentum { lr, momentum } => (1, [lr, momentum, 0.0, 0.0]),
-                        InnerOptimizer::Adam {
+                        OptimizerKind::Sgd { lr } => (0, [lr, 0.0, 0.0, 0.0]),
+                        OptimizerKind::Momentum { lr, momentum } => (1, [lr, momentum, 0.0, 0.0]),
+                        OptimizerKind::Nesterov { lr, momentum } => (4, [lr, momentum, 0.0, 0.0]),
+                        OptimizerKind::Adam {
                             lr,
                             beta1,
                             beta2,
                             eps,
                         } => (2, [lr, beta1, beta2, eps]),
-                        InnerOptimizer::AdamW {
+                        OptimizerKind::AdamW {
                             lr,
                             beta1,
                             beta2,
@@ -203,7 +206,7 @@ pub fn encode_from_coordinator(msg: &CoordinatorToWorker) -> Vec<u8> {
                     for v in values {
                         w.f32(v);
                     }
-                    if let InnerOptimizer::AdamW { weight_decay, .. } = phase.optimizer {
+                    if let OptimizerKind::AdamW { weight_decay, .. } = phase.optimizer {
                         w.f32(weight_decay);
                     }
                     w.u32(phase.segment);
@@ -505,9 +508,10 @@ fn local_phase(r: &mut Reader<'_>) -> Result<Option<LocalPhase>, DecodeError> {
         }
     }
     let optimizer = match kind {
-        0 => InnerOptimizer::Sgd { lr },
-        1 => InnerOptimizer::Momentum { lr, momentum: a },
-        2 if eps.is_finite() && eps > 0.0 => InnerOptimizer::Adam {
+        0 => OptimizerKind::Sgd { lr },
+        1 => OptimizerKind::Momentum { lr, momentum: a },
+        4 => OptimizerKind::Nesterov { lr, momentum: a },
+        2 if eps.is_finite() && eps > 0.0 => OptimizerKind::Adam {
             lr,
             beta1: a,
             beta2: b,
@@ -518,7 +522,7 @@ fn local_phase(r: &mut Reader<'_>) -> Result<Option<LocalPhase>, DecodeError> {
             if !((0.0..1.0).contains(&weight_decay) && lr * weight_decay < 1.0) {
                 return Err(invalid("task.weight_decay", bits(weight_decay)));
             }
-            InnerOptimizer::AdamW {
+            OptimizerKind::AdamW {
                 lr,
                 beta1: a,
                 beta2: b,

@@ -31,9 +31,9 @@ pub use commit::{
 };
 pub use ids::{Round, WorkerId};
 pub use message::{
-    CoordinatorToWorker, ErrorCode, Gradient, GradientChunk, Hello, InnerOptimizer, LocalPhase,
-    ModelSpec, Shard, ShardValues, Task, Weights, Welcome, WorkerKind, WorkerToCoordinator,
-    MAX_LOCAL_STEPS, UNORDERED,
+    CoordinatorToWorker, ErrorCode, Gradient, GradientChunk, Hello, LocalPhase, ModelSpec, Shard,
+    ShardValues, Task, Weights, Welcome, WorkerKind, WorkerToCoordinator, MAX_LOCAL_STEPS,
+    UNORDERED,
 };
 pub use tensor::Compression;
 

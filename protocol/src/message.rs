@@ -3,6 +3,7 @@
 use crate::commit::{Challenge, Commitments, RevealChunk};
 use crate::ids::{Round, WorkerId};
 use crate::tensor::Compression;
+use model::OptimizerKind;
 
 /// Everything a worker may send.
 #[derive(Debug, Clone, PartialEq)]
@@ -145,38 +146,11 @@ pub struct Task {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LocalPhase {
     pub steps: u32,
-    pub optimizer: InnerOptimizer,
+    pub optimizer: OptimizerKind,
     /// 0: computed in the coordinator's order, replayed whole. `k > 0`: a worker that
     /// computes in an order nobody can replay (a GPU) may take the phase so, committing to
     /// its state every `k` steps (`Commitments`), and is checked by segments (version 10).
     pub segment: u32,
-}
-
-/// The optimizer of a local phase's inner steps.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum InnerOptimizer {
-    Sgd {
-        lr: f32,
-    },
-    Momentum {
-        lr: f32,
-        momentum: f32,
-    },
-    Adam {
-        lr: f32,
-        beta1: f32,
-        beta2: f32,
-        eps: f32,
-    },
-    /// Adam with decoupled weight decay on the model's matrices (`model::Network::decayed`),
-    /// a language model's inner optimizer (version 9).
-    AdamW {
-        lr: f32,
-        beta1: f32,
-        beta2: f32,
-        eps: f32,
-        weight_decay: f32,
-    },
 }
 
 /// The most steps one local phase may ask for.

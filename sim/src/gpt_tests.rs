@@ -7,7 +7,6 @@ use std::io::Read;
 use coordinator_core::{Data, Local, LocalSteps, Settings};
 use model::gpt::GptSpec;
 use model::{Dataset, NetSpec, Network, Normalization, OptimizerKind, Shape, Values};
-use protocol::InnerOptimizer;
 
 use crate::tests::{hostile_in_five, ms, scenario_of, sync};
 use crate::*;
@@ -150,7 +149,7 @@ fn one_hostile_worker_in_five_costs_a_gpt_in_local_phases_no_more_than_the_mlp()
     let settings = Settings {
         local: Some(Local {
             steps: LocalSteps::Fixed(8),
-            inner: InnerOptimizer::AdamW {
+            inner: OptimizerKind::AdamW {
                 lr: 3e-3,
                 beta1: 0.9,
                 beta2: 0.99,

@@ -4,12 +4,12 @@
 
 use coordinator_core::{Local, LocalSteps, Mode, Settings};
 use model::OptimizerKind;
-use protocol::{Compression, InnerOptimizer};
+use protocol::Compression;
 
 use crate::tests::{honest, ms, one_hostile_in_five, scenario, sync};
 use crate::*;
 
-fn local(steps: LocalSteps, inner: InnerOptimizer) -> Settings {
+fn local(steps: LocalSteps, inner: OptimizerKind) -> Settings {
     Settings {
         local: Some(Local {
             steps,
@@ -24,19 +24,19 @@ fn local(steps: LocalSteps, inner: InnerOptimizer) -> Settings {
     }
 }
 
-const SGD: InnerOptimizer = InnerOptimizer::Sgd { lr: 0.1 };
+const SGD: OptimizerKind = OptimizerKind::Sgd { lr: 0.1 };
 
 /// `--verify-fraction 1`: every phase of every honest worker is replayed, with each inner
 /// optimizer, in sync and async mode, over int8 and f32, and none is ever struck.
 #[test]
 fn every_local_phase_is_recomputed_and_honest_workers_are_never_struck() {
-    let adam = InnerOptimizer::Adam {
+    let adam = OptimizerKind::Adam {
         lr: 0.001,
         beta1: 0.9,
         beta2: 0.999,
         eps: 1e-8,
     };
-    let momentum = InnerOptimizer::Momentum {
+    let momentum = OptimizerKind::Momentum {
         lr: 0.05,
         momentum: 0.9,
     };

@@ -16,8 +16,8 @@ use model::{
 };
 use protocol::{
     chunk::ChunkError, decode_from_coordinator, encode_from_worker, encode_gradient, Compression,
-    CoordinatorToWorker, DecodeError, ErrorCode, Gradient, Hello, InnerOptimizer, Round, Shard,
-    ShardValues, Task, Weights, Welcome, WorkerId, WorkerKind, WorkerToCoordinator,
+    CoordinatorToWorker, DecodeError, ErrorCode, Gradient, Hello, Round, Shard, ShardValues, Task,
+    Weights, Welcome, WorkerId, WorkerKind, WorkerToCoordinator,
 };
 use thiserror::Error;
 
@@ -450,7 +450,7 @@ impl WorkerCore {
             // A GPU takes a phase in its own order only if the coordinator checks it by
             // segments; else in one ordered part, replayed whole.
             let committed = self.compute == Compute::Unordered && local.segment > 0;
-            let optimizer = inner(local.optimizer);
+            let optimizer = local.optimizer;
             // A phase replaces one under way (the coordinator moved on: its answer would be
             // refused as late anyway).
             self.phase = Some(Phase {
@@ -487,38 +487,6 @@ impl WorkerCore {
             },
         };
         self.start(pending)
-    }
-}
-
-/// The model crate's optimizer for a `Task`'s inner optimizer.
-pub fn inner(optimizer: InnerOptimizer) -> OptimizerKind {
-    match optimizer {
-        InnerOptimizer::Sgd { lr } => OptimizerKind::Sgd { lr },
-        InnerOptimizer::Momentum { lr, momentum } => OptimizerKind::Momentum { lr, momentum },
-        InnerOptimizer::Adam {
-            lr,
-            beta1,
-            beta2,
-            eps,
-        } => OptimizerKind::Adam {
-            lr,
-            beta1,
-            beta2,
-            eps,
-        },
-        InnerOptimizer::AdamW {
-            lr,
-            beta1,
-            beta2,
-            eps,
-            weight_decay,
-        } => OptimizerKind::AdamW {
-            lr,
-            beta1,
-            beta2,
-            eps,
-            weight_decay,
-        },
     }
 }
 

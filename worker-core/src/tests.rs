@@ -269,7 +269,7 @@ fn a_shard_arriving_mid_phase_is_for_the_next_phase() {
         batch: 1,
         local: Some(protocol::LocalPhase {
             steps: 5,
-            optimizer: protocol::InnerOptimizer::Sgd { lr: 0.5 },
+            optimizer: model::OptimizerKind::Sgd { lr: 0.5 },
             segment: 0,
         }),
     });
@@ -337,7 +337,7 @@ fn a_deferred_job_answers_what_threads_answer() {
     )));
     let phase = Some(protocol::LocalPhase {
         steps: 3,
-        optimizer: protocol::InnerOptimizer::Sgd { lr: 0.1 },
+        optimizer: model::OptimizerKind::Sgd { lr: 0.1 },
         segment: 0,
     });
     for local in [None, phase] {
@@ -414,7 +414,7 @@ fn a_segment_taken_whole_answers_what_its_steps_do() {
         batch: 2,
         local: Some(protocol::LocalPhase {
             steps: 6,
-            optimizer: protocol::InnerOptimizer::AdamW {
+            optimizer: model::OptimizerKind::AdamW {
                 lr: 0.01,
                 beta1: 0.9,
                 beta2: 0.99,

@@ -181,7 +181,7 @@ fn answer(
 fn local(steps: u32) -> protocol::LocalPhase {
     protocol::LocalPhase {
         steps,
-        optimizer: protocol::InnerOptimizer::Sgd { lr: 0.1 },
+        optimizer: model::OptimizerKind::Sgd { lr: 0.1 },
         segment: 0,
     }
 }

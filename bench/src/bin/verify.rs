@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use coordinator_core::checks::verify::{replay, verify, Batches, Claim};
+use model::OptimizerKind;
 use model::{batch_positions, batch_seed};
-use protocol::{Compression, InnerOptimizer, LocalPhase};
+use protocol::{Compression, LocalPhase};
 
 #[derive(Debug, Parser)]
 #[command(name = "verify")]
@@ -106,7 +107,7 @@ fn main() -> anyhow::Result<()> {
             (ties, found) = (ties + e.ties, found + e.found);
             let local = LocalPhase {
                 steps: 16,
-                optimizer: InnerOptimizer::Sgd { lr: 0.05 },
+                optimizer: OptimizerKind::Sgd { lr: 0.05 },
                 segment: 0,
             };
             let batches = Batches {

@@ -386,7 +386,7 @@ impl crate::Coordinator {
     pub(crate) fn state_len(&self) -> usize {
         let len = self.trainer.net().param_count();
         let tensors = self.local.as_ref().map_or(0, |plan| {
-            let kind = worker_core::inner(plan.settings().inner);
+            let kind = plan.settings().inner;
             kind.build_masked(1, Vec::new()).state().tensors.len()
         });
         len * (1 + tensors)

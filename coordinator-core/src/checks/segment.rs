@@ -63,7 +63,7 @@ pub struct State {
 pub struct Segment {
     pub batches: Batches,
     pub steps: u32,
-    pub optimizer: protocol::InnerOptimizer,
+    pub optimizer: model::OptimizerKind,
 }
 
 /// What a ReLU model's segment logs did on their replays: branches logged, and those the
@@ -148,7 +148,7 @@ pub fn check_counting(
     if end.optimizer.step != start.optimizer.step + u64::from(segment.steps) {
         return Ok(unfit("optimizer", "a step count other than the segment's"));
     }
-    let kind = worker_core::inner(segment.optimizer);
+    let kind = segment.optimizer;
     let mut optimizer = kind.build_masked(len, net.decayed_trained());
     if let Err(why) = optimizer.restore(start.optimizer.clone()) {
         return Ok(unfit("optimizer", why));
@@ -340,7 +340,7 @@ impl Revealed {
         branches: &mut Branches,
     ) -> Result<Result<(), Refuted>, ModelError> {
         let len = net.param_count();
-        let kind = worker_core::inner(local.optimizer);
+        let kind = local.optimizer;
         let fresh = kind.build_masked(len, net.decayed_trained()).state();
         let n = boundaries(local.steps, local.segment);
         let state = |b: u32| -> Result<State, Refuted> {
@@ -466,7 +466,7 @@ mod tests {
 
     use super::*;
 
-    const ADAMW: protocol::InnerOptimizer = protocol::InnerOptimizer::AdamW {
+    const ADAMW: model::OptimizerKind = model::OptimizerKind::AdamW {
         lr: 1e-3,
         beta1: 0.9,
         beta2: 0.99,
@@ -477,7 +477,7 @@ mod tests {
     /// A worker's phase in another float order (each step's gradient in f64, rounded, as a
     /// GPU's is), its state every `k` steps.
     fn states(net: &Network, train: &Dataset, params: &[f32], steps: u64, k: u64) -> Vec<State> {
-        let kind: OptimizerKind = worker_core::inner(ADAMW);
+        let kind: OptimizerKind = ADAMW;
         let mut optimizer = kind.build_masked(params.len(), net.decayed_trained());
         let mut weights = params.to_vec();
         let mut out = vec![State {
@@ -778,7 +778,7 @@ mod tests {
         steps: u64,
         log: &[(u32, Branch)],
     ) -> (State, model::Forced) {
-        let kind: OptimizerKind = worker_core::inner(ADAMW);
+        let kind: OptimizerKind = ADAMW;
         let mut optimizer = kind.build_masked(start.weights.len(), net.decayed_trained());
         optimizer
             .restore(start.optimizer.clone())

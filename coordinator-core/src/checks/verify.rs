@@ -125,7 +125,7 @@ pub fn replay(
     local: protocol::LocalPhase,
     weights: &[f32],
 ) -> Result<PhaseResult, ModelError> {
-    let optimizer = worker_core::inner(local.optimizer);
+    let optimizer = local.optimizer;
     let mut phase = LocalPhase::new(net, weights, optimizer, local.steps);
     while !phase.is_done() {
         let index = batches.first + u64::from(phase.taken());
@@ -710,7 +710,7 @@ pub(crate) mod tests {
         let (mlp, train, params) = setup();
         let local = protocol::LocalPhase {
             steps: 40,
-            optimizer: protocol::InnerOptimizer::Sgd { lr: 0.1 },
+            optimizer: model::OptimizerKind::Sgd { lr: 0.1 },
             segment: 0,
         };
         // A tab on one core, and a tab whose batches are split over three Web Workers.

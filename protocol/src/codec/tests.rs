@@ -114,7 +114,7 @@ fn all_coordinator_messages() -> Vec<CoordinatorToWorker> {
             batch: 3,
             local: Some(LocalPhase {
                 steps: 1,
-                optimizer: InnerOptimizer::Sgd { lr: 0.05 },
+                optimizer: OptimizerKind::Sgd { lr: 0.05 },
                 segment: 0,
             }),
         }),
@@ -123,8 +123,20 @@ fn all_coordinator_messages() -> Vec<CoordinatorToWorker> {
             batch: 40,
             local: Some(LocalPhase {
                 steps: MAX_LOCAL_STEPS,
-                optimizer: InnerOptimizer::Momentum {
+                optimizer: OptimizerKind::Momentum {
                     lr: 0.01,
+                    momentum: 0.9,
+                },
+                segment: 0,
+            }),
+        }),
+        CoordinatorToWorker::Task(Task {
+            round: Round(8),
+            batch: 41,
+            local: Some(LocalPhase {
+                steps: 4,
+                optimizer: OptimizerKind::Nesterov {
+                    lr: 0.7,
                     momentum: 0.9,
                 },
                 segment: 0,
@@ -135,7 +147,7 @@ fn all_coordinator_messages() -> Vec<CoordinatorToWorker> {
             batch: u64::MAX,
             local: Some(LocalPhase {
                 steps: 64,
-                optimizer: InnerOptimizer::Adam {
+                optimizer: OptimizerKind::Adam {
                     lr: 1e-3,
                     beta1: 0.9,
                     beta2: 0.999,
@@ -149,7 +161,7 @@ fn all_coordinator_messages() -> Vec<CoordinatorToWorker> {
             batch: 3,
             local: Some(LocalPhase {
                 steps: 16,
-                optimizer: InnerOptimizer::AdamW {
+                optimizer: OptimizerKind::AdamW {
                     lr: 1e-3,
                     beta1: 0.9,
                     beta2: 0.99,
@@ -694,8 +706,9 @@ fn impossible_local_phases_are_refused_by_field() {
         field(phase(MAX_LOCAL_STEPS + 1, 0, [0.1, 0.0, 0.0, 0.0])),
         "task.steps"
     );
+    assert!(phase(4, 4, [0.7, 0.9, 0.0, 0.0]).is_ok(), "Nesterov");
     assert_eq!(
-        field(phase(4, 4, [0.1, 0.0, 0.0, 0.0])),
+        field(phase(4, 5, [0.1, 0.0, 0.0, 0.0])),
         "task.inner_optimizer"
     );
     assert_eq!(field(phase(4, 3, [0.1, 0.9, 0.99, 0.0])), "task.eps");
@@ -728,7 +741,7 @@ fn an_adamw_task_carries_its_decay_and_a_bad_one_is_refused() {
             batch: 0,
             local: Some(LocalPhase {
                 steps: 4,
-                optimizer: InnerOptimizer::AdamW {
+                optimizer: OptimizerKind::AdamW {
                     lr: 0.5,
                     beta1: 0.9,
                     beta2: 0.99,

@@ -7,7 +7,7 @@
 
 use coordinator_core::{Local, LocalSteps};
 use model::{LrSchedule, OptimizerKind};
-use protocol::{InnerOptimizer, MAX_LOCAL_STEPS};
+use protocol::MAX_LOCAL_STEPS;
 
 use super::cli::{Cli, InnerChoice, ModeChoice, OptimizerChoice};
 use super::ConfigError;
@@ -27,7 +27,7 @@ pub(super) fn optimizers(cli: &Cli, gpt: bool) -> Result<(Stepping, Option<Local
     let inner_adamw = matches!(
         local,
         Some(Local {
-            inner: InnerOptimizer::AdamW { .. },
+            inner: OptimizerKind::AdamW { .. },
             ..
         })
     );
@@ -239,9 +239,9 @@ fn local(cli: &Cli, gpt: bool) -> Result<Option<Local>, ConfigError> {
         return Err(ConfigError::InnerLearningRate(lr));
     }
     let inner = match choice {
-        InnerChoice::Sgd => InnerOptimizer::Sgd { lr },
-        InnerChoice::Momentum => InnerOptimizer::Momentum { lr, momentum: 0.9 },
-        InnerChoice::Adam => InnerOptimizer::Adam {
+        InnerChoice::Sgd => OptimizerKind::Sgd { lr },
+        InnerChoice::Momentum => OptimizerKind::Momentum { lr, momentum: 0.9 },
+        InnerChoice::Adam => OptimizerKind::Adam {
             lr,
             beta1: 0.9,
             beta2: 0.999,
@@ -253,7 +253,7 @@ fn local(cli: &Cli, gpt: bool) -> Result<Option<Local>, ConfigError> {
             if !((0.0..1.0).contains(&weight_decay) && lr * weight_decay < 1.0) {
                 return Err(ConfigError::WeightDecay(weight_decay));
             }
-            InnerOptimizer::AdamW {
+            OptimizerKind::AdamW {
                 lr,
                 beta1: 0.9,
                 beta2: 0.99,

@@ -396,13 +396,13 @@ fn bad_files_and_values_are_refused_with_the_key_named() {
 #[test]
 fn local_steps_take_their_own_flags() {
     use coordinator_core::{Local, LocalSteps};
-    use protocol::InnerOptimizer;
+    use model::OptimizerKind;
     let c = parse(&["--local-steps", "16"]).expect("valid");
     assert_eq!(
         c.local,
         Some(Local {
             steps: LocalSteps::Fixed(16),
-            inner: InnerOptimizer::Sgd { lr: 0.1 },
+            inner: OptimizerKind::Sgd { lr: 0.1 },
             segment: 8,
         })
     );
@@ -438,7 +438,7 @@ fn local_steps_take_their_own_flags() {
     );
     assert!(matches!(
         c.local.map(|l| l.inner),
-        Some(InnerOptimizer::Adam { lr, .. }) if lr == 0.002
+        Some(OptimizerKind::Adam { lr, .. }) if lr == 0.002
     ));
     assert_eq!(c.optimizer, OptimizerKind::Sgd { lr: 1.0 });
     let auto = parse(&["--local-steps", "auto"]).expect("valid");
@@ -562,7 +562,7 @@ fn a_gpt_steps_as_nanogpt_does() {
     let inner = c.local.expect("local steps").inner;
     assert_eq!(
         inner,
-        protocol::InnerOptimizer::AdamW {
+        model::OptimizerKind::AdamW {
             lr: 1e-3,
             beta1: 0.9,
             beta2: 0.99,
@@ -611,7 +611,7 @@ fn a_gpt_steps_as_nanogpt_does() {
 #[test]
 fn a_gpt_listening_beyond_loopback_takes_local_phases_by_default() {
     use coordinator_core::LocalSteps;
-    use protocol::InnerOptimizer;
+    use model::OptimizerKind;
     let steps = |args: &[&str]| parse(args).expect("valid").local.map(|l| l.steps);
     let auto = Some(LocalSteps::Auto {
         min: 16,
@@ -627,7 +627,7 @@ fn a_gpt_listening_beyond_loopback_takes_local_phases_by_default() {
     }
     let remote = parse(&["--model", "gpt", "--host", "0.0.0.0"]).expect("valid");
     assert!(
-        matches!(remote.local.map(|l| l.inner), Some(InnerOptimizer::AdamW { lr, .. }) if lr == 0.001)
+        matches!(remote.local.map(|l| l.inner), Some(OptimizerKind::AdamW { lr, .. }) if lr == 0.001)
     );
     assert!(matches!(remote.optimizer, OptimizerKind::Nesterov { .. }));
     let remote_gpt = ["--model", "gpt", "--host", "0.0.0.0"];
