@@ -107,7 +107,7 @@ pub async fn start(
         None => None,
     };
     let data = config
-        .load_data(config.seed)
+        .load_data(config.training.seed)
         .map_err(ServerError::Dataset)?;
     let shutdown = CancellationToken::new();
     let web = WebSource::new(config.web_dir.clone());
@@ -132,7 +132,7 @@ pub async fn start(
         "gradients received at once"
     );
     info!(model = %net.spec(), parameters = net.param_count(), data = %data.describe(), "training");
-    match config.local {
+    match config.training.local {
         Some(local) => info!(steps = ?local.steps, inner = ?local.inner, "local phases"),
         None => info!("one step per answer, answered with its gradient"),
     }
@@ -141,9 +141,15 @@ pub async fn start(
         Some(path) => Some((read_init(&path, &net)?, path)),
         None => None,
     };
-    let names: Vec<String> = (config.optimizer.build(0).state().tensors.into_iter())
-        .map(|(name, _)| name)
-        .collect();
+    let names: Vec<String> = (config
+        .training
+        .optimizer
+        .build(0)
+        .state()
+        .tensors
+        .into_iter())
+    .map(|(name, _)| name)
+    .collect();
     let core_data = part_of(data.data(), config.data_part);
     let core = Coordinator::new(config.settings(), net.clone(), core_data, now())
         .map_err(ServerError::Model)?;

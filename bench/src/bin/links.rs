@@ -87,7 +87,7 @@ fn main() -> anyhow::Result<()> {
     let config = server::Config::from_args(args).map_err(anyhow::Error::msg)?;
     let split = config.load_data(cli.seed)?;
     let net = split.network(&config.model)?;
-    let step = sim::measured_step(&net, &split.train, config.batch_size as usize)?;
+    let step = sim::measured_step(&net, &split.train, config.training.batch_size as usize)?;
     let real = rt.block_on(real_run(&cli, way))?;
     println!("{real}");
     if cli.real_only {

@@ -98,7 +98,7 @@ fn main() -> anyhow::Result<()> {
     let net = split.network(&config.model)?;
     let step = match cli.step {
         Some(step) => step,
-        None => sim::measured_step(&net, &split.train, config.batch_size as usize)?,
+        None => sim::measured_step(&net, &split.train, config.training.batch_size as usize)?,
     };
     let compression = match cli.compression.as_str() {
         "none" => Compression::None,

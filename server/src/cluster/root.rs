@@ -46,11 +46,18 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<RootSummary, ClusterError> {
     let setup = |e: &dyn std::fmt::Display| ClusterError::Resume(e.to_string());
-    let data = config.load_data(config.seed).map_err(|e| setup(&e))?;
+    let data = config
+        .load_data(config.training.seed)
+        .map_err(|e| setup(&e))?;
     let net = data.network(&config.model).map_err(|e| setup(&e))?;
-    let mut root = Root::new(net, config.seed, config.optimizer, data.data().test)
-        .map_err(|e| setup(&e))?
-        .stepping(config.lr_schedule, config.clip_norm);
+    let mut root = Root::new(
+        net,
+        config.training.seed,
+        config.training.optimizer,
+        data.data().test,
+    )
+    .map_err(|e| setup(&e))?
+    .stepping(config.training.lr_schedule, config.training.clip_norm);
     let nats = Nats::connect(&cluster).await?;
     let Some(revision) = take_lease(&nats, &cluster.name, &shutdown).await? else {
         return Ok(RootSummary {
@@ -182,7 +189,10 @@ impl Rounds {
     /// `--max-rounds` reached.
     fn done(&self) -> bool {
         let version = self.root.version();
-        self.config.max_rounds.is_some_and(|max| version >= max)
+        self.config
+            .training
+            .max_rounds
+            .is_some_and(|max| version >= max)
     }
 
     /// A chunk of a partial came on the partials subject.
@@ -330,7 +340,7 @@ impl Rounds {
             train_loss = format_args!("{:.4}", round.mean_loss),
             "root: round"
         );
-        if !(version.is_multiple_of(self.config.eval_interval) || self.done()) {
+        if !(version.is_multiple_of(self.config.training.eval_interval) || self.done()) {
             return true;
         }
         let Some(e) = self.root.evaluate() else {
@@ -342,8 +352,16 @@ impl Rounds {
             "root: evaluated"
         );
         self.accuracy = Some(e.accuracy);
-        let reached = self.config.target_accuracy.is_some_and(|t| e.accuracy >= t)
-            || self.config.target_loss.is_some_and(|t| e.loss <= t);
+        let reached = self
+            .config
+            .training
+            .target_accuracy
+            .is_some_and(|t| e.accuracy >= t)
+            || self
+                .config
+                .training
+                .target_loss
+                .is_some_and(|t| e.loss <= t);
         !reached
     }
 

@@ -15,8 +15,6 @@ mod optimizer;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use model::OptimizerKind;
-
 use self::aggregator::aggregator;
 use self::cli::RoleChoice;
 pub use self::cli::{
@@ -29,7 +27,6 @@ use self::optimizer::optimizers;
 pub use coordinator_core::Mode;
 use coordinator_core::Settings;
 
-use crate::aggregate::AggregatorKind;
 use crate::deadline::RoundTimeout;
 use crate::edge::admission::Origins;
 
@@ -59,45 +56,16 @@ pub struct Config {
     pub init: Option<PathBuf>,
     /// `--test-fraction`: the share of samples kept on the coordinator for evaluation.
     pub test_fraction: f64,
-    pub optimizer: OptimizerKind,
-    /// `--warmup`, `--lr-decay-steps`, `--min-lr` (a GPT's by default).
-    pub lr_schedule: Option<model::LrSchedule>,
-    /// `--clip` (1 for a GPT by default).
-    pub clip_norm: Option<f32>,
-    /// `--local-steps` and the inner optimizer; `None`: one step per answer.
-    pub local: Option<coordinator_core::Local>,
-    pub batch_size: u32,
-    pub eval_interval: u64,
-    pub seed: u64,
-    pub max_rounds: Option<u64>,
-    pub target_accuracy: Option<f64>,
-    /// `--target-loss`: stop when the validation loss is at most this.
-    pub target_loss: Option<f64>,
-    /// `--patience`: evaluations without improving before the run finishes (0: never).
-    pub patience: u32,
-    pub min_workers: usize,
-    pub mode: Mode,
+    /// What the core is given: the training flags, checked, built once (the model's name,
+    /// the role, the checkpoint interval included).
+    pub training: Settings,
     pub liveness: Liveness,
-    pub aggregator: AggregatorKind,
-    pub verify_fraction: f64,
-    /// `--verify-cores`: recomputations at once.
-    pub verify_cores: usize,
-    pub probation: u32,
-    /// New identities per hour: per address, per network.
-    pub new_identities: (u32, u32),
-    pub ban_after: u32,
-    /// `--max-grad-norm`; `None`: adaptive.
-    pub max_grad_norm: Option<f64>,
-    pub join_token: Option<String>,
     /// `--admin-token`: the admin API's bearer token.
     pub admin_token: Option<String>,
     pub allowed_origins: Origins,
     pub max_per_ip: usize,
-    pub max_workers: usize,
     /// Serve the page from here instead of the copy built into the binary.
     pub web_dir: Option<PathBuf>,
-    /// `--replicate`: workers per shard.
-    pub replicate: usize,
     /// `--max-upload-rate`, in bytes a second.
     pub upload_rate: Option<f64>,
     /// `--upload-memory`, in bytes.
@@ -150,36 +118,7 @@ impl Config {
 
     /// What the coordinator's core is told.
     pub fn settings(&self) -> Settings {
-        Settings {
-            local: self.local,
-            edge: self.role == crate::cluster::Role::Edge,
-            model_name: self.model.name().to_string(),
-            optimizer: self.optimizer,
-            lr_schedule: self.lr_schedule,
-            clip_norm: self.clip_norm,
-            batch_size: self.batch_size,
-            eval_interval: self.eval_interval,
-            seed: self.seed,
-            max_rounds: self.max_rounds,
-            target_accuracy: self.target_accuracy,
-            target_loss: self.target_loss,
-            patience: self.patience,
-            min_workers: self.min_workers,
-            mode: self.mode,
-            aggregator: self.aggregator,
-            verify_fraction: self.verify_fraction,
-            verify_cores: self.verify_cores,
-            probation: self.probation,
-            new_identities_per_address: self.new_identities.0,
-            new_identities_per_network: self.new_identities.1,
-            ban_after: self.ban_after,
-            max_grad_norm: self.max_grad_norm,
-            join_token: self.join_token.clone(),
-            max_workers: self.max_workers,
-            replicate: self.replicate,
-            checkpoint_every: self.checkpoints.as_ref().map(|c| c.every),
-            audit_seed: None,
-        }
+        self.training.clone()
     }
 }
 
@@ -290,42 +229,46 @@ impl TryFrom<Cli> for Config {
         Ok(Self {
             host: cli.host,
             port: cli.port,
-            model,
+            model: model.clone(),
             tokenizer: cli.tokenizer,
             data: cli.data.clone(),
             init: cli.init.clone(),
             test_fraction: cli.test_fraction,
-            optimizer: stepping.optimizer,
-            lr_schedule: stepping.schedule,
-            clip_norm: stepping.clip,
-            local,
-            batch_size: cli.batch_size,
-            eval_interval: cli.eval_interval,
-            seed: cli.seed,
-            max_rounds: cli.max_rounds,
-            target_accuracy: cli.target_accuracy,
-            target_loss: cli.target_loss,
-            patience: cli.patience,
-            min_workers: cli.min_workers,
-            mode,
+            training: Settings {
+                local,
+                edge: role == crate::cluster::Role::Edge,
+                model_name: model.name(),
+                optimizer: stepping.optimizer,
+                lr_schedule: stepping.schedule,
+                clip_norm: stepping.clip,
+                batch_size: cli.batch_size,
+                eval_interval: cli.eval_interval,
+                seed: cli.seed,
+                max_rounds: cli.max_rounds,
+                target_accuracy: cli.target_accuracy,
+                target_loss: cli.target_loss,
+                patience: cli.patience,
+                min_workers: cli.min_workers,
+                mode,
+                aggregator,
+                verify_fraction: cli.verify_fraction,
+                verify_cores,
+                probation: cli.probation,
+                new_identities_per_address: cli.new_identities_per_address,
+                new_identities_per_network: cli.new_identities_per_network,
+                ban_after: cli.ban_after,
+                max_grad_norm: cli.max_grad_norm,
+                join_token: cli.join_token,
+                max_workers: cli.max_workers,
+                replicate: cli.replicate,
+                checkpoint_every: checkpoints.as_ref().map(|c| c.every),
+                audit_seed: None,
+            },
             liveness,
-            aggregator,
-            verify_fraction: cli.verify_fraction,
-            verify_cores,
-            probation: cli.probation,
-            new_identities: (
-                cli.new_identities_per_address,
-                cli.new_identities_per_network,
-            ),
-            ban_after: cli.ban_after,
-            max_grad_norm: cli.max_grad_norm,
-            join_token: cli.join_token,
             admin_token: cli.admin_token,
             allowed_origins,
             max_per_ip: cli.max_per_ip,
-            max_workers: cli.max_workers,
             web_dir: cli.web_dir,
-            replicate: cli.replicate,
             upload_rate,
             upload_memory: cli.upload_memory << 20,
             upload_slots_per_ip: cli.upload_slots_per_ip.map(|n| n as usize),

@@ -4,6 +4,7 @@ use clap::Parser;
 
 use super::*;
 use crate::aggregate::Rule;
+use model::OptimizerKind;
 
 fn parse(args: &[&str]) -> Result<Config, String> {
     Config::from_args(std::iter::once("coordinator").chain(args.iter().copied()))
@@ -14,10 +15,17 @@ fn defaults_are_the_documented_ones() {
     let c = parse(&[]).expect("defaults are valid");
     assert_eq!((c.host.as_str(), c.port), ("127.0.0.1", 8080));
     assert_eq!(c.model, ModelChoice::Mlp { hidden: vec![128] });
-    assert!(matches!(c.optimizer, OptimizerKind::Adam { lr, .. } if lr == 0.001));
-    assert_eq!((c.batch_size, c.eval_interval, c.min_workers), (32, 10, 1));
+    assert!(matches!(c.training.optimizer, OptimizerKind::Adam { lr, .. } if lr == 0.001));
     assert_eq!(
-        c.mode,
+        (
+            c.training.batch_size,
+            c.training.eval_interval,
+            c.training.min_workers
+        ),
+        (32, 10, 1)
+    );
+    assert_eq!(
+        c.training.mode,
         Mode::Sync {
             timeout: RoundTimeout::Auto,
             miss_limit: 3
@@ -81,7 +89,7 @@ fn modes_take_their_own_flags() {
     let c = parse(&["--round-timeout", "500ms", "--miss-limit", "2"]).expect("valid");
     let timeout = RoundTimeout::Fixed(Duration::from_millis(500));
     assert_eq!(
-        c.mode,
+        c.training.mode,
         Mode::Sync {
             timeout,
             miss_limit: 2
@@ -89,14 +97,14 @@ fn modes_take_their_own_flags() {
     );
     let c = parse(&["--mode", "async", "--buffer", "4", "--max-staleness", "3"]).expect("valid");
     assert_eq!(
-        c.mode,
+        c.training.mode,
         Mode::Async {
             buffer: 4,
             max_staleness: 3
         }
     );
     assert_eq!(
-        parse(&["--mode", "hogwild"]).expect("valid").mode,
+        parse(&["--mode", "hogwild"]).expect("valid").training.mode,
         Mode::Hogwild
     );
 }
@@ -113,7 +121,7 @@ fn durations_are_written_the_way_operators_write_them() {
         let c = parse(&["--round-timeout", raw]).expect(raw);
         let want = RoundTimeout::Fixed(Duration::from_millis(ms));
         assert!(
-            matches!(c.mode, Mode::Sync { timeout, .. } if timeout == want),
+            matches!(c.training.mode, Mode::Sync { timeout, .. } if timeout == want),
             "{raw}"
         );
     }
@@ -148,21 +156,21 @@ fn flags_are_applied() {
         }
     );
     assert_eq!(
-        c.optimizer,
+        c.training.optimizer,
         OptimizerKind::Momentum {
             lr: 0.2,
             momentum: 0.5
         }
     );
     assert_eq!(
-        (c.max_rounds, c.target_accuracy, c.port),
+        (c.training.max_rounds, c.training.target_accuracy, c.port),
         (Some(7), Some(0.9), 0)
     );
     let upload = parse(&["--max-upload-rate", "2.5"])
         .expect("valid")
         .upload_rate;
     assert_eq!(upload, Some(2.5e6));
-    let rule = |args: &[&str]| parse(args).expect("valid").aggregator.rule;
+    let rule = |args: &[&str]| parse(args).expect("valid").training.aggregator.rule;
     assert_eq!(
         rule(&["--aggregator", "multi-krum", "--trim", "0.25"]),
         Rule::MultiKrum { hostile: 0.25 }
@@ -328,11 +336,11 @@ fn flags_override_the_environment_which_overrides_the_file() {
         ],
     )
     .expect("valid");
-    assert_eq!(c.max_rounds, Some(5), "file");
-    assert_eq!(c.eval_interval, 4, "environment over file");
-    assert_eq!(c.min_workers, 3, "flag over environment over file");
-    assert_eq!(c.batch_size, 16, "environment over default");
-    assert_eq!(c.max_workers, 50, "file over default");
+    assert_eq!(c.training.max_rounds, Some(5), "file");
+    assert_eq!(c.training.eval_interval, 4, "environment over file");
+    assert_eq!(c.training.min_workers, 3, "flag over environment over file");
+    assert_eq!(c.training.batch_size, 16, "environment over default");
+    assert_eq!(c.training.max_workers, 50, "file over default");
     assert_eq!(
         c.model,
         ModelChoice::Mlp {
@@ -346,10 +354,13 @@ fn flags_override_the_environment_which_overrides_the_file() {
         crate::edge::admission::Origins::Own(expected)
     );
     assert!(c.checkpoints.expect("from the file").resume, "a switch");
-    assert_eq!(c.seed, 42, "default");
+    assert_eq!(c.training.seed, 42, "default");
     // The file named by the environment.
     let c = layered(&[], &[("CROWDTRAIN_CONFIG", path)]).expect("valid");
-    assert_eq!((c.max_rounds, c.min_workers), (Some(5), 9));
+    assert_eq!(
+        (c.training.max_rounds, c.training.min_workers),
+        (Some(5), 9)
+    );
 }
 
 #[test]
@@ -399,7 +410,7 @@ fn local_steps_take_their_own_flags() {
     use model::OptimizerKind;
     let c = parse(&["--local-steps", "16"]).expect("valid");
     assert_eq!(
-        c.local,
+        c.training.local,
         Some(Local {
             steps: LocalSteps::Fixed(16),
             inner: OptimizerKind::Sgd { lr: 0.1 },
@@ -407,7 +418,7 @@ fn local_steps_take_their_own_flags() {
         })
     );
     assert_eq!(
-        c.optimizer,
+        c.training.optimizer,
         OptimizerKind::Nesterov {
             lr: 0.7,
             momentum: 0.9
@@ -429,7 +440,7 @@ fn local_steps_take_their_own_flags() {
     ])
     .expect("valid");
     assert_eq!(
-        c.local.map(|l| l.steps),
+        c.training.local.map(|l| l.steps),
         Some(LocalSteps::Auto {
             min: 16,
             max: 500,
@@ -437,13 +448,13 @@ fn local_steps_take_their_own_flags() {
         })
     );
     assert!(matches!(
-        c.local.map(|l| l.inner),
+        c.training.local.map(|l| l.inner),
         Some(OptimizerKind::Adam { lr, .. }) if lr == 0.002
     ));
-    assert_eq!(c.optimizer, OptimizerKind::Sgd { lr: 1.0 });
+    assert_eq!(c.training.optimizer, OptimizerKind::Sgd { lr: 1.0 });
     let auto = parse(&["--local-steps", "auto"]).expect("valid");
     assert_eq!(
-        auto.local.map(|l| l.steps),
+        auto.training.local.map(|l| l.steps),
         Some(LocalSteps::Auto {
             min: 1,
             max: 4096,
@@ -451,9 +462,9 @@ fn local_steps_take_their_own_flags() {
         })
     );
     let averaging = parse(&["--local-steps", "8", "--mode", "async"]).expect("valid");
-    assert_eq!(averaging.optimizer, OptimizerKind::Sgd { lr: 1.0 });
+    assert_eq!(averaging.training.optimizer, OptimizerKind::Sgd { lr: 1.0 });
     let one = parse(&["--local-steps", "1"]).expect("valid");
-    assert_eq!(one.local, None);
+    assert_eq!(one.training.local, None);
     assert_eq!(one.settings(), parse(&[]).expect("valid").settings());
     for (args, says) in [
         (&["--local-steps", "0"][..], "--local-steps must be"),
@@ -510,7 +521,7 @@ fn local_steps_take_their_own_flags() {
 fn a_gpt_steps_as_nanogpt_does() {
     let c = parse(&["--model", "gpt", "--max-rounds", "2000"]).expect("valid");
     assert_eq!(
-        c.optimizer,
+        c.training.optimizer,
         OptimizerKind::AdamW {
             lr: 1e-3,
             beta1: 0.9,
@@ -524,16 +535,19 @@ fn a_gpt_steps_as_nanogpt_does() {
         decay_steps: 2000,
         min_lr: 1e-3 / 10.0,
     };
-    assert_eq!((c.lr_schedule, c.clip_norm), (Some(schedule), Some(1.0)));
+    assert_eq!(
+        (c.training.lr_schedule, c.training.clip_norm),
+        (Some(schedule), Some(1.0))
+    );
     let c = parse(&[
         "--model", "gpt", "--warmup", "0", "--clip", "0.5", "--min-lr", "0",
     ])
     .expect("valid");
-    let s = c.lr_schedule.expect("a schedule");
+    let s = c.training.lr_schedule.expect("a schedule");
     assert_eq!((s.warmup, s.decay_steps, s.min_lr), (0, u64::MAX, 0.0));
-    assert_eq!(c.clip_norm, Some(0.5));
+    assert_eq!(c.training.clip_norm, Some(0.5));
     let c = parse(&[]).expect("valid");
-    assert_eq!((c.lr_schedule, c.clip_norm), (None, None));
+    assert_eq!((c.training.lr_schedule, c.training.clip_norm), (None, None));
     let c = parse(&[
         "--optimizer",
         "adamw",
@@ -544,9 +558,9 @@ fn a_gpt_steps_as_nanogpt_does() {
     ])
     .expect("an mlp may use them too");
     assert!(
-        matches!(c.optimizer, OptimizerKind::AdamW { weight_decay, .. } if weight_decay == 0.01)
+        matches!(c.training.optimizer, OptimizerKind::AdamW { weight_decay, .. } if weight_decay == 0.01)
     );
-    assert_eq!(c.lr_schedule.map(|s| s.warmup), Some(5));
+    assert_eq!(c.training.lr_schedule.map(|s| s.warmup), Some(5));
     // A GPT's phases step with AdamW (DiLoCo's inner optimizer), its decay the flag's; the
     // schedule and the clip are the per-step exchange's: no defaults, flags refused.
     let c = parse(&[
@@ -558,8 +572,8 @@ fn a_gpt_steps_as_nanogpt_does() {
         "0.05",
     ])
     .expect("valid");
-    assert_eq!((c.lr_schedule, c.clip_norm), (None, None));
-    let inner = c.local.expect("local steps").inner;
+    assert_eq!((c.training.lr_schedule, c.training.clip_norm), (None, None));
+    let inner = c.training.local.expect("local steps").inner;
     assert_eq!(
         inner,
         model::OptimizerKind::AdamW {
@@ -571,7 +585,7 @@ fn a_gpt_steps_as_nanogpt_does() {
         }
     );
     assert!(
-        matches!(c.optimizer, OptimizerKind::Nesterov { .. }),
+        matches!(c.training.optimizer, OptimizerKind::Nesterov { .. }),
         "DiLoCo's outer"
     );
 
@@ -612,7 +626,7 @@ fn a_gpt_steps_as_nanogpt_does() {
 fn a_gpt_listening_beyond_loopback_takes_local_phases_by_default() {
     use coordinator_core::LocalSteps;
     use model::OptimizerKind;
-    let steps = |args: &[&str]| parse(args).expect("valid").local.map(|l| l.steps);
+    let steps = |args: &[&str]| parse(args).expect("valid").training.local.map(|l| l.steps);
     let auto = Some(LocalSteps::Auto {
         min: 16,
         max: 4096,
@@ -627,9 +641,12 @@ fn a_gpt_listening_beyond_loopback_takes_local_phases_by_default() {
     }
     let remote = parse(&["--model", "gpt", "--host", "0.0.0.0"]).expect("valid");
     assert!(
-        matches!(remote.local.map(|l| l.inner), Some(OptimizerKind::AdamW { lr, .. }) if lr == 0.001)
+        matches!(remote.training.local.map(|l| l.inner), Some(OptimizerKind::AdamW { lr, .. }) if lr == 0.001)
     );
-    assert!(matches!(remote.optimizer, OptimizerKind::Nesterov { .. }));
+    assert!(matches!(
+        remote.training.optimizer,
+        OptimizerKind::Nesterov { .. }
+    ));
     let remote_gpt = ["--model", "gpt", "--host", "0.0.0.0"];
     let with = |extra: &[&'static str]| -> Vec<&'static str> { [&remote_gpt[..], extra].concat() };
     assert_eq!(steps(&with(&["--local-steps", "1"])), None);

@@ -34,7 +34,7 @@ impl Fingerprint {
                 crc.update(&x.to_le_bytes());
             }
         }
-        let optimizer = match config.optimizer {
+        let optimizer = match config.training.optimizer {
             model::OptimizerKind::Sgd { .. } => "sgd".to_string(),
             model::OptimizerKind::Momentum { momentum, .. } => format!("momentum {momentum}"),
             model::OptimizerKind::Nesterov { momentum, .. } => format!("nesterov {momentum}"),
@@ -57,7 +57,7 @@ impl Fingerprint {
                 crc.finalize()
             ),
             optimizer,
-            mode: config.mode.name().to_string(),
+            mode: config.training.mode.name().to_string(),
         }
     }
 
