@@ -255,22 +255,15 @@ async fn two_tabs_train_the_cnn_to_98_percent() {
         )
         .await;
     let started = Instant::now();
-    // Progress in steps, each under the guard: a stalled run fails, a slow one does not.
-    loop {
-        let round = status.borrow().round;
-        let s = wait_status(&mut status, "100 more rounds or 98 %", |s| {
-            s.round >= round + 100 || s.test_accuracy.is_some_and(|a| a >= 0.98)
-        })
-        .await;
-        if s.test_accuracy.is_some_and(|a| a >= 0.98) {
-            break;
-        }
-        assert!(
-            s.round < 5000,
-            "no 98 % in 5000 rounds: {:?}",
-            s.test_accuracy
-        );
-    }
+    follow(
+        &mut status,
+        100,
+        5000,
+        "98 %",
+        |s| s.test_accuracy.is_some_and(|a| a >= 0.98),
+        |_| {},
+    )
+    .await;
     let summary = guard("the run to stop at its target", server.wait())
         .await
         .expect("ran");

@@ -66,17 +66,17 @@ async fn native_workers_behind_home_links_train_with_local_steps_and_are_never_s
     }
     let started = Instant::now();
     let mut longest = 0.0f64;
-    loop {
-        let round = status.borrow().round;
-        let s = wait_status(&mut status, "a round, or the end", |s| {
-            s.round > round || s.state == server::status::State::Done
-        })
-        .await;
-        longest = longest.max(s.local_steps.unwrap_or(0.0));
-        if s.state == server::status::State::Done {
-            break;
-        }
-    }
+    follow(
+        &mut status,
+        1,
+        u64::MAX,
+        "the end",
+        |_| false,
+        |s| {
+            longest = longest.max(s.local_steps.unwrap_or(0.0));
+        },
+    )
+    .await;
     let summary = guard("the run to stop at its target", server.wait())
         .await
         .expect("ran");
@@ -220,24 +220,17 @@ async fn two_tabs_behind_home_links_train_the_cnn_to_97_5_percent_with_local_ste
     let cancel = CancellationToken::new();
     let started = Instant::now();
     let tabs = tabs_behind_home_links(server.addr, 2, &cancel).await;
-    // Progress in steps, each under the guard: a stalled run fails, a slow one does not.
-    loop {
-        let round = status.borrow().round;
-        // Two rounds at a time: a round of long phases on a machine shared with the other
-        // tests can take tens of seconds.
-        let s = wait_status(&mut status, "2 more rounds or 97.5 %", |s| {
-            s.round >= round + 2 || s.test_accuracy.is_some_and(|a| a >= 0.975)
-        })
-        .await;
-        if s.test_accuracy.is_some_and(|a| a >= 0.975) {
-            break;
-        }
-        assert!(
-            s.round < 300,
-            "no 97.5 % in 300 rounds: {:?}",
-            s.test_accuracy
-        );
-    }
+    // Two rounds at a time: a round of long phases on a machine shared with the other tests
+    // can take tens of seconds.
+    follow(
+        &mut status,
+        2,
+        300,
+        "97.5 %",
+        |s| s.test_accuracy.is_some_and(|a| a >= 0.975),
+        |_| {},
+    )
+    .await;
     let summary = guard("the run to stop at its target", server.wait())
         .await
         .expect("ran");
@@ -304,17 +297,7 @@ async fn two_tabs_behind_home_links_train_a_gpt_to_a_validation_loss_of_2() {
     })
     .await;
     let started = Instant::now();
-    // Progress in steps, each under the guard: a stalled run fails, a slow one does not.
-    loop {
-        let round = status.borrow().round;
-        let s = wait_status(&mut status, "2 more rounds or the end", |s| {
-            s.round >= round + 2 || s.state == server::status::State::Done
-        })
-        .await;
-        if s.state == server::status::State::Done {
-            break;
-        }
-    }
+    follow(&mut status, 2, u64::MAX, "the end", |_| false, |_| {}).await;
     let wall = started.elapsed();
     for tab in &tabs {
         tab.until(

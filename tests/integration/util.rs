@@ -118,6 +118,35 @@ pub async fn wait_status(
         .clone()
 }
 
+/// Follows a run `every` rounds at a time, each step under the guard (a stalled run fails, a
+/// slow one does not), until `reached` holds or training is done; `step` sees each status on
+/// the way. Panics if `max_rounds` pass first. Returns the last status.
+pub async fn follow(
+    status: &mut watch::Receiver<Status>,
+    every: u64,
+    max_rounds: u64,
+    what: &str,
+    reached: impl Fn(&Status) -> bool,
+    mut step: impl FnMut(&Status),
+) -> Status {
+    let done = |s: &Status| reached(s) || s.state == server::status::State::Done;
+    loop {
+        let round = status.borrow().round;
+        let s = wait_status(status, &format!("{every} more rounds or {what}"), |s| {
+            s.round >= round + every || done(s)
+        })
+        .await;
+        step(&s);
+        if done(&s) {
+            return s;
+        }
+        assert!(
+            s.round < max_rounds,
+            "no {what} in {max_rounds} rounds: {s:?}"
+        );
+    }
+}
+
 /// A native worker (the `worker` crate, as the binary runs it) on its own task.
 pub fn spawn_worker(addr: SocketAddr) -> (WorkerTask, CancellationToken) {
     spawn_worker_with(worker::Options {
