@@ -169,15 +169,16 @@ pub struct Cli {
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
 
-    /// Stop (exit 0) after this many rounds.
+    /// Finish after this many rounds (then serve the finished run, or exit 0 with
+    /// --exit-when-finished).
     #[arg(long)]
     pub max_rounds: Option<u64>,
 
-    /// Stop (exit 0) as soon as an evaluation reaches this test accuracy (0-1).
+    /// Finish as soon as an evaluation reaches this test accuracy (0-1).
     #[arg(long)]
     pub target_accuracy: Option<f64>,
 
-    /// Stop (exit 0) as soon as an evaluation's validation loss is at most this (a
+    /// Finish as soon as an evaluation's validation loss is at most this (a
     /// language model's mean cross-entropy per token, in nats).
     #[arg(long)]
     pub target_loss: Option<f64>,
