@@ -3,8 +3,9 @@
 #
 #   scripts/test.sh unit   T1: formatting, lints, and the unit, property and simulator tests
 #                          (no browser, no socket; the attack surveys in virtual time).
-#   scripts/test.sh fast   T1, and the integration tests that open no browser: real sockets,
-#                          the real binary, TLS, a real nats-server. Under 5 minutes warm.
+#   scripts/test.sh fast   T1 but the simulated attack surveys, and the integration tests that
+#                          open no browser: real sockets, the real binary, TLS, a real
+#                          nats-server. For iterating; under 5 minutes warm.
 #   scripts/test.sh        everything (what CI runs): also the shared core built for wasm32,
 #                          the wasm worker's tests in headless Chromium and the integration
 #                          tests in real Chromium tabs. Under 20 minutes warm.
@@ -60,7 +61,12 @@ say "cargo clippy (all targets, warnings are errors)"
 cargo clippy --locked --workspace --all-targets -- -D warnings
 
 say "T1: unit, property and simulator tests"
-nextest unit --lib --bins
+if [ "$tier" = fast ]; then
+    # The attack surveys (minutes of CPU in virtual time) are left to `unit` and CI.
+    nextest unit --lib --bins -E 'not (package(sim) & test(/^(survey_tests|gpt_tests)::/))'
+else
+    nextest unit --lib --bins
+fi
 if [ "$tier" = unit ]; then
     say "tier unit passed in $(( $(date +%s) - start )) s"
     exit 0
