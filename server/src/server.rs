@@ -151,7 +151,7 @@ pub async fn start(
     .map(|(name, _)| name)
     .collect();
     let core_data = part_of(data.data(), config.data_part);
-    let core = Coordinator::new(config.settings(), net.clone(), core_data, now())
+    let core = Coordinator::new(config.training.clone(), net.clone(), core_data, now())
         .map_err(ServerError::Model)?;
     let mut driver = Driver::new(core, shutdown.clone());
     if !config.exit_when_finished {

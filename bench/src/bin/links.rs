@@ -93,7 +93,7 @@ fn main() -> anyhow::Result<()> {
     if cli.real_only {
         return Ok(());
     }
-    let mut settings = config.settings();
+    let mut settings = config.training.clone();
     settings.audit_seed = Some(cli.seed);
     let link = Link { down: way, up: way };
     let workers = (0..cli.workers)

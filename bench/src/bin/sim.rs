@@ -138,7 +138,7 @@ fn main() -> anyhow::Result<()> {
             at += every;
         }
     }
-    let mut settings = config.settings();
+    let mut settings = config.training.clone();
     if !cli.coordinator.contains("--min-workers") {
         settings.min_workers = cli.workers;
     }

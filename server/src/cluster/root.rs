@@ -352,16 +352,9 @@ impl Rounds {
             "root: evaluated"
         );
         self.accuracy = Some(e.accuracy);
-        let reached = self
-            .config
-            .training
-            .target_accuracy
-            .is_some_and(|t| e.accuracy >= t)
-            || self
-                .config
-                .training
-                .target_loss
-                .is_some_and(|t| e.loss <= t);
+        let training = &self.config.training;
+        let reached = training.target_accuracy.is_some_and(|t| e.accuracy >= t)
+            || training.target_loss.is_some_and(|t| e.loss <= t);
         !reached
     }
 

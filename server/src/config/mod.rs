@@ -115,11 +115,6 @@ impl Config {
             self.test_fraction,
         )
     }
-
-    /// What the coordinator's core is told.
-    pub fn settings(&self) -> Settings {
-        self.training.clone()
-    }
 }
 
 /// Longest round timeout or ping timeout accepted.
@@ -226,10 +221,11 @@ impl TryFrom<Cli> for Config {
             (None, None) => None,
             _ => return Err(ConfigError::TlsPair),
         };
+        let model_name = model.name();
         Ok(Self {
             host: cli.host,
             port: cli.port,
-            model: model.clone(),
+            model,
             tokenizer: cli.tokenizer,
             data: cli.data.clone(),
             init: cli.init.clone(),
@@ -237,7 +233,7 @@ impl TryFrom<Cli> for Config {
             training: Settings {
                 local,
                 edge: role == crate::cluster::Role::Edge,
-                model_name: model.name(),
+                model_name,
                 optimizer: stepping.optimizer,
                 lr_schedule: stepping.schedule,
                 clip_norm: stepping.clip,

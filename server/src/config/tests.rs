@@ -465,7 +465,7 @@ fn local_steps_take_their_own_flags() {
     assert_eq!(averaging.training.optimizer, OptimizerKind::Sgd { lr: 1.0 });
     let one = parse(&["--local-steps", "1"]).expect("valid");
     assert_eq!(one.training.local, None);
-    assert_eq!(one.settings(), parse(&[]).expect("valid").settings());
+    assert_eq!(one.training, parse(&[]).expect("valid").training);
     for (args, says) in [
         (&["--local-steps", "0"][..], "--local-steps must be"),
         (&["--local-steps", "100001"], "--local-steps must be"),

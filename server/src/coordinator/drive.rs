@@ -191,7 +191,7 @@ pub fn run(mode: &[&str], ops: &[Op]) {
     let data = DATA.get_or_init(|| crate::dataset::load_default(1).expect("data"));
     let net = data.network(&config.model).expect("model");
     let mut now = Instant::now();
-    let mut c = Coordinator::new(config.settings(), net, data.data(), now).expect("model");
+    let mut c = Coordinator::new(config.training.clone(), net, data.data(), now).expect("model");
     let params = c.net().trainable_count();
     let mut clients: Vec<Client> = Vec::new();
     let mut tokens: Vec<String> = Vec::new();

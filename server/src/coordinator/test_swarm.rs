@@ -52,7 +52,7 @@ fn coordinator(flags: &[String], now: Instant) -> Coordinator {
         .chain(flags.iter().map(String::as_str));
     let config = Config::from_args(args).expect("valid flags");
     let net = split.network(&config.model).expect("model");
-    Coordinator::new(config.settings(), net, split.data(), now).expect("model")
+    Coordinator::new(config.training.clone(), net, split.data(), now).expect("model")
 }
 
 impl Swarm {
