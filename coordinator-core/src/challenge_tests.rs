@@ -217,7 +217,7 @@ fn exchange(
             replies.extend(compute(w, gpu, &mut step));
             assert!(step < 10_000, "{gpu:?}: a phase that never ends");
         }
-        let settled = c.challenges.open.is_empty();
+        let settled = c.checks.challenges.open.is_empty();
         if replies.is_empty()
             || seen.errors.len() >= refusals
             || settled && seen.committed_answers >= refusals.saturating_mul(3)
@@ -490,14 +490,14 @@ fn a_phase_whose_states_never_come_is_dropped_without_a_strike() {
         }
     }
     assert_eq!(
-        c.challenges.open.len(),
+        c.checks.challenges.open.len(),
         1,
         "held while its states are awaited"
     );
     let later =
         now + checks::challenge::reveal_time(c.state_len() * 2) + std::time::Duration::from_secs(1);
     c.handle_timeout(later);
-    assert!(c.challenges.open.is_empty(), "given up");
+    assert!(c.checks.challenges.open.is_empty(), "given up");
     assert_eq!(c.registry.strikes(WorkerId(1)), 0);
     let counters = c.metrics.counters();
     assert_eq!(counters.verification_mismatches, 0);

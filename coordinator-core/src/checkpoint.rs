@@ -69,7 +69,7 @@ impl Coordinator {
         self.rebase_norm_bound();
         self.bound.restore(&norm_history);
         self.registry.restore_bans(&bans);
-        self.audits.restore_rng(audit_rng);
+        self.checks.audits.restore_rng(audit_rng);
         self.last_eval = evaluation.map(|(_, e)| e);
         self.metrics.restore(counters, evaluation);
         self.checkpointed = Some(version);
@@ -103,7 +103,7 @@ impl Coordinator {
             params: self.trainer.params().to_vec(),
             optimizer: self.trainer.optimizer_state(),
             version: self.trainer.version(),
-            audit_rng: self.audits.rng_state(),
+            audit_rng: self.checks.audits.rng_state(),
             next_worker: self.registry.next_worker(),
             identities: self.registry.saved_identities(),
             shards: self

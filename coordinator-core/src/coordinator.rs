@@ -22,9 +22,8 @@ use model::{Dataset, Evaluation, Network};
 use protocol::{encode_from_coordinator, CoordinatorToWorker, Round, Task, WorkerId};
 use tracing::debug;
 
-use crate::checks::audit::Audits;
 use crate::checks::clip::NormBound;
-use crate::checks::replicas::Replicas;
+use crate::checks::Checks;
 use crate::data::Data;
 use crate::evaluation::Evaluations;
 use crate::history::History;
@@ -47,18 +46,12 @@ pub struct Coordinator {
     pub(crate) schedule: Box<dyn Schedule>,
     pub(crate) metrics: Metrics,
     pub(crate) bound: NormBound,
-    /// `--verify-fraction`: the pulls whose answers are recomputed, sampled with a seed from
-    /// the OS so workers cannot predict it.
-    pub(crate) audits: Audits,
-    /// `--replicate`: answers held until a partner's agrees.
-    pub(crate) replicas: Replicas,
+    /// Audits, replicas, recomputations and challenges: what an answer passes before the
+    /// schedule sees it.
+    pub(crate) checks: Checks,
     /// `--worker-momentum`: each worker's momentum, which the aggregator combines.
     pub(crate) momenta: Option<crate::aggregate::Momenta>,
     pub(crate) train: Arc<Dataset>,
-    /// Answers being recomputed off the coordinator's task, and those waiting for a core.
-    pub(crate) recomputations: crate::checks::recompute::Recomputations,
-    /// GPU phases' commitments, and the challenges open for their states.
-    pub(crate) challenges: crate::checks::challenge::Challenges,
     pub(crate) outcome: Option<Outcome>,
     pub(crate) last_eval: Option<Evaluation>,
     /// A language model's vocabulary and prompt: each evaluation also writes a sample.
@@ -167,8 +160,7 @@ impl Coordinator {
         let seed = settings
             .audit_seed
             .unwrap_or_else(crate::checks::unpredictable_seed);
-        let audits = Audits::new(seed);
-        let challenges = crate::checks::challenge::Challenges::new(seed);
+        let checks = Checks::new(seed, settings_cores);
         let kind = settings.aggregator;
         let momenta = (kind.momentum > 0.0).then(|| {
             crate::aggregate::Momenta::new(
@@ -187,12 +179,9 @@ impl Coordinator {
             schedule,
             metrics,
             bound,
-            audits,
-            replicas: Replicas::default(),
+            checks,
             momenta,
             train: Arc::new(data.train),
-            recomputations: crate::checks::recompute::Recomputations::new(settings_cores),
-            challenges,
             outcome: None,
             last_eval: None,
             writer,
@@ -272,7 +261,7 @@ impl Coordinator {
     /// When [`Coordinator::handle_timeout`] is next due: a round's deadline, or the time a
     /// challenged phase's states are due by.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let reveal = self.challenges.due();
+        let reveal = self.checks.due();
         match (self.schedule.deadline(), reveal) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -400,7 +389,7 @@ impl Coordinator {
             rate: self.registry.check_rate(id, self.settings.verify_fraction),
             probation: self.registry.on_probation(id),
         };
-        self.audits.sent(id, compression, pull, check, || {
+        self.checks.sent(id, compression, pull, check, || {
             trainer.weights_as_seen(compression)
         });
         self.schedule.sent(id, version);
@@ -413,8 +402,7 @@ impl Coordinator {
             while let Some(id) = self.registry.next_dropped() {
                 if self.registry.remove(id, now) {
                     self.schedule.left(id);
-                    self.audits.left(id);
-                    self.challenges.left(id);
+                    self.checks.left(id);
                     if let Some(momenta) = self.momenta.as_mut() {
                         momenta.left(id);
                     }
@@ -424,7 +412,7 @@ impl Coordinator {
                     left = true;
                 }
             }
-            if left && self.replicas.holding() {
+            if left && self.checks.holding_replicas() {
                 // A partner may be gone: held answers go on (recomputed), not wait.
                 self.release_replicas(now);
             }

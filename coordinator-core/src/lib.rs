@@ -24,6 +24,7 @@
 
 pub mod admin;
 pub mod aggregate;
+mod checked;
 pub mod checkpoint;
 pub mod checks;
 mod coordinator;

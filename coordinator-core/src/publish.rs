@@ -54,7 +54,7 @@ impl Coordinator {
             worker_list: self.worker_list.clone(),
             grad_norm_bound: self.bound.bound(),
             bans: self.bans.clone(),
-            replicas: (self.replicas.agreed, self.replicas.disputed),
+            replicas: (self.checks.replicas.agreed, self.checks.replicas.disputed),
             local_steps: self.local.as_ref().map(crate::local::LocalPlan::mean_steps),
             utilisation: self.utilisation,
             probation: (self.settings.probation, self.on_probation),

@@ -846,7 +846,7 @@ fn commitments_and_reveals_nothing_called_for_are_refused_and_repeats_strike() {
         "{refused:?}"
     );
     assert_eq!(
-        h.c.challenges.committed_workers(),
+        h.c.checks.challenges.committed_workers(),
         1,
         "only its count is kept"
     );
@@ -871,13 +871,22 @@ fn commitments_and_reveals_nothing_called_for_are_refused_and_repeats_strike() {
     commit(&mut h, &rogue, 30);
     assert_eq!(h.c.registry.strikes(rogue.id), 2);
     commit(&mut h, &rogue, 40);
+    // The frame that bans it is refused with why, then its session is closed.
     assert_eq!(
         rogue.errors(),
-        vec![ErrorCode::UnexpectedMessage, ErrorCode::Banned]
+        vec![
+            ErrorCode::UnexpectedMessage,
+            ErrorCode::UnexpectedMessage,
+            ErrorCode::Banned
+        ]
     );
     assert!(h.c.registry.is_banned(rogue.id));
     h.leave(&rogue, 50);
-    assert_eq!(h.c.challenges.committed_workers(), 0, "nothing kept for it");
+    assert_eq!(
+        h.c.checks.challenges.committed_workers(),
+        0,
+        "nothing kept for it"
+    );
     assert_eq!(h.c.registry.strikes(honest.id), 0);
     assert!(honest.errors().is_empty());
 }
@@ -916,13 +925,13 @@ fn commitments_are_freed_when_their_worker_leaves() {
     commit(&mut h, &stays, 0, 2, 4);
     assert!(stays.errors().is_empty(), "the same task's again: replaces");
     assert_eq!(
-        h.c.challenges.committed_workers(),
+        h.c.checks.challenges.committed_workers(),
         2,
         "one set, and its count"
     );
 
     h.leave(&stays, 5);
-    assert_eq!(h.c.challenges.committed_workers(), 0);
+    assert_eq!(h.c.checks.challenges.committed_workers(), 0);
 
     // Visitors, one at a time: each is given the open round's phase, commits to it (kept:
     // no error) and leaves.
@@ -938,8 +947,12 @@ fn commitments_are_freed_when_their_worker_leaves() {
             .expect("a task");
         commit(&mut h, &visitor, round, 2, 10 + i);
         assert!(visitor.errors().is_empty(), "kept for its answer");
-        assert_eq!(h.c.challenges.committed_workers(), 1);
+        assert_eq!(h.c.checks.challenges.committed_workers(), 1);
         h.leave(&visitor, 10 + i);
     }
-    assert_eq!(h.c.challenges.committed_workers(), 0, "nothing left behind");
+    assert_eq!(
+        h.c.checks.challenges.committed_workers(),
+        0,
+        "nothing left behind"
+    );
 }

@@ -28,8 +28,7 @@ use protocol::{Commitments, Compression, LocalPhase, Round, WorkerId, LOG_WORDS}
 
 use super::job::Held;
 use super::segment::Revealed;
-use super::verdict::Refuted;
-use crate::registry::tally::Note;
+use crate::registry::Pull;
 use crate::session::SessionId;
 
 /// Segments drawn for each challenged phase (more if one is marginal).
@@ -325,167 +324,46 @@ impl Open {
     }
 }
 
-impl crate::Coordinator {
-    /// A committed phase's answer to check: its commitments, then a challenge. `None`: not
-    /// a committed phase (checked as any other answer).
-    pub(crate) fn committed(
-        &mut self,
-        worker: WorkerId,
-        gradient: &protocol::Gradient,
-    ) -> Option<LocalPhase> {
-        if gradient.parts != protocol::UNORDERED {
-            return None;
-        }
-        let pull = self.registry.pull(worker)?;
-        pull.local
-            .filter(|l| l.segment > 0 && pull.version == gradient.round.0)
+/// A committed phase's answer (a GPU's, in its own order, to the task it was sent), to be
+/// checked by a challenge. `None`: checked as any other answer.
+pub(crate) fn committed(pull: Option<&Pull>, gradient: &protocol::Gradient) -> Option<LocalPhase> {
+    if gradient.parts != protocol::UNORDERED {
+        return None;
     }
+    let pull = pull?;
+    pull.local
+        .filter(|l| l.segment > 0 && pull.version == gradient.round.0)
+}
 
-    /// Holds `held` and asks its worker for the states its check needs; an answer without
-    /// its commitments is a mismatch.
-    pub(crate) fn challenge(
-        &mut self,
-        held: Held,
-        audit: super::audit::Audit,
-        local: LocalPhase,
-        now: Instant,
-    ) {
-        let (worker, round) = (held.worker, held.gradient.round);
-        let Some(hashes) = self.challenges.take(worker, round, local) else {
-            let why =
-                "a phase in the GPU's own order came without its commitments, one every segment";
-            return self.refute(held, Refuted::Mismatch(why.into()), now);
-        };
-        // An older challenge still open is given up: its worker has moved on.
-        if let Some(older) = self.challenges.open.remove(&worker).and_then(|o| o.held) {
-            self.unrevealed(older);
-        }
-        let state_len = self.state_len();
-        self.metrics.phase_challenged();
-        self.registry.note(worker, Note::Challenged);
-        let boundaries = self.challenges.open(
-            held,
-            audit.weights,
-            audit.compression,
-            local,
-            hashes,
-            state_len,
-            now,
-        );
-        self.ask(worker, round, boundaries);
+/// Whether a worker's task (`pull`) calls for `commitments`: a committed phase of that round, one
+/// hash a segment. `Ok(false)`: for an older task (a late phase's, which its answer will
+/// find late too); `Err`: nothing called for them. A second set for the same task replaces
+/// the first (a task sent again, as after a reconnect, is computed again): one set a worker
+/// is kept, whatever it sends.
+pub(crate) fn calls_for(pull: Option<&Pull>, commitments: &Commitments) -> Result<bool, String> {
+    let round = commitments.round;
+    let Some(pull) = pull else {
+        return Err("it has no task".into());
+    };
+    let Some(local) = pull.local.filter(|l| l.segment > 0) else {
+        return Err("its task is not a phase committed by segments".into());
+    };
+    if round.0 < pull.version {
+        return Ok(false);
     }
-
-    fn ask(&mut self, worker: WorkerId, round: Round, boundaries: Vec<u32>) {
-        let frame = protocol::encode_from_coordinator(&protocol::CoordinatorToWorker::Challenge(
-            protocol::Challenge { round, boundaries },
+    if round.0 > pull.version {
+        return Err(format!(
+            "they are for {round}, its task for round {}",
+            pull.version
         ));
-        self.send(worker, crate::io::Outbound::frame(frame));
     }
-
-    /// Values in one revealed state: the weights and the inner optimizer's tensors.
-    pub(crate) fn state_len(&self) -> usize {
-        let len = self.trainer.net().param_count();
-        let tensors = self.local.as_ref().map_or(0, |plan| {
-            let kind = plan.settings().inner;
-            kind.build_masked(1, Vec::new()).state().tensors.len()
-        });
-        len * (1 + tensors)
+    let n = protocol::commit::boundaries(local.steps, local.segment) as usize;
+    if commitments.hashes.len() != n {
+        return Err(format!(
+            "{} hashes, where its phase of {} steps has {n} segments",
+            commitments.hashes.len(),
+            local.steps
+        ));
     }
-
-    /// Values a revealed state may have: its state's length, then a model with
-    /// branches may append whole log entries, [`model::MAX_BRANCHES`] a step at most.
-    pub(crate) fn reveal_len(&self) -> RangeInclusive<usize> {
-        let state = self.state_len();
-        let log = match (self.trainer.net().has_branches(), self.local.as_ref()) {
-            (true, Some(plan)) => {
-                plan.settings().segment as usize * model::MAX_BRANCHES * LOG_WORDS
-            }
-            _ => 0,
-        };
-        state..=state + log
-    }
-
-    /// Every state asked for is in: the segments replay off the coordinator's task.
-    pub(crate) fn replay_segments(&mut self, worker: WorkerId, now: Instant) {
-        let Some(open) = self.challenges.open.get_mut(&worker) else {
-            return;
-        };
-        let Some(held) = open.held.take() else {
-            return;
-        };
-        let revealed = open.revealed();
-        let (start, compression) = (Arc::clone(&open.start), open.compression);
-        self.hold(held, start, compression, Some(revealed), now);
-    }
-
-    /// A verdict came back for `held`: a committed phase's challenge is over unless a
-    /// marginal segment asks for its neighbours.
-    pub(crate) fn close_challenge(&mut self, held: &Held) {
-        let worker = held.worker;
-        if self
-            .challenges
-            .open
-            .get(&worker)
-            .is_some_and(|o| o.round == held.gradient.round && o.held.is_none())
-        {
-            self.challenges.open.remove(&worker);
-        }
-    }
-
-    /// A marginal segment: its neighbours are asked for, once; marginal again (or with no
-    /// neighbour left), the answer is dropped without a strike.
-    pub(crate) fn marginal(&mut self, held: Held, segment: u32, why: String, now: Instant) {
-        let worker = held.worker;
-        let state_len = self.state_len();
-        let open = self
-            .challenges
-            .open
-            .get_mut(&worker)
-            .filter(|o| o.round == held.gradient.round && o.held.is_none());
-        let Some(open) = open else {
-            // Its challenge was given up meanwhile (the worker moved on or left).
-            return self.unrevealed(held);
-        };
-        self.metrics.segment_marginal();
-        let neighbours = open.neighbours(segment);
-        if open.escalated || neighbours.is_empty() {
-            tracing::warn!(%worker, segment, %why, "a marginal segment, again: dropped, not struck");
-            self.challenges.open.remove(&worker);
-            return self.unrevealed(held);
-        }
-        tracing::info!(%worker, segment, %why, ?neighbours, "a marginal segment: asking for its neighbours");
-        open.escalated = true;
-        let round = open.round;
-        let asked = open.ask(held, neighbours, state_len, now);
-        if asked.is_empty() {
-            return self.replay_segments(worker, now);
-        }
-        self.ask(worker, round, asked);
-    }
-
-    /// Challenges whose worker left or did not reveal in time: dropped, no strike.
-    pub(crate) fn expire_challenges(&mut self, now: Instant) {
-        if self.challenges.open.is_empty() {
-            return;
-        }
-        let registry = &self.registry;
-        let expired = self
-            .challenges
-            .expire(now, |w, s| registry.is_current(w, s));
-        for held in expired {
-            tracing::warn!(worker = %held.worker, round = %held.gradient.round, "a challenged phase's states did not come; its answer is dropped");
-            self.metrics.states_missing();
-            self.unrevealed(held);
-        }
-    }
-
-    /// An answer whose check could not be finished: dropped without a strike (its round
-    /// goes on without it).
-    fn unrevealed(&mut self, held: Held) {
-        self.metrics.answer_dropped();
-        if self.registry.is_current(held.worker, held.session) {
-            let actions = self.schedule.excuse(held.worker);
-            self.execute(actions);
-        }
-    }
+    Ok(true)
 }

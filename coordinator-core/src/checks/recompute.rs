@@ -34,7 +34,7 @@ use std::sync::Arc;
 
 use protocol::WorkerId;
 
-pub(crate) use super::job::{Held, Inputs, Then};
+pub(crate) use super::job::{Held, Inputs};
 pub use super::job::{RecomputeJob, Recomputed};
 pub use super::verdict::Refuted;
 
@@ -126,6 +126,7 @@ impl Recomputations {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checks::job::Then;
     use crate::checks::segment::Branches;
     use crate::registry::Pull;
     use crate::session::SessionId;

@@ -26,7 +26,9 @@ impl Coordinator {
         // A replaced session's gradients are ignored: the worker lives on elsewhere.
         if self.registry.is_current(worker, session) {
             self.arrived(worker, gradient, now);
-            self.check(worker, session, gradient, norm, now);
+            let (checks, mut cx) = self.checks();
+            let steps = checks.answer(&mut cx, worker, session, gradient, norm, now);
+            self.carry_out(steps, now);
         }
         self.done(now);
     }
