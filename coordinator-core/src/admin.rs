@@ -148,7 +148,7 @@ impl Coordinator {
                     return Err(format!("no worker {} is connected", id.0));
                 }
                 if self.registry.ban(id) {
-                    self.ban_close(id);
+                    self.ban_close(id, None);
                 }
                 Ok(format!("{id} banned"))
             }

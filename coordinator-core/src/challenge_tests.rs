@@ -190,6 +190,13 @@ fn exchange(
         let mut replies = Vec::new();
         while let Some(output) = c.poll_output() {
             match output {
+                // A ban closes the session with its last strike's reason.
+                Output::Send {
+                    message: crate::session::Outbound::Close(refusal),
+                    ..
+                } if refusal.code == protocol::ErrorCode::Banned => {
+                    seen.errors.push(refusal.message);
+                }
                 Output::Send { message, .. } => {
                     for frame in message.frames() {
                         if let Ok(protocol::CoordinatorToWorker::Challenge(_)) =

@@ -132,9 +132,9 @@ impl Coordinator {
         self.execute(actions);
     }
 
-    /// A refused answer or frame: noted, its session told why if `tell`; a strike if it
-    /// counts (at `--ban-after`, a ban: its session is then closed); its round goes on
-    /// without it if `excuse`.
+    /// A refused answer or frame: noted; a strike if it counts (at `--ban-after`, a ban:
+    /// its session is closed with why); its round goes on without it if `excuse`; its
+    /// session told why if `tell` (and still open).
     fn refuse(
         &mut self,
         worker: WorkerId,
@@ -144,14 +144,19 @@ impl Coordinator {
         tell: bool,
     ) {
         self.registry.note(worker, Note::Rejected(refusal.code));
-        let struck = strike.then(|| self.registry.strike(worker));
-        if tell {
+        let banned = match strike.then(|| self.registry.strike(worker)) {
+            Some((_, true)) => {
+                self.ban_close(worker, Some(&refusal.message));
+                true
+            }
+            Some((strikes, false)) => {
+                debug!(%worker, strikes, "struck");
+                false
+            }
+            None => false,
+        };
+        if tell && !banned {
             self.send_error(worker, refusal);
-        }
-        match struck {
-            Some((_, true)) => self.ban_close(worker),
-            Some((strikes, false)) => debug!(%worker, strikes, "struck"),
-            None => {}
         }
         if excuse {
             let actions = self.schedule.excuse(worker);
@@ -168,14 +173,17 @@ impl Coordinator {
         self.send(worker, Outbound::frame(frame));
     }
 
-    /// `worker` was just banned: its session is closed with `Banned`, and its answers still
-    /// waiting for a core to check them are dropped.
-    pub(crate) fn ban_close(&mut self, worker: WorkerId) {
+    /// `worker` was just banned (`why`: what its last strike was for): its session is closed
+    /// with `Banned`, and its answers still waiting for a core to check them are dropped.
+    pub(crate) fn ban_close(&mut self, worker: WorkerId, why: Option<&str>) {
         let dropped = self.checks.banned(worker);
         if dropped > 0 {
             debug!(%worker, dropped, "a banned worker's queued checks dropped");
         }
-        let msg = format!("{worker} is banned from this run");
+        let msg = match why {
+            Some(why) => format!("{worker} is banned from this run: {why}"),
+            None => format!("{worker} is banned from this run"),
+        };
         self.send(
             worker,
             Outbound::Close(Refusal::new(protocol::ErrorCode::Banned, msg)),

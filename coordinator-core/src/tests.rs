@@ -871,14 +871,10 @@ fn commitments_and_reveals_nothing_called_for_are_refused_and_repeats_strike() {
     commit(&mut h, &rogue, 30);
     assert_eq!(h.c.registry.strikes(rogue.id), 2);
     commit(&mut h, &rogue, 40);
-    // The frame that bans it is refused with why, then its session is closed.
+    // The frame that bans it closes its session, saying why.
     assert_eq!(
         rogue.errors(),
-        vec![
-            ErrorCode::UnexpectedMessage,
-            ErrorCode::UnexpectedMessage,
-            ErrorCode::Banned
-        ]
+        vec![ErrorCode::UnexpectedMessage, ErrorCode::Banned]
     );
     assert!(h.c.registry.is_banned(rogue.id));
     h.leave(&rogue, 50);

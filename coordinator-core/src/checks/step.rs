@@ -65,9 +65,9 @@ pub(crate) enum Step<'g> {
     Excuse(WorkerId),
     /// A line in the worker's tally (the worker list).
     Note(WorkerId, Note),
-    /// Refused. `tell`: its session is sent the refusal; `strike`: it counts against the
-    /// worker (at `--ban-after`, a ban, and its session is closed); `excuse`: its round goes
-    /// on without it.
+    /// Refused. `strike`: it counts against the worker (at `--ban-after`, a ban: its
+    /// session is closed, saying why); `excuse`: its round goes on without it; `tell`: its
+    /// session is sent the refusal (if not closed).
     Refuse {
         worker: WorkerId,
         refusal: Refusal,
