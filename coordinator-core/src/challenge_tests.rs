@@ -153,10 +153,10 @@ fn compute(w: &mut WorkerCore, gpu: Gpu, step: &mut u32) -> Vec<Vec<u8>> {
 /// The other side of sample 0's hidden unit farthest from zero, in an MLP of one hidden
 /// layer: a branch no rounding takes.
 fn far_branch(net: &Network, weights: &[f32], x: ndarray::ArrayView2<'_, f32>) -> model::Branch {
-    let Some(&model::Layer::Dense { units }) = net.spec().layers.first().map(|l| &l.layer) else {
+    let Some(&model::Layer::Dense { units }) = net.spec().layers().first().map(|l| &l.layer) else {
         panic!("an MLP");
     };
-    let spec = model::NetSpec::mlp(net.spec().input, &[], units);
+    let spec = model::NetSpec::mlp(net.spec().input(), &[], units);
     let first = Network::new(spec, units).expect("its first layer");
     let z = first
         .forward(&weights[..first.param_count()], x)

@@ -66,12 +66,12 @@ impl EvalJob {
         let scored = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             evaluate(&net, &params, &test).map_err(|e| e.to_string())
         }));
-        let sample = net.as_gpt().zip(prompt).and_then(|(gpt, prompt)| {
-            let how = crate::language::sampling(params.len(), gpt.spec().context, version);
+        let sample = prompt.and_then(|prompt| {
+            let how = crate::language::sampling(params.len(), net.positions(), version);
             let drawn = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                gpt.generate(&params, &prompt, how)
+                net.generate(&params, &prompt, how)
             }));
-            drawn.ok().and_then(Result::ok)
+            drawn.ok().flatten().and_then(Result::ok)
         });
         Evaluated {
             version,

@@ -54,4 +54,4 @@ pub use params::{ParamLayout, TensorSpec};
 pub use rng::SplitMix64;
 pub use scalar::Scalar;
 pub use schedule::{clip_global_norm, LrSchedule};
-pub use spec::{Layer, LayerSpec, NetSpec, Shape, SpecError};
+pub use spec::{ChainSpec, Layer, LayerSpec, NetSpec, Shape, SpecError};

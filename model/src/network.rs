@@ -1,6 +1,11 @@
 //! A model built from a [`NetSpec`]: its parameter layout, initialisation, forward pass and
 //! gradient, the same code on the coordinator, the native worker and in the browser.
 //!
+//! [`Network`] is one interface (forward, loss and gradient, parts of a batch, the decay
+//! mask, the trained and frozen ranges) over a body, one arm per kind of model: a chain of
+//! layers (`chain.rs`) or a GPT (`crate::gpt`). A new kind of model is a new file and an
+//! arm of [`Body`] (and of [`NetSpec`]).
+//!
 //! Parameters are named by the position of their layer among the layers that have any:
 //! `l{k}.weight` and `l{k}.bias` (so the default MLP's names are those of earlier releases).
 //! Dense weights are `[in, out]`; convolution weights `[filters, channels, k, k]`.
@@ -11,27 +16,30 @@ use ndarray::{Array2, ArrayView2, CowArray, Ix2};
 
 use crate::error::ModelError;
 use crate::gpt::Gpt;
-use crate::layers::{self, Ctx};
-use crate::loss::{cross_entropy_sum_and_correct, softmax_cross_entropy_of};
+use crate::loss::cross_entropy_sum_and_correct;
 use crate::params::ParamLayout;
 use crate::rng::SplitMix64;
 use crate::scalar::Scalar;
-use crate::spec::{Layer, NetSpec, Shape, SpecError};
+use crate::spec::{NetSpec, Shape, SpecError};
+
+use self::chain::Chain;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Network {
     spec: NetSpec,
-    /// Each layer's input shape, then the output of the last.
-    shapes: Vec<Shape>,
     layout: ParamLayout,
-    /// For each layer with parameters, the index of its weight tensor in the layout.
-    weights: Vec<Option<usize>>,
     /// Flat ranges of the trained parameters (layers not frozen) and of the frozen ones.
     trainable: Vec<Range<usize>>,
     frozen: Vec<Range<usize>>,
     trainable_count: usize,
-    /// A GPT's body, which computes the whole model (its spec's one layer).
-    gpt: Option<Box<Gpt>>,
+    body: Body,
+}
+
+/// What computes the model.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Body {
+    Chain(Chain),
+    Gpt(Box<Gpt>),
 }
 
 /// Most parameters a model may have (256 MiB of f32): a spec beyond it is refused before
@@ -48,88 +56,23 @@ impl Network {
     /// Checks the spec against `classes` outputs and lays out its parameters.
     pub fn new(spec: NetSpec, classes: usize) -> Result<Self, ModelError> {
         let outputs = spec.shapes(classes)?;
-        if let Some(gpt) = spec.as_gpt() {
-            return Self::gpt(spec, gpt);
-        }
-        if let Some(index) = spec
-            .layers
-            .iter()
-            .position(|l| matches!(l.layer, Layer::Gpt(_)))
-        {
-            return Err(SpecError::Layer {
-                index,
-                layer: "gpt".into(),
-                input: spec.input.to_string(),
-                reason: "a gpt is a whole model: it must be the only layer".into(),
-            }
-            .into());
-        }
-        let mut shapes = vec![spec.input];
-        shapes.extend(outputs);
-        // Each layer's weight shape, and the total counted without overflow before anything
-        // of that size exists.
-        let mut total = Some(0usize);
-        let mut weight_shapes = Vec::with_capacity(spec.layers.len());
-        for (i, l) in spec.layers.iter().enumerate() {
-            let (inp, out) = (shapes[i], shapes[i + 1]);
-            let shape = match l.layer {
-                Layer::Dense { units } => Some(vec![inp.len(), units]),
-                Layer::Conv2d {
-                    filters, kernel, ..
-                } => Some(vec![filters, inp.c, kernel, kernel]),
-                _ => None,
-            };
-            if let Some(shape) = &shape {
-                let weight = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
-                total = total
-                    .zip(weight)
-                    .and_then(|(t, w)| t.checked_add(w)?.checked_add(out.c));
-            }
-            weight_shapes.push(shape);
-        }
-        match total {
-            Some(params) if params <= MAX_PARAMS => {}
-            params => {
-                return Err(crate::spec::SpecError::TooLarge {
-                    params: params.unwrap_or(usize::MAX),
-                    max: MAX_PARAMS,
-                }
-                .into())
-            }
-        }
-        let mut layout = ParamLayout::default();
-        let mut weights = Vec::with_capacity(spec.layers.len());
-        let (mut trainable, mut frozen) = (Vec::new(), Vec::new());
-        for (i, (l, shape)) in spec.layers.iter().zip(weight_shapes).enumerate() {
-            let Some(shape) = shape else {
-                weights.push(None);
-                continue;
-            };
-            let k = weights.iter().flatten().count();
-            let start = layout.total();
-            weights.push(Some(layout.tensors().len()));
-            layout.push(format!("l{k}.weight"), shape);
-            layout.push(format!("l{k}.bias"), vec![shapes[i + 1].c]);
-            let range = start..layout.total();
-            match l.frozen {
-                false => trainable.push(range),
-                true => frozen.push(range),
-            }
-        }
-        let trainable_count = trainable.iter().map(ExactSizeIterator::len).sum();
+        let chain = match &spec {
+            NetSpec::Gpt(gpt) => return Self::gpt(*gpt, spec),
+            NetSpec::Chain(chain) => chain,
+        };
+        let laid = Chain::lay_out(chain, outputs)?;
+        let trainable_count = laid.trainable.iter().map(ExactSizeIterator::len).sum();
         Ok(Self {
             spec,
-            shapes,
-            layout,
-            weights,
-            trainable,
-            frozen,
+            layout: laid.layout,
+            trainable: laid.trainable,
+            frozen: laid.frozen,
             trainable_count,
-            gpt: None,
+            body: Body::Chain(laid.chain),
         })
     }
 
-    fn gpt(spec: NetSpec, gpt: crate::gpt::GptSpec) -> Result<Self, ModelError> {
+    fn gpt(gpt: crate::gpt::GptSpec, spec: NetSpec) -> Result<Self, ModelError> {
         let too_large = |params| SpecError::TooLarge {
             params,
             max: MAX_PARAMS,
@@ -138,38 +81,60 @@ impl Network {
         if params > MAX_PARAMS {
             return Err(too_large(params).into());
         }
-        if spec.layers[0].frozen {
-            return Err(SpecError::Parse {
-                text: spec.to_string(),
-                reason: "a frozen gpt has nothing to train".into(),
-            }
-            .into());
-        }
         let body = Gpt::new(gpt).map_err(|reason| SpecError::Parse {
             text: spec.to_string(),
             reason,
         })?;
-        let shapes = vec![spec.input, Shape::flat(gpt.vocab)];
         Ok(Self {
             layout: body.layout().clone(),
-            weights: vec![None],
             trainable: std::iter::once(0..params).collect(),
             frozen: Vec::new(),
             trainable_count: params,
             spec,
-            shapes,
-            gpt: Some(Box::new(body)),
+            body: Body::Gpt(Box::new(body)),
         })
+    }
+
+    /// The chain of layers this network is, if it is one.
+    pub(crate) fn chain(&self) -> Option<&Chain> {
+        match &self.body {
+            Body::Chain(chain) => Some(chain),
+            Body::Gpt(_) => None,
+        }
     }
 
     /// The GPT this network is, if it is one.
     pub fn as_gpt(&self) -> Option<&Gpt> {
-        self.gpt.as_deref()
+        match &self.body {
+            Body::Gpt(gpt) => Some(gpt),
+            Body::Chain(_) => None,
+        }
+    }
+
+    /// Whether an answer computed in an order nobody replays (a GPU's) is checked within
+    /// this model's rounding envelope ([`Network::loss_grad_envelope`]: a chain's near-ties);
+    /// otherwise (a GPT, which has no near-ties) tensor by tensor.
+    pub fn has_envelope(&self) -> bool {
+        matches!(self.body, Body::Chain(_))
+    }
+
+    /// A language model's continuation of `prompt` (token ids), drawn as `how` says.
+    /// `None`: this model writes no text.
+    pub fn generate(
+        &self,
+        params: &[f32],
+        prompt: &[usize],
+        how: crate::gpt::Sampling,
+    ) -> Option<Result<Vec<usize>, ModelError>> {
+        match &self.body {
+            Body::Gpt(gpt) => Some(gpt.generate(params, prompt, how)),
+            Body::Chain(_) => None,
+        }
     }
 
     /// Predictions per sample: a GPT's context (one at each position), else 1.
     pub fn positions(&self) -> usize {
-        self.gpt.as_ref().map_or(1, |g| g.spec().context)
+        self.as_gpt().map_or(1, |g| g.spec().context)
     }
 
     /// A ReLU MLP on flat input with these widths, input first (`[784, 128, 10]`).
@@ -197,11 +162,14 @@ impl Network {
 
     /// Features per input sample.
     pub fn inputs(&self) -> usize {
-        self.spec.input.len()
+        self.spec.input().len()
     }
 
     pub fn classes(&self) -> usize {
-        self.shapes[self.shapes.len() - 1].len()
+        match &self.body {
+            Body::Chain(chain) => chain.classes(),
+            Body::Gpt(gpt) => gpt.spec().vocab,
+        }
     }
 
     /// Flat ranges of the parameters that are trained (those of layers not frozen).
@@ -221,9 +189,9 @@ impl Network {
         self.layout
             .tensors()
             .iter()
-            .filter(|t| match &self.gpt {
-                Some(_) => Gpt::decays(&t.name),
-                None => t.shape.len() >= 2,
+            .filter(|t| match &self.body {
+                Body::Gpt(_) => Gpt::decays(&t.name),
+                Body::Chain(_) => t.shape.len() >= 2,
             })
             .map(|t| t.range())
             .filter(|r| {
@@ -301,23 +269,10 @@ impl Network {
     /// He-uniform weights (`U(±sqrt(6 / fan_in))`, suited to ReLU) and zero biases (a GPT:
     /// GPT-2's own, [`Gpt::init`]). The same seed gives the same weights on every platform.
     pub fn init<T: Scalar>(&self, seed: u64) -> Vec<T> {
-        if let Some(gpt) = &self.gpt {
-            return gpt.init(seed);
+        match &self.body {
+            Body::Chain(chain) => chain.init(seed),
+            Body::Gpt(gpt) => gpt.init(seed),
         }
-        let mut rng = SplitMix64::new(seed);
-        let mut params = vec![T::zero(); self.param_count()];
-        for &w in self.weights.iter().flatten() {
-            let spec = &self.layout.tensors()[w];
-            let fan_in: usize = match spec.shape[..] {
-                [n_in, _] => n_in,
-                _ => spec.shape[1..].iter().product(),
-            };
-            let bound = (6.0 / fan_in as f64).sqrt();
-            for p in &mut params[spec.range()] {
-                *p = T::from_f64((rng.next_f64() * 2.0 - 1.0) * bound).unwrap_or_else(T::zero);
-            }
-        }
-        params
     }
 
     fn check<T: Scalar>(&self, params: &[T], x: &ArrayView2<'_, T>) -> Result<(), ModelError> {
@@ -341,67 +296,6 @@ impl Network {
         Ok(())
     }
 
-    fn ctx(&self, index: usize, seed: Option<u64>, row0: usize) -> Ctx {
-        Ctx {
-            input: self.shapes[index],
-            output: self.shapes[index + 1],
-            index,
-            seed,
-            row0,
-        }
-    }
-
-    /// The slice of `params` holding layer `index`'s weight and bias (empty if none).
-    fn layer_range(&self, index: usize) -> std::ops::Range<usize> {
-        match self.weights[index] {
-            Some(w) => {
-                let t = self.layout.tensors();
-                t[w].offset..t[w + 1].range().end
-            }
-            None => 0..0,
-        }
-    }
-
-    /// Every layer's output (the last is the logits), for the rows of `x` that are `part`
-    /// of a batch (its dropout masks).
-    fn forward_all<T: Scalar>(
-        &self,
-        params: &[T],
-        x: ArrayView2<'_, T>,
-        seed: Option<u64>,
-        part: Part,
-    ) -> Vec<Array2<T>> {
-        self.forward_with(params, x, seed, part, |_, _| {})
-    }
-
-    /// [`Network::forward_all`], handing `before(i, input)` each layer's input (after the
-    /// first) before layer `i` reads it: where a replay forces a logged branch
-    /// (`branches.rs`).
-    fn forward_with<T: Scalar>(
-        &self,
-        params: &[T],
-        x: ArrayView2<'_, T>,
-        seed: Option<u64>,
-        part: Part,
-        mut before: impl FnMut(usize, &mut Array2<T>),
-    ) -> Vec<Array2<T>> {
-        let mut outs: Vec<Array2<T>> = Vec::with_capacity(self.spec.layers.len());
-        for (i, l) in self.spec.layers.iter().enumerate() {
-            if let Some(input) = outs.last_mut() {
-                before(i, input);
-            }
-            let p = &params[self.layer_range(i)];
-            let y = match outs.last() {
-                None => layers::forward(&l.layer, &self.ctx(i, seed, part.start), p, x.view()),
-                Some(prev) => {
-                    layers::forward(&l.layer, &self.ctx(i, seed, part.start), p, prev.view())
-                }
-            };
-            outs.push(y);
-        }
-        outs
-    }
-
     /// Logits for a batch `x` of shape `[n, inputs]` (evaluation: dropout off); a GPT's are
     /// `[n · context, vocab]`, one row per position.
     pub fn forward<T: Scalar>(
@@ -410,14 +304,14 @@ impl Network {
         x: ArrayView2<'_, T>,
     ) -> Result<Array2<T>, ModelError> {
         self.check(params, &x)?;
-        if let Some(gpt) = &self.gpt {
-            return Ok(gpt.forward(params, x, true)?.logits);
+        match &self.body {
+            Body::Chain(chain) => {
+                let x = standard(x);
+                let mut outs = chain.forward_all(params, x.view(), None, Part::whole(x.nrows()));
+                Ok(outs.pop().expect("at least one layer"))
+            }
+            Body::Gpt(gpt) => Ok(gpt.forward(params, x, true)?.logits),
         }
-        let x = standard(x);
-        Ok(self
-            .forward_all(params, x.view(), None, Part::whole(x.nrows()))
-            .pop()
-            .expect("at least one layer"))
     }
 
     /// Mean cross-entropy over the batch and its gradient with respect to every parameter,
@@ -434,97 +328,6 @@ impl Network {
         self.part_loss_and_grad(params, x, labels, seed, Part::whole(x.nrows()))
     }
 
-    /// The backward pass over a forward pass's outputs `outs` (as [`Network::forward_all`]
-    /// gave them for the standardised `x`, `part` of a batch): the loss and the full-layout
-    /// gradient of the batch's mean over these rows, or its magnitudes (see [`Pass`]).
-    #[allow(clippy::too_many_arguments)]
-    fn backward_all<T: Scalar>(
-        &self,
-        params: &[T],
-        x: ArrayView2<'_, T>,
-        outs: &[Array2<T>],
-        labels: &[u8],
-        seed: u64,
-        part: Part,
-        pass: Pass,
-    ) -> Result<(T, Vec<T>), ModelError> {
-        let mut grads = Vec::new();
-        let loss = self.backward_into(params, x, outs, labels, (seed, part), pass, &mut grads)?;
-        Ok((loss, grads))
-    }
-
-    /// [`Network::backward_all`] into `grads` (its memory reused: a worker computing batch
-    /// after batch allocates the gradient once).
-    #[allow(clippy::too_many_arguments)]
-    fn backward_into<T: Scalar>(
-        &self,
-        params: &[T],
-        x: ArrayView2<'_, T>,
-        outs: &[Array2<T>],
-        labels: &[u8],
-        (seed, part): (u64, Part),
-        pass: Pass,
-        grads: &mut Vec<T>,
-    ) -> Result<T, ModelError> {
-        let last = outs.len() - 1;
-        let (loss, mut dy) = softmax_cross_entropy_of(outs[last].view(), labels, part.batch)?;
-        let magnitude = pass == Pass::Magnitude;
-        let abs: Option<Vec<T>> = magnitude.then(|| {
-            dy.mapv_inplace(T::abs);
-            params.iter().map(|p| p.abs()).collect()
-        });
-        let params = abs.as_deref().unwrap_or(params);
-        // Every trained layer's backward overwrites its whole range (products with beta 0,
-        // biases assigned): only a new buffer and the frozen ranges need zeroes, so a
-        // reused buffer is not cleared (400 KB a batch for the `mlp` preset).
-        if grads.len() != self.param_count() {
-            grads.clear();
-            grads.resize(self.param_count(), T::zero());
-        }
-        for range in &self.frozen {
-            grads[range.clone()].fill(T::zero());
-        }
-        // Layers before the first trained or dx-needing one need no backward at all.
-        let first_needed = (0..self.spec.layers.len())
-            .find(|&i| self.weights[i].is_some() && !self.spec.layers[i].frozen)
-            .unwrap_or(last + 1);
-        for i in (first_needed..=last).rev() {
-            let l = &self.spec.layers[i];
-            let range = self.layer_range(i);
-            let mut input = if i == 0 { x.view() } else { outs[i - 1].view() };
-            let trained = (!l.frozen && !range.is_empty()).then(|| &mut grads[range.clone()]);
-            let need_dx = i > first_needed;
-            let sums = matches!(l.layer, Layer::Dense { .. } | Layer::Conv2d { .. });
-            let abs_input = (magnitude && sums).then(|| input.mapv(T::abs));
-            if let Some(a) = &abs_input {
-                input = a.view();
-            }
-            let dx = match l.layer {
-                // GELU's slope may be negative: its magnitude.
-                Layer::Gelu if magnitude && need_dx => {
-                    Some(layers::activation::backward(dy, input, |v: T| {
-                        layers::activation::gelu_slope(v).abs()
-                    }))
-                }
-                _ => layers::backward(
-                    &l.layer,
-                    &self.ctx(i, Some(seed), part.start),
-                    &params[range.clone()],
-                    input,
-                    outs[i].view(),
-                    dy,
-                    trained,
-                    need_dx,
-                ),
-            };
-            match dx {
-                Some(dx) => dy = dx,
-                None => break,
-            }
-        }
-        Ok(loss)
-    }
-
     /// Summed cross-entropy and number of correct predictions over a batch (a GPT: each
     /// window's mean over its positions, summed, and the correct positions).
     pub fn loss_sum_and_correct<T: Scalar>(
@@ -533,7 +336,7 @@ impl Network {
         x: ArrayView2<'_, T>,
         labels: &[u8],
     ) -> Result<(T, usize), ModelError> {
-        if let Some(gpt) = &self.gpt {
+        if let Body::Gpt(gpt) = &self.body {
             self.check(params, &x)?;
             let acts = gpt.forward_inference(params, x, true)?;
             let (sum, correct) = gpt.loss_sum_and_correct(&acts);
@@ -556,7 +359,7 @@ fn gather<T: Copy>(ranges: &[Range<usize>], full: &[T]) -> Vec<T> {
 
 /// Which backward pass [`Network::backward_all`] takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Pass {
+pub(crate) enum Pass {
     /// The gradient.
     Gradient,
     /// The same sums over magnitudes: `|∂loss/∂logits|` down through `|weights|` and
@@ -567,7 +370,7 @@ enum Pass {
 }
 
 /// `x` in row-major layout (the layers read samples as contiguous rows).
-fn standard<'a, T: Scalar>(x: ArrayView2<'a, T>) -> CowArray<'a, T, Ix2> {
+pub(crate) fn standard<'a, T: Scalar>(x: ArrayView2<'a, T>) -> CowArray<'a, T, Ix2> {
     if x.is_standard_layout() {
         CowArray::from(x)
     } else {
@@ -576,6 +379,7 @@ fn standard<'a, T: Scalar>(x: ArrayView2<'a, T>) -> CowArray<'a, T, Ix2> {
 }
 
 mod branches;
+mod chain;
 mod parts;
 mod stages;
 mod ties;

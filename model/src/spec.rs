@@ -1,4 +1,6 @@
-//! What a model is: an input shape and a list of layers, with a canonical one-line text form.
+//! What a model is, with a canonical one-line text form: a [`ChainSpec`] (an input shape and a
+//! list of layers) or a GPT-2 ([`crate::gpt::GptSpec`]), each an arm of [`NetSpec`]. A new
+//! kind of model is a new arm here and in `Network`'s body.
 //!
 //! The text form is what travels in `Welcome` (so a worker builds exactly the coordinator's
 //! model) and what the page and the status show, e.g.
@@ -73,17 +75,11 @@ pub enum Layer {
     Dropout {
         p: f32,
     },
-    /// A whole GPT-2 ([`crate::gpt`]): windows of `context + 1` token ids in, the
-    /// vocabulary's logits at each of `context` positions out. It is a model's only layer.
-    Gpt(crate::gpt::GptSpec),
 }
 
 impl Layer {
     pub fn has_params(&self) -> bool {
-        matches!(
-            self,
-            Self::Dense { .. } | Self::Conv2d { .. } | Self::Gpt(_)
-        )
+        matches!(self, Self::Dense { .. } | Self::Conv2d { .. })
     }
 
     /// The shape this layer produces from `input`, or why it cannot take it.
@@ -131,17 +127,6 @@ impl Layer {
                 Err(format!("dropout p must be in [0, 1), got {p}"))
             }
             Self::Dropout { .. } => Ok(input),
-            Self::Gpt(gpt) => {
-                gpt.check()?;
-                if input != Shape::flat(gpt.context + 1) {
-                    return Err(format!(
-                        "a gpt of context {} reads windows of {} token ids, got {input}",
-                        gpt.context,
-                        gpt.context + 1
-                    ));
-                }
-                Ok(Shape::flat(gpt.vocab))
-            }
         }
     }
 }
@@ -163,7 +148,6 @@ impl fmt::Display for Layer {
             Self::Tanh => f.write_str("tanh"),
             Self::Gelu => f.write_str("gelu"),
             Self::Dropout { p } => write!(f, "dropout {p}"),
-            Self::Gpt(gpt) => gpt.fmt(f),
         }
     }
 }
@@ -175,9 +159,20 @@ pub struct LayerSpec {
     pub frozen: bool,
 }
 
-/// A whole model: the input shape and the layers, the last one producing the class logits.
+/// A whole model.
 #[derive(Debug, Clone, PartialEq)]
-pub struct NetSpec {
+pub enum NetSpec {
+    /// Layers one after the other.
+    Chain(ChainSpec),
+    /// A GPT-2 ([`crate::gpt`]): windows of `context + 1` token ids in, the vocabulary's
+    /// logits at each of `context` positions out.
+    Gpt(crate::gpt::GptSpec),
+}
+
+/// A chain of layers: the input shape and the layers, the last one producing the class
+/// logits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChainSpec {
     pub input: Shape,
     pub layers: Vec<LayerSpec>,
 }
@@ -243,22 +238,41 @@ impl NetSpec {
 
     /// A GPT-2 ([`crate::gpt`]) reading windows of `context + 1` token ids.
     pub fn gpt(gpt: crate::gpt::GptSpec) -> Self {
-        Self::of(Shape::flat(gpt.context + 1), vec![Layer::Gpt(gpt)])
+        Self::Gpt(gpt)
     }
 
     /// The GPT this spec is, if it is one.
     pub fn as_gpt(&self) -> Option<crate::gpt::GptSpec> {
-        match self.layers[..] {
-            [LayerSpec {
-                layer: Layer::Gpt(gpt),
-                ..
-            }] => Some(gpt),
-            _ => None,
+        match self {
+            Self::Gpt(gpt) => Some(*gpt),
+            Self::Chain(_) => None,
         }
     }
 
+    /// The chain of layers this spec is, if it is one.
+    pub fn as_chain(&self) -> Option<&ChainSpec> {
+        match self {
+            Self::Chain(chain) => Some(chain),
+            Self::Gpt(_) => None,
+        }
+    }
+
+    /// A chain's layers (a GPT has none: it is computed whole).
+    pub fn layers(&self) -> &[LayerSpec] {
+        self.as_chain().map_or(&[], |c| &c.layers)
+    }
+
+    /// The shape of one input sample: a GPT's is a window of `context + 1` token ids.
+    pub fn input(&self) -> Shape {
+        match self {
+            Self::Chain(chain) => chain.input,
+            Self::Gpt(gpt) => Shape::flat(gpt.context + 1),
+        }
+    }
+
+    /// A chain of `layers` on `input`, none frozen.
     pub fn of(input: Shape, layers: Vec<Layer>) -> Self {
-        Self {
+        Self::Chain(ChainSpec {
             input,
             layers: layers
                 .into_iter()
@@ -267,10 +281,11 @@ impl NetSpec {
                     frozen: false,
                 })
                 .collect(),
-        }
+        })
     }
 
-    /// Every layer's output shape, checked; the last must be `classes` values.
+    /// Every layer's output shape, checked (a GPT's: its logits); the last must be
+    /// `classes` values.
     pub fn shapes(&self, classes: usize) -> Result<Vec<Shape>, SpecError> {
         let shapes = self.layer_shapes()?;
         let last = shapes[shapes.len() - 1];
@@ -288,6 +303,32 @@ impl NetSpec {
         self.layer_shapes().map(|s| s[s.len() - 1].len())
     }
 
+    fn layer_shapes(&self) -> Result<Vec<Shape>, SpecError> {
+        match self {
+            Self::Chain(chain) => chain.layer_shapes(),
+            Self::Gpt(gpt) => {
+                gpt.check().map_err(|reason| SpecError::Layer {
+                    index: 0,
+                    layer: gpt.to_string(),
+                    input: self.input().to_string(),
+                    reason,
+                })?;
+                Ok(vec![Shape::flat(gpt.vocab)])
+            }
+        }
+    }
+
+    /// FNV-1a of the canonical text: equal on two sides only if both render it identically.
+    pub fn fingerprint(&self) -> u64 {
+        self.to_string()
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+            })
+    }
+}
+
+impl ChainSpec {
     fn layer_shapes(&self) -> Result<Vec<Shape>, SpecError> {
         if self.layers.is_empty() {
             return Err(SpecError::Empty);
@@ -308,27 +349,23 @@ impl NetSpec {
         }
         Ok(shapes)
     }
-
-    /// FNV-1a of the canonical text: equal on two sides only if both render it identically.
-    pub fn fingerprint(&self) -> u64 {
-        self.to_string()
-            .bytes()
-            .fold(0xcbf2_9ce4_8422_2325, |h, b| {
-                (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-            })
-    }
 }
 
 impl fmt::Display for NetSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "input {}", self.input)?;
-        for spec in &self.layers {
-            write!(f, "; {}", spec.layer)?;
-            if spec.frozen {
-                f.write_str(" frozen")?;
+        write!(f, "input {}", self.input())?;
+        match self {
+            Self::Chain(chain) => {
+                for spec in &chain.layers {
+                    write!(f, "; {}", spec.layer)?;
+                    if spec.frozen {
+                        f.write_str(" frozen")?;
+                    }
+                }
+                Ok(())
             }
+            Self::Gpt(gpt) => write!(f, "; {gpt}"),
         }
-        Ok(())
     }
 }
 

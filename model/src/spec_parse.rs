@@ -3,11 +3,14 @@
 //! `input C[xHxW]; layer; layer ...` where a layer is `dense N`, `conv2d N [kK] [sS] [pP]`,
 //! `maxpool K [sS]`, `avgpool K [sS]`, `flatten`, `relu`, `tanh`, `gelu` or `dropout P`, any
 //! of them optionally followed by `frozen`. Omitted options take their defaults (kernel 3,
-//! stride 1 for convolutions and the window size for pools, padding 0).
+//! stride 1 for convolutions and the window size for pools, padding 0). A GPT is
+//! `input T+1; gpt vocab V context T layers L heads H width C`: one model, never a layer
+//! among others.
 
 use std::str::FromStr;
 
-use crate::spec::{Layer, LayerSpec, NetSpec, Shape, SpecError};
+use crate::gpt::GptSpec;
+use crate::spec::{ChainSpec, Layer, LayerSpec, NetSpec, Shape, SpecError};
 
 /// Longest spec text accepted (a worker parses what the coordinator sends).
 const MAX_TEXT: usize = 4096;
@@ -37,14 +40,36 @@ fn parse(text: &str) -> Result<NetSpec, String> {
         .strip_prefix("input ")
         .ok_or("it must start with `input <shape>`")?;
     let input = shape(input.trim())?;
+    let parts: Vec<&str> = parts.collect();
+    if let [part] = parts[..] {
+        if let Some((&"gpt", args)) = part.split_whitespace().collect::<Vec<_>>().split_first() {
+            return whole_gpt(input, args).map_err(|e| format!("layer 0 `{part}`: {e}"));
+        }
+    }
     let mut layers = Vec::new();
-    for (index, part) in parts.enumerate() {
+    for (index, part) in parts.into_iter().enumerate() {
         if layers.len() == MAX_LAYERS {
             return Err(format!("more than {MAX_LAYERS} layers"));
         }
         layers.push(layer(part).map_err(|e| format!("layer {index} `{part}`: {e}"))?);
     }
-    Ok(NetSpec { input, layers })
+    Ok(NetSpec::Chain(ChainSpec { input, layers }))
+}
+
+/// A GPT, the model's one part: its input must be its windows.
+fn whole_gpt(input: Shape, args: &[&str]) -> Result<NetSpec, String> {
+    if args.last() == Some(&"frozen") {
+        return Err("a frozen gpt has nothing to train".into());
+    }
+    let gpt = gpt(args)?;
+    if input != Shape::flat(gpt.context + 1) {
+        return Err(format!(
+            "a gpt of context {} reads windows of {} token ids, got {input}",
+            gpt.context,
+            gpt.context + 1
+        ));
+    }
+    Ok(NetSpec::Gpt(gpt))
 }
 
 fn shape(s: &str) -> Result<Shape, String> {
@@ -70,7 +95,7 @@ fn number(s: &str, what: &str) -> Result<usize, String> {
 }
 
 /// `gpt vocab V context T layers L heads H width C`, every key once, in any order.
-fn gpt(args: &[&str]) -> Result<crate::gpt::GptSpec, String> {
+fn gpt(args: &[&str]) -> Result<GptSpec, String> {
     let mut values = [None; 5];
     const KEYS: [&str; 5] = ["vocab", "context", "layers", "heads", "width"];
     let mut words = args.iter();
@@ -171,7 +196,7 @@ fn layer(part: &str) -> Result<LayerSpec, String> {
                 .ok_or("dropout needs a probability in [0, 1)")?;
             Layer::Dropout { p }
         }
-        "gpt" => Layer::Gpt(gpt(args)?),
+        "gpt" => return Err("a gpt is a whole model: it must be the only layer".into()),
         other => return Err(format!("unknown layer type `{other}`")),
     };
     Ok(LayerSpec { layer, frozen })

@@ -355,7 +355,7 @@ impl WorkerCore {
             .ok_or(WorkerError::Protocol("Shard before Welcome"))?;
         let [c, h, w] = shard.shape.map(|d| d as usize);
         let shape = Shape::new(c, h, w);
-        if shape != joined.net.spec().input {
+        if shape != joined.net.spec().input() {
             return Err(WorkerError::Protocol(
                 "Shard's sample shape is not the model's input",
             ));

@@ -195,12 +195,7 @@ async fn measure(
         let _ = native.await;
     }
     let spec: Option<model::NetSpec> = status.borrow().model.parse().ok();
-    let tokens = spec.and_then(|spec| {
-        spec.layers.iter().find_map(|l| match l.layer {
-            model::Layer::Gpt(gpt) => Some(gpt.context),
-            _ => None,
-        })
-    });
+    let tokens = spec.and_then(|spec| spec.as_gpt()).map(|gpt| gpt.context);
     server.stop().await?;
     let _ = std::fs::remove_dir_all(&profile);
     Ok(((to - from) as f64 / took.as_secs_f64(), tokens, on_gpu))

@@ -717,23 +717,25 @@ mod tests {
             let mut other: Vec<(u32, Branch)> = end
                 .log
                 .iter()
-                .map(|&(s, b)| match net.spec().layers[b.layer as usize].layer {
-                    model::Layer::Relu => (
-                        s,
-                        Branch {
-                            taken: 1 - b.taken,
-                            ..b
-                        },
-                    ),
-                    _ => (
-                        s,
-                        Branch {
-                            col: b.taken,
-                            taken: b.col,
-                            ..b
-                        },
-                    ),
-                })
+                .map(
+                    |&(s, b)| match net.spec().layers()[b.layer as usize].layer {
+                        model::Layer::Relu => (
+                            s,
+                            Branch {
+                                taken: 1 - b.taken,
+                                ..b
+                            },
+                        ),
+                        _ => (
+                            s,
+                            Branch {
+                                col: b.taken,
+                                taken: b.col,
+                                ..b
+                            },
+                        ),
+                    },
+                )
                 .collect();
             let (honest, _) = replay_forced(&net, &train, start, first, 4, &end.log);
             // Those its own replay can take (each forced branch moves the next steps).

@@ -232,12 +232,12 @@ pub fn verify(
     // it is checked within rounding and the near-ties' envelope at once; a GPT's (which
     // has no near-ties) tensor by tensor. Any other claim of a GPT is replayed in both
     // orders.
-    let orders: &[Order] = match (claim.parts, net.as_gpt()) {
-        (0, None) => &[],
-        (0, Some(gpt)) => {
+    let orders: &[Order] = match (claim.parts, net.has_envelope()) {
+        (0, true) => &[],
+        (0, false) => {
             let expected = gradient(Order::Library)?;
             return Ok(compare_tensors(
-                gpt.layout(),
+                net.layout(),
                 claim.grads,
                 &expected,
                 claim.compression,
@@ -259,7 +259,7 @@ pub fn verify(
     }
     // A GPT's ordered answers (a CPU's): outside rounding in both orders is a mismatch,
     // whatever order it claims.
-    if let (Some(mismatch), Some(_)) = (last, net.as_gpt()) {
+    if let (Some(mismatch), false) = (last, net.has_envelope()) {
         return Ok(Err(mismatch));
     }
     // Outside rounding in both orders (or unordered): only a near-tie may explain it (of

@@ -9,8 +9,8 @@
 //! `export` writes them for Hugging Face `transformers` as they are.
 //!
 //! The network is not a chain of layers: the head reads the embedding's tensor, and every
-//! block reads the residual stream twice. It is one [`Layer::Gpt`](crate::Layer) of a
-//! [`NetSpec`](crate::NetSpec), which [`Network`](crate::Network) hands to [`Gpt`] whole.
+//! block reads the residual stream twice. It is its own arm of [`NetSpec`](crate::NetSpec)
+//! and of [`Network`](crate::Network)'s body, which hands every pass to [`Gpt`] whole.
 
 use std::fmt;
 

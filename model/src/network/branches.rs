@@ -32,6 +32,7 @@ use std::collections::{HashMap, HashSet};
 
 use ndarray::{Array2, ArrayView2};
 
+use super::chain::Chain;
 use super::ties::scale;
 use super::{standard, Network, Part, Pass};
 use crate::error::ModelError;
@@ -102,7 +103,8 @@ impl Network {
     /// Whether the model has branches a float order can flip (ReLUs and max-pools after
     /// its first layer): its GPU phases log them.
     pub fn has_branches(&self) -> bool {
-        (1..self.spec.layers.len()).any(|i| self.is_branch_layer(i))
+        self.chain()
+            .is_some_and(|c| (1..c.layers.len()).any(|i| c.is_branch_layer(i)))
     }
 
     /// The branches the forward pass of a training step (dropout from `seed`) takes at its
@@ -117,8 +119,11 @@ impl Network {
         if !self.has_branches() {
             return Ok(Vec::new());
         }
+        let Some(chain) = self.chain() else {
+            return Ok(Vec::new());
+        };
         let x = standard(x);
-        let outs = self.forward_all(params, x.view(), Some(seed), Part::whole(x.nrows()));
+        let outs = chain.forward_all(params, x.view(), Some(seed), Part::whole(x.nrows()));
         self.branches_in(x.view(), &outs)
     }
 
@@ -137,16 +142,17 @@ impl Network {
                 got: x.ncols(),
             });
         }
-        let layers = self.spec.layers.len();
-        if outs.len() != layers || self.gpt.is_some() {
+        let layers = self.spec.layers().len();
+        let chain = self.chain().filter(|_| outs.len() == layers);
+        let Some(chain) = chain else {
             return Err(ModelError::ShapeMismatch {
                 what: "activation arrays",
                 expected: layers,
                 got: outs.len(),
             });
-        }
+        };
         for (i, out) in outs.iter().enumerate() {
-            let cols = self.shapes[i + 1].len();
+            let cols = chain.shapes[i + 1].len();
             if out.dim() != (x.nrows(), cols) {
                 return Err(ModelError::ShapeMismatch {
                     what: "activations of a layer",
@@ -155,17 +161,17 @@ impl Network {
                 });
             }
         }
-        let mut ties = self.near_ties(x, outs);
+        let mut ties = chain.near_ties(x, outs);
         ties.sort_by(|a, b| a.margin.total_cmp(&b.margin));
         // One of each group of a channel's equal ReLU inputs (they flip together).
         let mut groups = HashSet::new();
         ties.retain(|t| {
             let layer = t.array + 1;
-            if self.spec.layers[layer].layer != Layer::Relu {
+            if chain.layers[layer].layer != Layer::Relu {
                 return true;
             }
             let value = outs[t.array][[t.row, t.col]].to_f64().unwrap_or(f64::NAN);
-            let channel = t.col / self.plane(layer);
+            let channel = t.col / chain.plane(layer);
             groups.insert((t.array, t.row, channel, value.to_bits()))
         });
         ties.truncate(MAX_BRANCHES);
@@ -200,35 +206,34 @@ impl Network {
                 forced.refused = Some((b, Refusal::TooMany));
             }
         }
-        if let Some(&b) = logged
-            .iter()
-            .find(|b| !self.is_branch_layer(b.layer as usize))
-        {
+        let chain = self.chain();
+        let branch = |b: &&Branch| chain.is_some_and(|c| c.is_branch_layer(b.layer as usize));
+        if let Some(&b) = logged.iter().find(|b| !branch(b)) {
             forced.refused.get_or_insert((b, Refusal::NotABranch));
         }
-        if self.gpt.is_some() {
+        let Some(chain) = chain else {
             let (loss, grads) = self.loss_and_grad(params, x, labels, seed)?;
             return Ok((loss, grads, forced));
-        }
+        };
         let x = standard(x);
         let whole = Part::whole(x.nrows());
-        let outs = self.forward_with(params, x.view(), Some(seed), whole, |i, input| {
+        let outs = chain.forward_with(params, x.view(), Some(seed), whole, |i, input| {
             let mut scales = HashMap::new();
             for b in logged.iter().filter(|b| b.layer as usize == i) {
-                self.force(i, input, b, &mut scales, &mut forced);
+                chain.force(i, input, b, &mut scales, &mut forced);
             }
         });
         let (loss, grads) =
-            self.backward_all(params, x.view(), &outs, labels, seed, whole, Pass::Gradient)?;
+            chain.backward_all(params, x.view(), &outs, labels, seed, whole, Pass::Gradient)?;
         Ok((loss, grads, forced))
     }
+}
 
-    /// Whether layer `i` is a ReLU or a max-pool after the first layer (not a GPT's).
+impl Chain {
+    /// Whether layer `i` is a ReLU or a max-pool after the first layer.
     fn is_branch_layer(&self, i: usize) -> bool {
-        self.gpt.is_none()
-            && i > 0
+        i > 0
             && self
-                .spec
                 .layers
                 .get(i)
                 .is_some_and(|l| matches!(l.layer, Layer::Relu | Layer::MaxPool { .. }))
@@ -253,7 +258,7 @@ impl Network {
     ) {
         let (row, col, taken) = (b.row as usize, b.col as usize, b.taken as usize);
         let cols = input.ncols();
-        let pool = !matches!(self.spec.layers[i].layer, Layer::Relu);
+        let pool = !matches!(self.layers[i].layer, Layer::Relu);
         let valid = row < input.nrows()
             && col < cols
             && if pool {

@@ -18,7 +18,7 @@ use std::ops::Range;
 
 use ndarray::ArrayView2;
 
-use super::{standard, Network, Pass};
+use super::{standard, Body, Network, Pass};
 use crate::error::ModelError;
 use crate::scalar::Scalar;
 
@@ -140,14 +140,18 @@ impl Network {
                 got: x.nrows(),
             });
         }
-        if let Some(gpt) = &self.gpt {
-            let acts = gpt.forward(params, x, true)?;
-            return gpt.backward(params, acts, part.batch, grads);
+        match &self.body {
+            Body::Chain(chain) => {
+                let x = standard(x);
+                let outs = chain.forward_all(params, x.view(), Some(seed), part);
+                let draw = (seed, part);
+                chain.backward_into(params, x.view(), &outs, labels, draw, Pass::Gradient, grads)
+            }
+            Body::Gpt(gpt) => {
+                let acts = gpt.forward(params, x, true)?;
+                gpt.backward(params, acts, part.batch, grads)
+            }
         }
-        let x = standard(x);
-        let outs = self.forward_all(params, x.view(), Some(seed), part);
-        let draw = (seed, part);
-        self.backward_into(params, x.view(), &outs, labels, draw, Pass::Gradient, grads)
     }
 
     /// The batch's mean loss and gradient computed in `parts` parts ([`Part::split`]) one
@@ -220,7 +224,7 @@ mod tests {
             "input 1x8x8; conv2d 4 k3 p1; relu; maxpool 2; flatten; dense 16; relu; dropout 0.5; dense 3"
                 .parse()
             .expect("spec");
-        assert_eq!(spec.input, input);
+        assert_eq!(spec.input(), input);
         let net = Network::new(spec, 3).expect("net");
         let params: Vec<f32> = net.init(3);
         let (x, labels) = data(&net, 12, 5);

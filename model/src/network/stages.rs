@@ -30,18 +30,21 @@ impl Stage {
 }
 
 impl Network {
-    /// Every layer, input first.
+    /// Every layer, input first (a chain's; a GPT has its own plan).
     pub fn stages(&self) -> Vec<Stage> {
-        self.spec
+        let Some(chain) = self.chain() else {
+            return Vec::new();
+        };
+        chain
             .layers
             .iter()
             .enumerate()
             .map(|(i, l)| {
-                let range = self.layer_range(i);
+                let range = chain.ranges[i].clone();
                 Stage {
                     layer: l.layer,
-                    input: self.shapes[i],
-                    output: self.shapes[i + 1],
+                    input: chain.shapes[i],
+                    output: chain.shapes[i + 1],
                     params: (range.start, range.end),
                     trained: l.layer.has_params() && !l.frozen,
                 }
@@ -54,10 +57,11 @@ impl Network {
     /// dropped, `1 / (1 - p)` (as the CPU path computes it) where kept. `None` for a layer
     /// that is not dropout.
     pub fn dropout_mask(&self, index: usize, seed: u64, part: Part) -> Option<Vec<f32>> {
-        let Layer::Dropout { p } = self.spec.layers.get(index)?.layer else {
+        let chain = self.chain()?;
+        let Layer::Dropout { p } = chain.layers.get(index)?.layer else {
             return None;
         };
-        let ctx = self.ctx(index, Some(seed), part.start);
+        let ctx = chain.ctx(index, Some(seed), part.start);
         Some(dropout::mask(&ctx, p, part.end - part.start))
     }
 }

@@ -147,7 +147,10 @@ fn the_f32_path_agrees_with_the_f64_path() {
 #[test]
 fn frozen_layers_get_no_gradient_and_are_listed_as_untrained() {
     let mut s = spec("input 6; dense 5; relu; dense 4; relu; dense 3");
-    s.layers[0].frozen = true;
+    let NetSpec::Chain(chain) = &mut s else {
+        panic!("a chain")
+    };
+    chain.layers[0].frozen = true;
     let net = Network::new(s, 3).expect("valid");
     let p: Vec<f32> = net.init(1);
     let x = Array2::from_shape_fn((4, 6), |(i, j)| (i + j) as f32 / 10.0);
@@ -244,7 +247,7 @@ fn shapes_are_checked() {
         Err(ModelError::EmptyBatch)
     );
     let _ = LayerSpec {
-        layer: Layer::Relu,
+        layer: crate::Layer::Relu,
         frozen: false,
     };
 }

@@ -32,6 +32,7 @@
 
 use ndarray::{Array2, ArrayView2};
 
+use super::chain::Chain;
 use super::{standard, Network, Part, Pass};
 use crate::error::ModelError;
 use crate::scalar::Scalar;
@@ -86,17 +87,17 @@ impl Network {
         seed: u64,
     ) -> Result<(Vec<T>, Envelope<T>), ModelError> {
         self.check(params, &x)?;
-        if self.gpt.is_some() {
+        let Some(chain) = self.chain() else {
             return Err(ModelError::Unsupported(
                 "a gpt's gradient has no rounding envelope: its answers are replayed in order",
             ));
-        }
+        };
         let x = standard(x);
         let whole = Part::whole(x.nrows());
-        let mut outs = self.forward_all(params, x.view(), Some(seed), whole);
+        let mut outs = chain.forward_all(params, x.view(), Some(seed), whole);
         let (_, grads) =
-            self.backward_all(params, x.view(), &outs, labels, seed, whole, Pass::Gradient)?;
-        let mut ties = self.near_ties(x.view(), &outs);
+            chain.backward_all(params, x.view(), &outs, labels, seed, whole, Pass::Gradient)?;
+        let mut ties = chain.near_ties(x.view(), &outs);
         let found = ties.len();
         ties.sort_by(|a, b| a.margin.total_cmp(&b.margin));
         ties.truncate(MAX_TIES);
@@ -112,7 +113,7 @@ impl Network {
                 kept
             });
             let flipped =
-                self.backward_all(params, x.view(), &outs, labels, seed, whole, Pass::Gradient);
+                chain.backward_all(params, x.view(), &outs, labels, seed, whole, Pass::Gradient);
             outs[tie.array][at] = kept;
             if let Some(o) = kept_output {
                 outs[tie.array + 1][at] = o;
@@ -127,7 +128,7 @@ impl Network {
                 }
             }
         }
-        let (_, magnitude) = self.backward_all(
+        let (_, magnitude) = chain.backward_all(
             params,
             x.view(),
             &outs,
@@ -147,7 +148,9 @@ impl Network {
             },
         ))
     }
+}
 
+impl Chain {
     /// Every near-tie of a forward pass: ReLU inputs near zero, and max-pool windows whose
     /// two largest values are near each other (not equal: see the module's notes).
     pub(super) fn near_ties<T: Scalar>(
@@ -158,7 +161,7 @@ impl Network {
         let mut ties = Vec::new();
         // A branch layer's input is the previous layer's output; the first layer's input
         // is the data, with no trained layer before it to reach.
-        for (i, l) in self.spec.layers.iter().enumerate().skip(1) {
+        for (i, l) in self.layers.iter().enumerate().skip(1) {
             let array = i - 1;
             let input = outs[array].view();
             match l.layer {
@@ -193,7 +196,7 @@ impl Network {
                 Layer::MaxPool { size, stride } => {
                     let ctx = self.ctx(i, None, 0);
                     // Two zeros out of a ReLU: either route ends at a closed ReLU.
-                    let after_relu = self.spec.layers[i - 1].layer == Layer::Relu;
+                    let after_relu = self.layers[i - 1].layer == Layer::Relu;
                     for (row, values) in input.rows().into_iter().enumerate() {
                         let values = values.to_slice().expect("activations are contiguous");
                         let scale = scale(values.iter().copied());
@@ -252,7 +255,7 @@ impl Network {
         q: Option<usize>,
     ) -> bool {
         let mut k = array;
-        while k > 0 && self.spec.layers[k].layer == Layer::Relu {
+        while k > 0 && self.layers[k].layer == Layer::Relu {
             k -= 1;
         }
         let input = if k == 0 {
@@ -260,7 +263,7 @@ impl Network {
         } else {
             outs[k - 1].row(row)
         };
-        match self.spec.layers[k].layer {
+        match self.layers[k].layer {
             Layer::Dense { .. } => q.is_none() && input.iter().all(|&v| v == T::zero()),
             Layer::Conv2d {
                 kernel,
@@ -357,8 +360,11 @@ pub(super) mod tests {
         let mut params: Vec<f32> = net.init(7);
         // Unit 0's bias (after the 20 × 8 weights) moves its input for sample 0 to ~0+.
         let bias = 160;
-        let unit_input =
-            |p: &[f32]| net.forward_all(p, x.view(), Some(1), Part::whole(x.nrows()))[0][[0, 0]];
+        let unit_input = |p: &[f32]| {
+            net.chain()
+                .expect("a chain")
+                .forward_all(p, x.view(), Some(1), Part::whole(x.nrows()))[0][[0, 0]]
+        };
         params[bias] -= unit_input(&params);
         while unit_input(&params) <= 0.0 {
             params[bias] += 1e-7;
@@ -393,7 +399,7 @@ pub(super) mod tests {
     /// A 1 × 1 convolution adding two channels of 2 × 2 pixels, a 2 × 2 max-pool and a
     /// dense layer of 3; `sample(d)` is an input whose pooled pixels 0 and 1 are 1 and 1 + d.
     pub(in crate::network) fn two_pixel_pool() -> (Network, Vec<f32>, impl Fn(f32) -> Array2<f32>) {
-        let spec = NetSpec {
+        let spec = NetSpec::Chain(crate::spec::ChainSpec {
             input: Shape::new(2, 2, 2),
             layers: layers(vec![
                 Layer::Conv2d {
@@ -406,7 +412,7 @@ pub(super) mod tests {
                 Layer::Flatten,
                 Layer::Dense { units: 3 },
             ]),
-        };
+        });
         let net = Network::new(spec, 3).expect("model");
         let mut params: Vec<f32> = net.init(7);
         params[..3].copy_from_slice(&[1.0, 1.0, 0.0]);

@@ -22,7 +22,7 @@ fn the_text_form_round_trips_and_fills_defaults() {
         short.to_string(),
         "input 3x8x8; conv2d 4 k3 s1 p0; avgpool 2 s2; gelu; tanh; dropout 0.5; dense 2 frozen"
     );
-    assert!(short.layers[5].frozen && !short.layers[0].frozen);
+    assert!(short.layers()[5].frozen && !short.layers()[0].frozen);
     assert_ne!(short.fingerprint(), cnn.fingerprint());
 }
 
@@ -65,4 +65,41 @@ fn shapes_are_checked_layer_by_layer() {
         cnn.shapes(7).expect_err("classes").to_string(),
         "the last layer produces 10 values, but the data has 7 classes"
     );
+}
+
+/// A GPT is a model of its own: its text form round-trips unchanged (so fingerprints and
+/// checkpoints written before it was one are read alike), and a `gpt` among other layers,
+/// a frozen one, or one reading the wrong windows is refused with why.
+#[test]
+fn a_gpt_is_a_model_of_its_own_whose_text_round_trips() {
+    let text = "input 65; gpt vocab 73 context 64 layers 4 heads 4 width 128";
+    let spec: NetSpec = text.parse().expect("a gpt");
+    assert_eq!(spec.to_string(), text);
+    let gpt = spec.as_gpt().expect("a GPT");
+    assert_eq!((gpt.vocab, gpt.context, gpt.layers), (73, 64, 4));
+    assert_eq!(spec.input(), Shape::flat(65));
+    assert!(spec.layers().is_empty() && spec.as_chain().is_none());
+    assert_eq!(spec, NetSpec::gpt(gpt));
+    for (bad, why) in [
+        (
+            "input 65; gpt vocab 73 context 64 layers 4 heads 4 width 128; dense 3",
+            "only layer",
+        ),
+        (
+            "input 65; dense 3; gpt vocab 73 context 64 layers 4 heads 4 width 128",
+            "only layer",
+        ),
+        (
+            "input 65; gpt vocab 73 context 64 layers 4 heads 4 width 128 frozen",
+            "nothing to train",
+        ),
+        (
+            "input 64; gpt vocab 73 context 64 layers 4 heads 4 width 128",
+            "windows of 65",
+        ),
+        ("input 65; gpt vocab 73 context 64 layers 4 heads 3 width 128", "head"),
+    ] {
+        let err = bad.parse::<NetSpec>().expect_err(bad).to_string();
+        assert!(err.contains(why), "{bad}: {err}");
+    }
 }

@@ -16,7 +16,7 @@
 
 use std::path::{Path, PathBuf};
 
-use model::{Layer, LayerSpec, NetSpec, Shape};
+use model::{ChainSpec, Layer, LayerSpec, NetSpec, Shape};
 use serde::Deserialize;
 
 use super::error::ConfigError;
@@ -171,7 +171,7 @@ impl ModelChoice {
             Self::Mlp { hidden } => NetSpec::mlp(input, hidden, classes),
             Self::Cnn => NetSpec::cnn(input, classes),
             Self::Gpt { .. } => NetSpec::gpt(self.gpt_spec(classes).expect("a gpt")),
-            Self::File { layers, .. } => NetSpec {
+            Self::File { layers, .. } => NetSpec::Chain(ChainSpec {
                 input,
                 layers: layers
                     .iter()
@@ -183,7 +183,7 @@ impl ModelChoice {
                         frozen,
                     })
                     .collect(),
-            },
+            }),
         }
     }
 

@@ -136,7 +136,6 @@ fn forward(s: &Stage, rows: usize, x: usize, y: usize, mask: usize) -> Vec<Dispa
         Layer::Tanh => one("tanh_forward"),
         Layer::Gelu => one("gelu_forward"),
         Layer::Dropout { .. } => one("dropout_forward"),
-        Layer::Gpt(_) => unreachable!("a GPT has its own plan"),
     }
 }
 
@@ -194,7 +193,6 @@ fn backward(
         Layer::Tanh => out.push(one("tanh_input")),
         Layer::Gelu => out.push(one("gelu_input")),
         Layer::Dropout { .. } => out.push(one("dropout_input")),
-        Layer::Gpt(_) => unreachable!("a GPT has its own plan"),
     }
     out
 }

@@ -34,10 +34,19 @@ fn split_unit() -> (Network, Array2<f32>, [u8; 4], Vec<f32>, usize) {
     let x = Array2::from_shape_fn((4, 64), |_| rng.next_f64() as f32 * 2.0 - 1.0);
     let labels = [0u8, 1, 2, 1];
     let base: Vec<f32> = net.init(7);
-    let input32 = |p: &[f32]| net.forward_all(p, x.view(), None, Part::whole(4))[0].clone();
+    let input32 = |p: &[f32]| {
+        net.chain()
+            .expect("a chain")
+            .forward_all(p, x.view(), None, Part::whole(4))[0]
+            .clone()
+    };
     let x64 = x.mapv(f64::from);
-    let input64 =
-        |p: &[f32]| net.forward_all(&to64(p), x64.view(), None, Part::whole(4))[0].clone();
+    let input64 = |p: &[f32]| {
+        net.chain()
+            .expect("a chain")
+            .forward_all(&to64(p), x64.view(), None, Part::whole(4))[0]
+            .clone()
+    };
     for unit in 0..8 {
         let bias = 64 * 8 + unit;
         let mut params = base.clone();
@@ -68,7 +77,13 @@ fn a_logged_relu_branch_forced_gives_the_workers_gradient() {
         row: 0,
         col: unit as u32,
         taken: u32::from(
-            net.forward_all(&to64(&params), x64.view(), None, Part::whole(4))[0][[0, unit]] > 0.0,
+            net.chain().expect("a chain").forward_all(
+                &to64(&params),
+                x64.view(),
+                None,
+                Part::whole(4),
+            )[0][[0, unit]]
+                > 0.0,
         ),
     };
     assert!(logged.contains(&ours), "{logged:?} lacks {ours:?}");
@@ -101,7 +116,10 @@ fn a_logged_relu_branch_forced_gives_the_workers_gradient() {
 #[test]
 fn a_branch_far_from_a_tie_or_not_a_branch_is_refused() {
     let (net, x, labels, params, unit) = split_unit();
-    let outs = net.forward_all(&params, x.view(), None, Part::whole(4));
+    let outs = net
+        .chain()
+        .expect("a chain")
+        .forward_all(&params, x.view(), None, Part::whole(4));
     // Another sample's unit, far from zero: log the other side of it.
     let far = outs[0][[1, unit]];
     assert!(far.abs() > 1e-3);
@@ -175,7 +193,10 @@ fn a_logged_pool_route_is_forced() {
 #[test]
 fn branches_in_reads_another_executors_activations() {
     let (net, x, _, params, _) = split_unit();
-    let outs = net.forward_all(&params, x.view(), Some(1), Part::whole(4));
+    let outs =
+        net.chain()
+            .expect("a chain")
+            .forward_all(&params, x.view(), Some(1), Part::whole(4));
     assert_eq!(
         net.branches_in(x.view(), &outs).expect("log"),
         net.branches(&params, x.view(), 1).expect("log")

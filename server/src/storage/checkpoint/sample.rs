@@ -42,7 +42,6 @@ pub fn sample(
     let net = gpt_of(&intact)
         .map_err(fail)?
         .ok_or_else(|| fail("not a language model: only a gpt writes text".into()))?;
-    let gpt = net.as_gpt().expect("a gpt's network");
     let tokenizer = if data.is_none() && kind.is_none() {
         saved_tokenizer(&intact, &from)
             .map_err(fail)?
@@ -54,7 +53,7 @@ pub fn sample(
         Tokenizer::fit(kind.unwrap_or(&TokenizerKind::Char), &text).map_err(fail)?
     };
     tokenizer
-        .fits(gpt.spec().vocab)
+        .fits(net.classes())
         .map_err(|e| fail(format!("{e}: give the run's --data and --tokenizer")))?;
     let ids: Vec<usize> = tokenizer
         .encode(prompt)
@@ -65,8 +64,9 @@ pub fn sample(
     let (params, _) =
         crate::storage::tensors_file::decode_params(&intact.files[PARAMS], net.layout())
             .map_err(|e| fail(e.to_string()))?;
-    let drawn = gpt
+    let drawn = net
         .generate(&params, &ids, how)
+        .ok_or_else(|| fail("not a language model: only a gpt writes text".into()))?
         .map_err(|e| fail(e.to_string()))?;
     Ok(Sampled {
         version: intact.version,
