@@ -93,6 +93,33 @@ impl RunningServer {
     }
 }
 
+/// What the log says of a run as it starts: its model, its data, its phases, and how many
+/// gradients it receives at once.
+fn announce(
+    config: &Config,
+    net: &model::Network,
+    data: &crate::dataset::Split,
+    slots: &UploadSlots,
+) {
+    info!(
+        slots = slots.slots(),
+        per_address = slots.per_address(),
+        upload_memory_mib = config.upload_memory >> 20,
+        "gradients received at once"
+    );
+    info!(model = %net.spec(), parameters = net.param_count(), data = %data.describe(), "training");
+    match config.training.local {
+        Some(local) => info!(steps = ?local.steps, inner = ?local.inner, "local phases"),
+        None => info!("one step per answer, answered with its gradient"),
+    }
+}
+
+/// The names of the optimizer's state tensors, as checkpoints store them.
+fn optimizer_tensors(config: &Config) -> Vec<String> {
+    let state = config.training.optimizer.build(0).state();
+    state.tensors.into_iter().map(|(name, _)| name).collect()
+}
+
 /// Starts the coordinator on `listener`. It stops when `signal` completes, or, with
 /// `--exit-when-finished`, by itself when training finishes (a plateau, a target,
 /// `--max-rounds`).
@@ -125,31 +152,13 @@ pub async fn start(
         net.trainable_count(),
         config.upload_slots_per_ip,
     );
-    info!(
-        slots = slots.slots(),
-        per_address = slots.per_address(),
-        upload_memory_mib = config.upload_memory >> 20,
-        "gradients received at once"
-    );
-    info!(model = %net.spec(), parameters = net.param_count(), data = %data.describe(), "training");
-    match config.training.local {
-        Some(local) => info!(steps = ?local.steps, inner = ?local.inner, "local phases"),
-        None => info!("one step per answer, answered with its gradient"),
-    }
+    announce(&config, &net, &data, &slots);
     let fingerprint = Fingerprint::of(&config, &data, &net);
     let init = match config.init.clone() {
         Some(path) => Some((read_init(&path, &net)?, path)),
         None => None,
     };
-    let names: Vec<String> = (config
-        .training
-        .optimizer
-        .build(0)
-        .state()
-        .tensors
-        .into_iter())
-    .map(|(name, _)| name)
-    .collect();
+    let names = optimizer_tensors(&config);
     let core_data = part_of(data.data(), config.data_part);
     let core = Coordinator::new(config.training.clone(), net.clone(), core_data, now())
         .map_err(ServerError::Model)?;

@@ -97,7 +97,10 @@ fn a_gpt_is_a_model_of_its_own_whose_text_round_trips() {
             "input 64; gpt vocab 73 context 64 layers 4 heads 4 width 128",
             "windows of 65",
         ),
-        ("input 65; gpt vocab 73 context 64 layers 4 heads 3 width 128", "head"),
+        (
+            "input 65; gpt vocab 73 context 64 layers 4 heads 3 width 128",
+            "head",
+        ),
     ] {
         let err = bad.parse::<NetSpec>().expect_err(bad).to_string();
         assert!(err.contains(why), "{bad}: {err}");

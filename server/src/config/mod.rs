@@ -131,54 +131,11 @@ impl TryFrom<Cli> for Config {
             return Err(ConfigError::TestFraction(cli.test_fraction));
         }
         let (stepping, local) = optimizers(&cli, model.is_gpt())?;
-        if cli.batch_size == 0 || cli.batch_size as usize > MAX_BATCH {
-            return Err(ConfigError::BatchSize {
-                got: cli.batch_size,
-                max: MAX_BATCH,
-            });
-        }
-        if cli.eval_interval == 0 {
-            return Err(ConfigError::EvalInterval);
-        }
-        if cli.max_rounds == Some(0) {
-            return Err(ConfigError::MaxRounds);
-        }
-        if let Some(t) = cli.target_loss.filter(|t| !(t.is_finite() && *t > 0.0)) {
-            return Err(ConfigError::TargetLoss(t));
-        }
-        if let Some(t) = cli.target_accuracy {
-            if !(t > 0.0 && t <= 1.0) {
-                return Err(ConfigError::TargetAccuracy(t));
-            }
-        }
-        if cli.min_workers == 0 {
-            return Err(ConfigError::MinWorkers);
-        }
-        if cli.min_workers > cli.max_workers {
-            return Err(ConfigError::MinAboveMax {
-                min: cli.min_workers,
-                max: cli.max_workers,
-            });
-        }
+        training_bounds(&cli)?;
         let aggregator = aggregator(&cli)?;
-        if let Some(n) = cli.max_grad_norm.filter(|n| !(*n > 0.0 && *n <= 1e30)) {
-            return Err(ConfigError::MaxGradNorm(n));
-        }
         let allowed_origins = origins(&cli.allowed_origins)?;
-        if !(0.0..=1.0).contains(&cli.verify_fraction) {
-            return Err(ConfigError::VerifyFraction(cli.verify_fraction));
-        }
         let half = std::thread::available_parallelism().map_or(1, |n| n.get() / 2);
         let verify_cores = cli.verify_cores.unwrap_or(half).max(1);
-        if cli.verify_cores.is_some_and(|n| !(1..=1024).contains(&n)) {
-            return Err(ConfigError::VerifyCores);
-        }
-        if cli.ban_after == 0 {
-            return Err(ConfigError::BanAfter);
-        }
-        if cli.new_identities_per_address == 0 || cli.new_identities_per_network == 0 {
-            return Err(ConfigError::NewIdentities);
-        }
         if cli.max_per_ip == 0 {
             return Err(ConfigError::MaxPerIp);
         }
@@ -441,3 +398,52 @@ impl Config {
 
 #[cfg(test)]
 mod tests;
+
+/// The training flags' bounds: each out of range is refused, naming the flag.
+fn training_bounds(cli: &Cli) -> Result<(), ConfigError> {
+    if cli.batch_size == 0 || cli.batch_size as usize > MAX_BATCH {
+        return Err(ConfigError::BatchSize {
+            got: cli.batch_size,
+            max: MAX_BATCH,
+        });
+    }
+    if cli.eval_interval == 0 {
+        return Err(ConfigError::EvalInterval);
+    }
+    if cli.max_rounds == Some(0) {
+        return Err(ConfigError::MaxRounds);
+    }
+    if let Some(t) = cli.target_loss.filter(|t| !(t.is_finite() && *t > 0.0)) {
+        return Err(ConfigError::TargetLoss(t));
+    }
+    if let Some(t) = cli.target_accuracy {
+        if !(t > 0.0 && t <= 1.0) {
+            return Err(ConfigError::TargetAccuracy(t));
+        }
+    }
+    if cli.min_workers == 0 {
+        return Err(ConfigError::MinWorkers);
+    }
+    if cli.min_workers > cli.max_workers {
+        return Err(ConfigError::MinAboveMax {
+            min: cli.min_workers,
+            max: cli.max_workers,
+        });
+    }
+    if let Some(n) = cli.max_grad_norm.filter(|n| !(*n > 0.0 && *n <= 1e30)) {
+        return Err(ConfigError::MaxGradNorm(n));
+    }
+    if !(0.0..=1.0).contains(&cli.verify_fraction) {
+        return Err(ConfigError::VerifyFraction(cli.verify_fraction));
+    }
+    if cli.verify_cores.is_some_and(|n| !(1..=1024).contains(&n)) {
+        return Err(ConfigError::VerifyCores);
+    }
+    if cli.ban_after == 0 {
+        return Err(ConfigError::BanAfter);
+    }
+    if cli.new_identities_per_address == 0 || cli.new_identities_per_network == 0 {
+        return Err(ConfigError::NewIdentities);
+    }
+    Ok(())
+}
