@@ -59,6 +59,40 @@ impl Link {
         let way = Way::new(rtt / 2, megabits);
         Self { down: way, up: way }
     }
+
+    /// `RTT/MBIT` (`50ms/10`: 50 ms round trip, 10 Mbit/s each way; `0/0` or `0/inf` is
+    /// loopback), with `jitter` on each frame's delay each way.
+    pub fn parse(text: &str, jitter: Duration) -> Result<Self, String> {
+        let (rtt, mbit) = text
+            .split_once('/')
+            .ok_or_else(|| format!("{text:?}: RTT/MBIT, like 50ms/10"))?;
+        let rtt =
+            duration(rtt).ok_or_else(|| format!("{text:?}: {rtt:?} is not a time like 50ms"))?;
+        let mbit: f64 = mbit
+            .parse()
+            .map_err(|_| format!("{text:?}: {mbit:?} is not a number of Mbit/s"))?;
+        let bandwidth = if mbit > 0.0 && mbit.is_finite() {
+            mbit * 1e6 / 8.0
+        } else {
+            f64::INFINITY
+        };
+        let way = Way {
+            latency: rtt / 2,
+            bandwidth,
+            jitter,
+        };
+        Ok(Self { down: way, up: way })
+    }
+}
+
+/// `0`, `150ms`, `1.5s`, `800us`.
+fn duration(text: &str) -> Option<Duration> {
+    let (number, scale) = [("ms", 1e-3), ("us", 1e-6), ("s", 1.0)]
+        .iter()
+        .find_map(|&(unit, scale)| Some((text.strip_suffix(unit)?, scale)))
+        .unwrap_or((text, 1.0));
+    let value: f64 = number.trim().parse().ok()?;
+    (value.is_finite() && value >= 0.0).then(|| Duration::from_secs_f64(value * scale))
 }
 
 /// Bytes a frame of `payload` bytes takes on the wire, `masked` if a client sent it.

@@ -18,10 +18,10 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use clap::Parser;
 use protocol::Compression;
-use sim::{Link, Scenario, Until, Way, WorkerSpec};
+use sim::{Link, Scenario, Until, WorkerSpec};
 
 #[derive(Debug, Parser)]
 #[command(name = "sim")]
@@ -78,7 +78,7 @@ fn main() -> anyhow::Result<()> {
     let links = cli
         .links
         .iter()
-        .map(|l| link(l, cli.jitter))
+        .map(|l| Link::parse(l, cli.jitter).map_err(|e| anyhow::anyhow!("--link {e}")))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let flags = cli.coordinator.split_whitespace();
     let seed = cli.seed.to_string();
@@ -189,26 +189,4 @@ fn main() -> anyhow::Result<()> {
         serde_json::json!(busy.as_secs_f64() / (report.seconds / 60.0).max(1e-9));
     println!("{json}");
     Ok(())
-}
-
-/// `RTT/MBIT`: `50ms/10`; `0/0` (or `0/inf`) is loopback.
-fn link(text: &str, jitter: Duration) -> anyhow::Result<Link> {
-    let (rtt, mbit) = text
-        .split_once('/')
-        .with_context(|| format!("--link {text:?}: RTT/MBIT, like 50ms/10"))?;
-    let rtt = server::config::parse_duration(rtt).map_err(anyhow::Error::msg)?;
-    let mbit: f64 = mbit
-        .parse()
-        .with_context(|| format!("--link {text:?}: {mbit:?} is not a number"))?;
-    let bandwidth = if mbit > 0.0 && mbit.is_finite() {
-        mbit * 1e6 / 8.0
-    } else {
-        f64::INFINITY
-    };
-    let way = Way {
-        latency: rtt / 2,
-        bandwidth,
-        jitter,
-    };
-    Ok(Link { down: way, up: way })
 }

@@ -1,0 +1,438 @@
+//! `crowd`: whether volunteers add up. In virtual time (the `sim` crate: the real coordinator
+//! core and real worker cores, every frame through the real codec, every gradient computed
+//! for real), for each crowd size N: the virtual time until an evaluation reaches
+//! `--target-loss`, with every volunteer a tab at this machine's measured speed behind
+//! `--link`. Beside it, in the same run, ideal data parallelism: the same N on free links,
+//! exchanging every step (the statistical ceiling of N workers with the same batches).
+//!
+//! Prints one JSON line per run, then a Markdown table (N, time to the loss, the speedup
+//! S(N) = T(1)/T(N), its share of ideal data parallelism's speedup at that N, the share of
+//! time the volunteers were busy, bytes on the wire per token); `--svg FILE` draws the
+//! validation loss against virtual time, one curve per N. The command behind
+//! `docs/BENCHMARKS.md`'s crowd tables:
+//!
+//! `crowd --workers 1,2,4,8 --svg docs/crowd-gpt.svg`
+//!
+//! A tab is `--tab-share` of one native core of this machine (measured side by side in
+//! headless Chromium: 29-35 % for the 0.8M GPT, docs/BENCHMARKS.md "A tab against a native
+//! core"); the native step is measured here (the median of 30). `--mixed` makes a mixed
+//! crowd: every third volunteer behind 150 ms and 5 Mbit/s, every fourth at half speed, and
+//! every fifth leaving a third of the way into `--max-time` while a newcomer joins.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use protocol::Compression;
+use sim::{Churn, Link, Report, Scenario, Until, WorkerSpec};
+
+#[derive(Debug, Parser)]
+#[command(name = "crowd")]
+struct Cli {
+    /// Crowd sizes, each a run (and an ideal run beside it).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32")]
+    workers: Vec<usize>,
+    /// Each volunteer's link, `RTT/MBIT` each way.
+    #[arg(long, default_value = "50ms/10")]
+    link: String,
+    /// A tab's speed as a share of one native core here.
+    #[arg(long, default_value_t = 0.33)]
+    tab_share: f64,
+    /// The validation loss each run trains to.
+    #[arg(long, default_value_t = 2.0)]
+    target_loss: f64,
+    /// The coordinator's flags for the crowd (model, batch, exchange), as one string.
+    #[arg(
+        long,
+        default_value = "--model gpt --batch-size 12 --eval-interval 1",
+        allow_hyphen_values = true
+    )]
+    coordinator: String,
+    /// Updates between evaluations in the ideal runs (each update is one step there).
+    #[arg(long, default_value_t = 25)]
+    ideal_eval_interval: u64,
+    /// Skip the ideal runs.
+    #[arg(long)]
+    no_ideal: bool,
+    /// A mixed crowd (see above) instead of a uniform one.
+    #[arg(long)]
+    mixed: bool,
+    /// Virtual time a run may take at most.
+    #[arg(long, default_value = "2h", value_parser = server::config::parse_duration)]
+    max_time: Duration,
+    /// Draw the curves here (SVG).
+    #[arg(long)]
+    svg: Option<PathBuf>,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+}
+
+/// One run's outcome.
+struct Run {
+    workers: usize,
+    ideal: bool,
+    report: Report,
+    /// Virtual seconds until the target, if reached.
+    reached: Option<f64>,
+    real_seconds: f64,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    if !(cli.tab_share > 0.0 && cli.tab_share <= 4.0) {
+        bail!("--tab-share: a tab's speed as a share of a native core, like 0.33");
+    }
+    if cli.workers.is_empty() || cli.workers.contains(&0) {
+        bail!("--workers: crowd sizes of at least 1, like 1,2,4,8");
+    }
+    let link = Link::parse(&cli.link, Duration::ZERO).map_err(|e| anyhow::anyhow!("--link {e}"))?;
+    let crowd = config(&cli.coordinator, &cli, true)?;
+    let split = crowd.load_data(cli.seed)?;
+    let net = split.network(&crowd.model)?;
+    let batch = crowd.training.batch_size as usize;
+    let native = sim::measured_step(&net, &split.train, batch)?;
+    let step = native.div_f64(cli.tab_share);
+    let tokens_per_sample = net.positions() as f64;
+    println!(
+        "{}",
+        serde_json::json!({
+            "model": net.spec().to_string(),
+            "parameters": net.param_count(),
+            "native_step_ms": native.as_secs_f64() * 1e3,
+            "tab_step_ms": step.as_secs_f64() * 1e3,
+            "link": cli.link,
+            "coordinator": cli.coordinator,
+            "target_loss": cli.target_loss,
+            "mixed": cli.mixed,
+            "train_samples": split.train.len(),
+            "seed": cli.seed,
+        })
+    );
+    let ideal_flags = format!(
+        "{} --local-steps 1 --eval-interval {}",
+        without(&cli.coordinator, &["--local-steps", "--eval-interval"]),
+        cli.ideal_eval_interval
+    );
+    let ideal = config(&ideal_flags, &cli, false)?;
+    let mut runs = Vec::new();
+    for &n in &cli.workers {
+        let workers = volunteers(n, link, step, &cli);
+        runs.push(run(n, false, &crowd, &net, &split, workers, &cli)?);
+        if !cli.no_ideal {
+            let free = (0..n)
+                .map(|_| WorkerSpec::new(Link::LOOPBACK, step).with_compression(Compression::None))
+                .collect();
+            runs.push(run(n, true, &ideal, &net, &split, free, &cli)?);
+        }
+    }
+    println!("{}", table(&runs, tokens_per_sample));
+    if let Some(path) = &cli.svg {
+        std::fs::write(path, svg(&runs, &cli))
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("curves: {}", path.display());
+    }
+    Ok(())
+}
+
+/// The coordinator's configuration from `flags`, as its CLI builds it; the crowd's
+/// listens beyond loopback (its volunteers are strangers), so its defaults are those of
+/// such a run.
+fn config(flags: &str, cli: &Cli, remote: bool) -> anyhow::Result<server::config::Config> {
+    let seed = cli.seed.to_string();
+    let target = cli.target_loss.to_string();
+    let host: &[&str] = if remote && !flags.contains("--host") {
+        &["--host", "0.0.0.0"]
+    } else {
+        &[]
+    };
+    let args = [
+        "coordinator",
+        "--seed",
+        &seed,
+        "--target-loss",
+        &target,
+        "--patience",
+        "0",
+    ]
+    .into_iter()
+    .chain(host.iter().copied())
+    .chain(flags.split_whitespace());
+    let parsed = server::config::Cli::try_parse_from(args)
+        .map_err(|e| anyhow::anyhow!("--coordinator: {e}"))?;
+    Ok(server::config::Config::try_from(parsed)?)
+}
+
+/// `flags` without the `names` and their values.
+fn without(flags: &str, names: &[&str]) -> String {
+    let mut kept = Vec::new();
+    let mut words = flags.split_whitespace();
+    while let Some(word) = words.next() {
+        if names.contains(&word) {
+            words.next();
+        } else if !names.iter().any(|n| word.starts_with(&format!("{n}="))) {
+            kept.push(word);
+        }
+    }
+    kept.join(" ")
+}
+
+/// `n` volunteers: tabs taking `step` a gradient behind `link`, int8 on the wire as a tab
+/// sends by default; a mixed crowd as the module says.
+fn volunteers(n: usize, link: Link, step: Duration, cli: &Cli) -> Vec<WorkerSpec> {
+    let far = Link::symmetric(Duration::from_millis(150), 5.0);
+    let leave = cli.max_time / 3;
+    let mut crowd = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut v = WorkerSpec::new(link, step).with_compression(Compression::Int8);
+        if cli.mixed {
+            if i % 3 == 2 {
+                v.link = far;
+            }
+            if i % 4 == 3 {
+                v.step = step * 2;
+            }
+            if i % 5 == 4 {
+                v = v.with_churn(leave, Churn::Leave);
+                let newcomer = WorkerSpec::new(v.link, v.step)
+                    .with_compression(Compression::Int8)
+                    .joining_at(leave);
+                crowd.push(newcomer);
+            }
+        }
+        crowd.push(v);
+    }
+    crowd
+}
+
+fn run(
+    n: usize,
+    ideal: bool,
+    config: &server::config::Config,
+    net: &model::Network,
+    split: &server::dataset::Split,
+    workers: Vec<WorkerSpec>,
+    cli: &Cli,
+) -> anyhow::Result<Run> {
+    let mut settings = config.training.clone();
+    settings.min_workers = n;
+    settings.audit_seed = Some(cli.seed);
+    let step = workers[0].step;
+    let scenario = Scenario {
+        settings,
+        net: net.clone(),
+        data: split.data(),
+        workers,
+        seed: cli.seed,
+        until: Until {
+            time: cli.max_time,
+            ..Until::default()
+        },
+        evaluation_time: Duration::ZERO,
+        // The coordinator replays a step as fast as this machine's core takes one.
+        recompute_step: step.mul_f64(cli.tab_share),
+    };
+    let started = Instant::now();
+    let report = sim::run(scenario);
+    let real_seconds = started.elapsed().as_secs_f64();
+    let reached = report
+        .loss
+        .filter(|&loss| loss <= cli.target_loss)
+        .map(|_| report.seconds);
+    println!(
+        "{}",
+        serde_json::json!({
+            "workers": n,
+            "ideal": ideal,
+            "reached_s": reached,
+            "seconds": report.seconds,
+            "rounds": report.rounds,
+            "loss": report.loss,
+            "busy": report.mean_compute_share,
+            "bytes_per_sample": report.bytes_per_sample,
+            "samples": report.samples,
+            "bans": report.bans,
+            "real_seconds": real_seconds,
+        })
+    );
+    Ok(Run {
+        workers: n,
+        ideal,
+        report,
+        reached,
+        real_seconds,
+    })
+}
+
+/// The Markdown table: one row per crowd size.
+fn table(runs: &[Run], tokens_per_sample: f64) -> String {
+    let time = |ideal: bool, n: usize| {
+        runs.iter()
+            .find(|r| r.ideal == ideal && r.workers == n)
+            .and_then(|r| r.reached)
+    };
+    let mut out = String::from(
+        "| N | time to the loss | S(N) | ideal DP: time, S(N) | share of ideal's speedup | busy | bytes per token | real time |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    let first = runs.iter().map(|r| r.workers).min().unwrap_or(1);
+    for r in runs.iter().filter(|r| !r.ideal) {
+        let n = r.workers;
+        let speedup = time(false, first).zip(r.reached).map(|(a, b)| a / b);
+        let ideal = time(true, n);
+        let ideal_speedup = time(true, first).zip(ideal).map(|(a, b)| a / b);
+        let share = speedup.zip(ideal_speedup).map(|(s, i)| s / i);
+        let f = |v: Option<f64>, unit: &str| {
+            v.map_or("not reached".into(), |v| format!("{v:.2}{unit}"))
+        };
+        let _ = writeln!(
+            out,
+            "| {n} | {} | {} | {}, {} | {} | {:.1} % | {:.0} | {:.0} s |",
+            f(r.reached, " s"),
+            f(speedup, "×"),
+            f(ideal, " s"),
+            f(ideal_speedup, "×"),
+            share.map_or("–".into(), |s| format!("{:.0} %", s * 100.0)),
+            r.report.mean_compute_share * 100.0,
+            r.report.bytes_per_sample / tokens_per_sample,
+            r.real_seconds,
+        );
+    }
+    out
+}
+
+/// Validation loss against virtual time, one curve per crowd (ideal runs dashed).
+fn svg(runs: &[Run], cli: &Cli) -> String {
+    let (w, h, pad) = (720.0, 420.0, 50.0);
+    let points = runs.iter().flat_map(|r| {
+        r.report
+            .curve
+            .iter()
+            .filter_map(|p| Some((p.seconds, p.loss?)))
+    });
+    let (mut t_max, mut l_min, mut l_max) = (1.0f64, f64::MAX, f64::MIN);
+    for (t, l) in points {
+        t_max = t_max.max(t);
+        l_min = l_min.min(l);
+        l_max = l_max.max(l);
+    }
+    l_min = l_min.min(cli.target_loss) - 0.05;
+    l_max = l_max.min(l_min + 3.0);
+    let x = |t: f64| pad + t / t_max * (w - 2.0 * pad);
+    let y = |l: f64| pad + (l_max - l.min(l_max)) / (l_max - l_min) * (h - 2.0 * pad);
+    let mut out = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+    );
+    let _ = writeln!(
+        out,
+        "<line x1=\"{pad}\" y1=\"{0}\" x2=\"{1}\" y2=\"{0}\" stroke=\"black\"/><line x1=\"{pad}\" y1=\"{pad}\" x2=\"{pad}\" y2=\"{0}\" stroke=\"black\"/>",
+        h - pad,
+        w - pad
+    );
+    let _ = writeln!(
+        out,
+        "<text x=\"{}\" y=\"{}\">virtual seconds (0-{t_max:.0})</text><text x=\"8\" y=\"{}\">loss</text>",
+        w / 2.0 - 60.0,
+        h - 12.0,
+        pad - 10.0
+    );
+    for loss in [l_min + 0.05, (l_min + l_max) / 2.0, l_max] {
+        let _ = writeln!(
+            out,
+            "<text x=\"12\" y=\"{:.1}\">{loss:.2}</text>",
+            y(loss) + 4.0
+        );
+    }
+    let target = y(cli.target_loss);
+    let _ = writeln!(
+        out,
+        "<line x1=\"{pad}\" y1=\"{target}\" x2=\"{}\" y2=\"{target}\" stroke=\"grey\" stroke-dasharray=\"2,4\"/><text x=\"{}\" y=\"{}\">{}</text>",
+        w - pad,
+        w - pad + 4.0,
+        target + 4.0,
+        cli.target_loss
+    );
+    let colours = [
+        "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
+    ];
+    let sizes: Vec<usize> = cli.workers.clone();
+    for r in runs {
+        let i = sizes.iter().position(|&n| n == r.workers).unwrap_or(0);
+        let path: Vec<String> = r
+            .report
+            .curve
+            .iter()
+            .filter_map(|p| Some(format!("{:.1},{:.1}", x(p.seconds), y(p.loss?))))
+            .collect();
+        let dash = if r.ideal {
+            " stroke-dasharray=\"6,3\""
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            out,
+            "<polyline fill=\"none\" stroke=\"{}\"{dash} points=\"{}\"/>",
+            colours[i % colours.len()],
+            path.join(" ")
+        );
+        if !r.ideal {
+            let _ = writeln!(
+                out,
+                "<text x=\"{}\" y=\"{}\" fill=\"{}\">N = {}</text>",
+                w - pad - 60.0,
+                pad + 14.0 * i as f64,
+                colours[i % colours.len()],
+                r.workers
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "<text x=\"{pad}\" y=\"20\">{} behind {}, tabs at {:.0} % of a core; dashed: ideal data parallelism</text>\n</svg>",
+        cli.coordinator,
+        cli.link,
+        cli.tab_share * 100.0
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cli(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("crowd").chain(args.iter().copied())).expect("flags")
+    }
+
+    #[test]
+    fn the_ideal_runs_flags_drop_the_crowds_exchange_and_evaluation() {
+        let flags = "--model gpt --local-steps auto --eval-interval=1 --batch-size 12";
+        assert_eq!(
+            without(flags, &["--local-steps", "--eval-interval"]),
+            "--model gpt --batch-size 12"
+        );
+    }
+
+    #[test]
+    fn a_mixed_crowd_has_far_slow_and_leaving_volunteers_and_newcomers() {
+        let home = Link::symmetric(Duration::from_millis(50), 10.0);
+        let step = Duration::from_millis(100);
+        let uniform = volunteers(10, home, step, &cli(&[]));
+        assert_eq!(uniform.len(), 10);
+        assert!(uniform
+            .iter()
+            .all(|v| v.link == home && v.step == step && v.churn.is_empty()));
+        let mixed = volunteers(10, home, step, &cli(&["--mixed", "--max-time", "30m"]));
+        // Two leave a third of the way in (at 10 minutes), and two newcomers join then.
+        assert_eq!(mixed.len(), 12);
+        let leave = Duration::from_secs(600);
+        let left = mixed
+            .iter()
+            .filter(|v| v.churn == [(leave, Churn::Leave)])
+            .count();
+        let joined = mixed.iter().filter(|v| v.joins_at == leave).count();
+        assert_eq!((left, joined), (2, 2));
+        assert_eq!(mixed.iter().filter(|v| v.link != home).count(), 3);
+        assert!(mixed.iter().any(|v| v.step == step * 2));
+    }
+}
