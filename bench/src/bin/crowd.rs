@@ -40,6 +40,10 @@ struct Cli {
     /// A tab's speed as a share of one native core here.
     #[arg(long, default_value_t = 0.33)]
     tab_share: f64,
+    /// The time a tab takes a step, instead of the native step measured here over
+    /// `--tab-share`: to hold runs of different flags to one speed.
+    #[arg(long, value_parser = server::config::parse_duration)]
+    tab_step: Option<Duration>,
     /// The validation loss each run trains to.
     #[arg(long, default_value_t = 2.0)]
     target_loss: f64,
@@ -93,7 +97,9 @@ fn main() -> anyhow::Result<()> {
     let net = split.network(&crowd.model)?;
     let batch = crowd.training.batch_size as usize;
     let native = sim::measured_step(&net, &split.train, batch)?;
-    let step = native.div_f64(cli.tab_share);
+    let step = cli
+        .tab_step
+        .unwrap_or_else(|| native.div_f64(cli.tab_share));
     let tokens_per_sample = net.positions() as f64;
     println!(
         "{}",
