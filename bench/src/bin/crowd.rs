@@ -132,11 +132,14 @@ fn main() -> anyhow::Result<()> {
                 .collect();
             runs.push(run(n, true, &ideal, &net, &split, free, &cli)?);
         }
+        // Drawn after every crowd size: a sweep cut short still leaves its curves.
+        if let Some(path) = &cli.svg {
+            std::fs::write(path, svg(&runs, &cli))
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
     }
     println!("{}", table(&runs, tokens_per_sample));
     if let Some(path) = &cli.svg {
-        std::fs::write(path, svg(&runs, &cli))
-            .with_context(|| format!("writing {}", path.display()))?;
         println!("curves: {}", path.display());
     }
     Ok(())
