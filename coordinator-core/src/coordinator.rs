@@ -389,7 +389,7 @@ impl Coordinator {
             rate: self.registry.check_rate(id, self.settings.verify_fraction),
             probation: self.registry.on_probation(id),
         };
-        self.checks.sent(id, compression, pull, check, || {
+        self.checks.audits.sent(id, compression, pull, check, || {
             trainer.weights_as_seen(compression)
         });
         self.schedule.sent(id, version);

@@ -15,7 +15,7 @@ use std::time::Instant;
 use protocol::{Commitments, Compression, ErrorCode, Gradient, LocalPhase, RevealChunk, WorkerId};
 use tracing::{debug, info, warn};
 
-use super::audit::{Audit, Audits, Check};
+use super::audit::{Audit, Audits};
 use super::challenge::{calls_for, committed, Challenges};
 use super::job::{Held, Inputs, Recomputed, Then};
 use super::recompute::Recomputations;
@@ -26,7 +26,6 @@ use super::verdict::Refuted;
 use super::verify::likely_order;
 use crate::refusal::Refusal;
 use crate::registry::tally::Note;
-use crate::registry::Pull;
 use crate::session::SessionId;
 
 /// The checks' state: see the module's documentation.
@@ -54,19 +53,6 @@ impl Checks {
             recomputations: Recomputations::new(cores),
             challenges: Challenges::new(seed),
         }
-    }
-
-    /// `worker` was sent weights in `compression` to answer `pull`: whether its answer is
-    /// recomputed is drawn now, unseen (`audit.rs`).
-    pub fn sent(
-        &mut self,
-        worker: WorkerId,
-        compression: Compression,
-        pull: Option<Pull>,
-        check: Check,
-        weights: impl FnOnce() -> Arc<[f32]>,
-    ) {
-        self.audits.sent(worker, compression, pull, check, weights);
     }
 
     /// `worker` left: nothing of its is kept.
