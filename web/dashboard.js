@@ -179,11 +179,24 @@ function efficiency(s) {
   if (s.local_steps != null) parts.push(`local steps ${s.local_steps.toFixed(s.local_steps < 10 ? 1 : 0)} per answer`);
   else parts.push("one step per answer");
   if (s.bytes_per_sample != null) parts.push(`${s.bytes_per_sample.toPrecision(3)} bytes per sample`);
+  const crowd = crowdFit(s.noise_scale);
+  if (crowd) parts.push(crowd);
   if (s.language) {
     const l = s.language;
     parts.push(`validation perplexity ${l.perplexity.toFixed(2)}, ${l.bits_per_token.toFixed(3)} bits per ${l.unit}`);
   }
   return parts.join(" · ");
+}
+
+// The gradient noise scale against the crowd's batch: whether more volunteers still help.
+// Shown after 5 updates of two answers or more (one is too noisy to read).
+function crowdFit(n) {
+  if (!n || n.readings < 5) return null;
+  const batch = Math.round(n.crowd_batch);
+  if (n.samples == null) return `noise drowns the gradient at a crowd batch of ${batch}: more volunteers help`;
+  const scale = `gradient noise scale ≈ ${Math.round(n.samples)} samples against a crowd batch of ${batch}`;
+  if (n.crowd_batch <= n.samples) return `${scale}: more volunteers help`;
+  return `${scale}: the model is too small for its crowd (twice the crowd: at most ${n.doubling_gain.toFixed(2)}× fewer steps)`;
 }
 
 const ago = (ms) => (ms == null ? "–" : `${Math.max(0, Math.round((Date.now() - ms) / 1000))} s ago`);

@@ -37,6 +37,7 @@ pub mod io;
 pub mod language;
 pub mod local;
 pub mod metrics;
+pub mod noise;
 pub mod partial;
 pub mod plateau;
 mod publish;

@@ -7,6 +7,7 @@ use model::Evaluation;
 use protocol::ErrorCode;
 
 use crate::counters::Counters;
+use crate::noise::NoiseScale;
 use crate::schedule::{Standing, Update};
 use crate::status::{RoundReport, State, Status, WorkerStatus};
 
@@ -70,6 +71,8 @@ pub struct Metrics {
     sample: Option<crate::Sample>,
     /// Answers held for recomputation, and seconds of a core spent on it (this process).
     recompute: (usize, f64),
+    /// The gradient noise scale, from how each update's answers spread.
+    noise: NoiseScale,
 }
 
 impl Metrics {
@@ -83,6 +86,7 @@ impl Metrics {
             evaluation: None,
             sample: None,
             recompute: (0, 0.0),
+            noise: NoiseScale::default(),
         }
     }
 
@@ -229,6 +233,9 @@ impl Metrics {
         self.counters.answered_total += update.answered as u64;
         self.counters.deadline_closes += u64::from(update.deadline_hit);
         self.train_loss = Some(update.mean_loss);
+        if let Some(spread) = &update.spread {
+            self.noise.observe(spread);
+        }
         self.last_round = Some(RoundReport {
             round,
             answered: update.answered,
@@ -292,6 +299,7 @@ impl Metrics {
             }),
             local_steps: live.local_steps,
             utilisation: live.utilisation,
+            noise_scale: self.noise.report(),
             probation: live.probation.0,
             on_probation: live.probation.1,
             checkpoints: None,
@@ -376,6 +384,7 @@ mod tests {
             missed: 1,
             deadline_hit: true,
             duration: Duration::from_millis(12),
+            spread: None,
         };
         let since = m.updated(&update, 2);
         assert_eq!(

@@ -150,6 +150,9 @@ pub struct Status {
     pub local_steps: Option<f64>,
     /// The mean compute share of the workers that answered.
     pub utilisation: Option<f64>,
+    /// Sync: the gradient noise scale against the crowd's batch (`noise.rs`); `None`
+    /// before an update of two answers.
+    pub noise_scale: Option<crate::noise::NoiseReport>,
     /// `--probation`: steps of accepted work a new identity owes (0: off).
     pub probation: u32,
     /// Connected workers on probation (their every answer is recomputed).

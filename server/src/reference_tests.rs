@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use clap::CommandFactory;
+use coordinator_core::noise::NoiseReport;
 use coordinator_core::status::{CheckpointReport, RoundReport, WorkerStatus};
 
 use crate::config::Cli;
@@ -48,12 +49,22 @@ fn every_flag_is_in_the_reference_and_every_listed_flag_exists() {
     assert_same("flags", &listed("`coordinator` flags"), &actual);
 }
 
+fn noise() -> NoiseReport {
+    NoiseReport {
+        samples: Some(500.0),
+        crowd_batch: 96.0,
+        doubling_gain: Some(1.6),
+        readings: 20,
+    }
+}
+
 /// A status with every optional part present, its keys as the reference writes them.
 fn status_fields() -> BTreeSet<String> {
     let status = Status {
         last_round: Some(RoundReport::default()),
         checkpoints: Some(Arc::new(CheckpointReport::default())),
         worker_list: Arc::new(vec![WorkerStatus::default()]),
+        noise_scale: Some(noise()),
         ..Status::default()
     };
     let json = serde_json::to_value(&status).expect("serialises");
@@ -101,6 +112,7 @@ fn every_metric_is_in_the_reference_and_every_listed_metric_exists() {
         local_steps: Some(16.0),
         utilisation: Some(0.9),
         bytes_per_sample: Some(12.5),
+        noise_scale: Some(noise()),
         checkpoints: Some(Arc::new(CheckpointReport::default())),
         ..Status::default()
     };

@@ -730,6 +730,7 @@ impl Engine {
             replicas_agreed: status.replicas_agreed,
             replicas_disputed: status.replicas_disputed,
             bans: status.bans.len(),
+            noise_scale: status.noise_scale,
             curve: self.curve,
             workers,
         }

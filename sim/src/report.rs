@@ -36,6 +36,8 @@ pub struct Report {
     pub replicas_agreed: u64,
     pub replicas_disputed: u64,
     pub bans: usize,
+    /// Sync: the gradient noise scale against the crowd's batch, at the end.
+    pub noise_scale: Option<coordinator_core::noise::NoiseReport>,
     /// Each evaluation, in turn.
     pub curve: Vec<Point>,
     pub workers: Vec<WorkerReport>,

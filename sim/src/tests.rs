@@ -305,3 +305,29 @@ fn async_mode_trains_on_links_of_every_speed() {
         "{r:?}"
     );
 }
+
+/// The gradient noise scale (`noise.rs`) from real rounds: four workers' answers on the
+/// digits MLP. It is a property of the model and its data, not of the batch: read at a
+/// batch of 32 and of 128 a worker, it comes out alike, while the crowd's batch is 4×.
+#[test]
+fn the_noise_scale_is_the_models_not_the_batchs() {
+    let read = |batch: u32| {
+        let settings = Settings {
+            batch_size: batch,
+            ..sync(4)
+        };
+        let mut s = scenario(64, honest(4, Link::LOOPBACK, ms(2)), settings);
+        s.until.rounds = Some(60);
+        run(s).noise_scale.expect("rounds of four answers")
+    };
+    let (small, large) = (read(32), read(128));
+    assert_eq!((small.crowd_batch, large.crowd_batch), (128.0, 512.0));
+    assert_eq!((small.readings, large.readings), (60, 60));
+    let (a, b) = (
+        small.samples.expect("a signal"),
+        large.samples.expect("a signal"),
+    );
+    eprintln!("noise scale at batch 32: {a:.0} samples; at batch 128: {b:.0}");
+    assert!(a > 0.0 && b > 0.0);
+    assert!((a / b).max(b / a) < 2.0, "{small:?} {large:?}");
+}

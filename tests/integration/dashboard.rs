@@ -54,6 +54,20 @@ async fn the_dashboard_shows_the_run_live_and_steers_it() {
             && run.contains("sync"),
         "{run}"
     );
+    // Two workers of batch 32: the crowd's batch is 64, and the line under the title sets
+    // the gradient noise scale the coordinator read from their answers against it.
+    let noise = status
+        .borrow()
+        .noise_scale
+        .expect("sync rounds of two answers");
+    assert_eq!(noise.crowd_batch, 64.0);
+    assert!(noise.readings >= 5, "{noise:?}");
+    tab.until(
+        "the efficiency line to say whether more volunteers help",
+        "/(gradient noise scale ≈ \\d+ samples|noise drowns the gradient) .*crowd batch of 64/\
+           .test(document.getElementById('efficiency').textContent)",
+    )
+    .await;
     let polylines = tab
         .evaluate("document.querySelectorAll('svg polyline').length")
         .await;

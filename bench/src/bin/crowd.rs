@@ -262,6 +262,7 @@ fn run(
             "bytes_per_sample": report.bytes_per_sample,
             "samples": report.samples,
             "bans": report.bans,
+            "noise_scale": report.noise_scale,
             "real_seconds": real_seconds,
         })
     );
@@ -282,7 +283,7 @@ fn table(runs: &[Run], tokens_per_sample: f64) -> String {
             .and_then(|r| r.reached)
     };
     let mut out = String::from(
-        "| N | time to the loss | S(N) | ideal DP: time, S(N) | share of ideal's speedup | busy | bytes per token | real time |\n|---|---|---|---|---|---|---|---|\n",
+        "| N | time to the loss | S(N) | ideal DP: time, S(N) | share of ideal's speedup | busy | bytes per token | noise scale: crowd, ideal DP (samples) | crowd batch | real time |\n|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let first = runs.iter().map(|r| r.workers).min().unwrap_or(1);
     for r in runs.iter().filter(|r| !r.ideal) {
@@ -294,9 +295,14 @@ fn table(runs: &[Run], tokens_per_sample: f64) -> String {
         let f = |v: Option<f64>, unit: &str| {
             v.map_or("not reached".into(), |v| format!("{v:.2}{unit}"))
         };
+        let noise = |r: Option<&Run>| {
+            r.and_then(|r| r.report.noise_scale?.samples)
+                .map_or("–".into(), |s| format!("{s:.0}"))
+        };
+        let beside = runs.iter().find(|i| i.ideal && i.workers == n);
         let _ = writeln!(
             out,
-            "| {n} | {} | {} | {}, {} | {} | {:.1} % | {:.0} | {:.0} s |",
+            "| {n} | {} | {} | {}, {} | {} | {:.1} % | {:.0} | {}, {} | {} | {:.0} s |",
             f(r.reached, " s"),
             f(speedup, "×"),
             f(ideal, " s"),
@@ -304,6 +310,11 @@ fn table(runs: &[Run], tokens_per_sample: f64) -> String {
             share.map_or("–".into(), |s| format!("{:.0} %", s * 100.0)),
             r.report.mean_compute_share * 100.0,
             r.report.bytes_per_sample / tokens_per_sample,
+            noise(Some(r)),
+            noise(beside),
+            r.report
+                .noise_scale
+                .map_or("–".into(), |s| format!("{:.0}", s.crowd_batch)),
             r.real_seconds,
         );
     }

@@ -140,6 +140,9 @@ impl Schedule for AsyncSchedule {
                     missed: 0,
                     deadline_hit: false,
                     duration,
+                    // Answers computed on different versions: their differences would
+                    // count as noise.
+                    spread: None,
                 }));
             }
         }

@@ -120,6 +120,9 @@ pub struct Update {
     pub deadline_hit: bool,
     /// From the round's opening (or the previous version's publication) to now.
     pub duration: Duration,
+    /// How the answers spread around their mean (`None` with fewer than two), for the
+    /// gradient noise scale (`noise.rs`).
+    pub spread: Option<crate::noise::Reading>,
 }
 
 /// What a schedule asks the coordinator to do, in order.

@@ -16,6 +16,7 @@ use thiserror::Error;
 
 use super::Contribution;
 use crate::aggregate::Aggregator;
+use crate::noise::{Reading, Spread};
 use crate::refusal::Refusal;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
@@ -66,6 +67,7 @@ pub struct OpenRound {
     pending: BTreeSet<WorkerId>,
     answered: BTreeSet<WorkerId>,
     aggregator: Box<dyn Aggregator>,
+    spread: Spread,
     loss_sum: f64,
     started_at: Instant,
     deadline: Instant,
@@ -92,6 +94,8 @@ pub struct ClosedRound {
     /// Sample-weighted mean of the workers' reported losses.
     pub mean_loss: f64,
     pub duration: Duration,
+    /// How the answers spread around their mean.
+    pub spread: Option<Reading>,
     /// How long after opening each answer arrived (feeds the adaptive deadline).
     pub latencies: Vec<Duration>,
 }
@@ -112,6 +116,7 @@ impl OpenRound {
             pending: participants.into_iter().collect(),
             answered: BTreeSet::new(),
             aggregator,
+            spread: Spread::default(),
             loss_sum: 0.0,
             started_at: now,
             deadline: now + timeout,
@@ -180,6 +185,12 @@ impl OpenRound {
         let weight = gradient.samples as f32;
         self.aggregator
             .add(gradient.grads, samples, weight, gradient.scale);
+        self.spread.add(
+            gradient.grads,
+            gradient.scale,
+            u64::from(samples),
+            gradient.samples,
+        );
         self.loss_sum += f64::from(gradient.loss) * f64::from(samples);
         self.latencies
             .push(now.saturating_duration_since(self.started_at));
@@ -243,6 +254,7 @@ impl OpenRound {
                 self.loss_sum / samples as f64
             },
             duration: now.saturating_duration_since(self.started_at),
+            spread: self.spread.take(),
             latencies: self.latencies,
         }
     }

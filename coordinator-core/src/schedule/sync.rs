@@ -131,6 +131,7 @@ impl SyncSchedule {
                 missed: closed.missed.len(),
                 deadline_hit: closed.deadline_hit,
                 duration: closed.duration,
+                spread: closed.spread,
             }));
         }
         actions

@@ -156,7 +156,7 @@ impl Collector for FromStatus {
                 c.failed,
             )?;
         }
-        let gauges: [(&str, &str, Option<f64>); 14] = [
+        let gauges: [(&str, &str, Option<f64>); 16] = [
             (
                 "round",
                 "Updates applied (the current round or version)",
@@ -218,6 +218,16 @@ impl Collector for FromStatus {
                 "bytes_per_sample",
                 "Bytes both ways per sample trained on",
                 s.bytes_per_sample,
+            ),
+            (
+                "gradient_noise_scale",
+                "Sync: the gradient noise scale B_noise in samples, from the answers' spread",
+                s.noise_scale.and_then(|n| n.samples),
+            ),
+            (
+                "crowd_batch",
+                "Sync: the samples the crowd's answers take in one step",
+                s.noise_scale.map(|n| n.crowd_batch),
             ),
         ];
         for (name, help, value) in gauges {
