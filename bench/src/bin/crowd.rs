@@ -118,7 +118,7 @@ fn main() -> anyhow::Result<()> {
     );
     let ideal_flags = format!(
         "{} --local-steps 1 --eval-interval {}",
-        without(&cli.coordinator, &["--local-steps", "--eval-interval"]),
+        without(&cli.coordinator, PHASE_FLAGS),
         cli.ideal_eval_interval
     );
     let ideal = config(&ideal_flags, &cli, false)?;
@@ -174,6 +174,22 @@ fn config(flags: &str, cli: &Cli, remote: bool) -> anyhow::Result<server::config
 }
 
 /// `flags` without the `names` and their values.
+/// What the ideal runs drop from the crowd's flags: the phases (each of their answers is one
+/// step's gradient), the outer optimizer (theirs is the model's own, AdamW for a GPT) and
+/// the evaluation's interval (theirs counts steps, not phases).
+const PHASE_FLAGS: &[&str] = &[
+    "--optimizer",
+    "--lr",
+    "--momentum",
+    "--local-steps",
+    "--min-local-steps",
+    "--max-local-steps",
+    "--max-local-epochs",
+    "--inner-optimizer",
+    "--inner-lr",
+    "--eval-interval",
+];
+
 fn without(flags: &str, names: &[&str]) -> String {
     let mut kept = Vec::new();
     let mut words = flags.split_whitespace();
@@ -426,9 +442,10 @@ mod tests {
 
     #[test]
     fn the_ideal_runs_flags_drop_the_crowds_exchange_and_evaluation() {
-        let flags = "--model gpt --local-steps auto --eval-interval=1 --batch-size 12";
+        let flags = "--model gpt --local-steps auto --eval-interval=1 --batch-size 12 \
+                     --inner-lr 0.002 --max-local-steps=64 --lr 0.7";
         assert_eq!(
-            without(flags, &["--local-steps", "--eval-interval"]),
+            without(flags, PHASE_FLAGS),
             "--model gpt --batch-size 12"
         );
     }
