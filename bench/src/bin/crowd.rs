@@ -444,10 +444,7 @@ mod tests {
     fn the_ideal_runs_flags_drop_the_crowds_exchange_and_evaluation() {
         let flags = "--model gpt --local-steps auto --eval-interval=1 --batch-size 12 \
                      --inner-lr 0.002 --max-local-steps=64 --lr 0.7";
-        assert_eq!(
-            without(flags, PHASE_FLAGS),
-            "--model gpt --batch-size 12"
-        );
+        assert_eq!(without(flags, PHASE_FLAGS), "--model gpt --batch-size 12");
     }
 
     #[test]
