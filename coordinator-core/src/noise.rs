@@ -70,13 +70,11 @@ impl Spread {
         if samples == 0 || !scale.is_finite() {
             return;
         }
-        if self.sum.len() != grads.len() {
-            if self.answers > 0 {
-                // A different shape cannot be part of the same update; start again.
-                *self = Self::default();
-            }
+        if self.answers == 0 {
             self.sum = vec![0.0; grads.len()];
         }
+        // The session checked every answer's shape against the model's.
+        debug_assert_eq!(self.sum.len(), grads.len());
         let n = samples as f64;
         let w = (n * f64::from(scale)) as f32;
         let mut square = 0.0f64;

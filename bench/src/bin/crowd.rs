@@ -173,7 +173,6 @@ fn config(flags: &str, cli: &Cli, remote: bool) -> anyhow::Result<server::config
     Ok(server::config::Config::try_from(parsed)?)
 }
 
-/// `flags` without the `names` and their values.
 /// What the ideal runs drop from the crowd's flags: the phases (each of their answers is one
 /// step's gradient), the outer optimizer (theirs is the model's own, AdamW for a GPT) and
 /// the evaluation's interval (theirs counts steps, not phases).
@@ -190,6 +189,7 @@ const PHASE_FLAGS: &[&str] = &[
     "--eval-interval",
 ];
 
+/// `flags` without the `names` and their values.
 fn without(flags: &str, names: &[&str]) -> String {
     let mut kept = Vec::new();
     let mut words = flags.split_whitespace();
