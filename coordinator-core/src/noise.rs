@@ -17,10 +17,14 @@
 //! `H̄²` cancels in the ratio. With AdamW inside, the estimate is of the preconditioned
 //! noise scale; int8 on the wire and clipping add a little to `S`.
 //!
-//! Against it stands the crowd's batch: the samples all answers take in one step
-//! (`Σ batch_k`). Steps to a loss grow as `1 + B_noise / B` (the paper's eq. 2.11): where
-//! the crowd's batch is well past the noise scale, more volunteers barely shorten the run,
-//! and the model is too small for its crowd.
+//! Against it stands the crowd's batch: the samples one update takes, `N = Σ n_k` (with
+//! local phases, every answer's batch times its steps: the update is one step of the outer
+//! optimizer, and its direction is estimated from all of them). Steps to a loss grow as
+//! `1 + B_noise / B` (the paper's eq. 2.11): where the crowd's batch is well past the noise
+//! scale, more volunteers barely shorten the run, and the model is too small for its crowd.
+//! (Until 2026-11-28 the batch set against it was the samples of one inner step,
+//! `Σ batch_k`: the same without phases, but H times too small with them, which read a
+//! crowd of two tabs as far from its limit when it was already past it.)
 
 use serde::Serialize;
 
@@ -32,8 +36,6 @@ pub struct Spread {
     squares: f64,
     /// `N = Σ n_k`.
     samples: u64,
-    /// `Σ batch_k`: the samples the answers took in one step.
-    step_batch: u64,
     answers: usize,
 }
 
@@ -46,8 +48,6 @@ pub struct Reading {
     /// `small` and `big`.
     pub small: f64,
     pub big: f64,
-    /// `Σ batch_k`.
-    pub step_batch: f64,
 }
 
 impl Reading {
@@ -65,8 +65,8 @@ impl Reading {
 
 impl Spread {
     /// Adds an answer covering `samples` samples (`batch × steps`), its values `grads`
-    /// times `scale`, taken `batch` samples a step.
-    pub fn add(&mut self, grads: &[f32], scale: f32, samples: u64, batch: u32) {
+    /// times `scale`.
+    pub fn add(&mut self, grads: &[f32], scale: f32, samples: u64) {
         if samples == 0 || !scale.is_finite() {
             return;
         }
@@ -84,7 +84,6 @@ impl Spread {
         }
         self.squares += n * f64::from(scale) * f64::from(scale) * square;
         self.samples += samples;
-        self.step_batch += u64::from(batch);
         self.answers += 1;
     }
 
@@ -109,7 +108,6 @@ impl Spread {
             big_batch,
             small: spread.squares / big_batch,
             big,
-            step_batch: spread.step_batch as f64,
         };
         (reading.small.is_finite() && reading.big.is_finite()).then_some(reading)
     }
@@ -120,7 +118,8 @@ impl Spread {
 pub struct NoiseScale {
     signal: f64,
     noise: f64,
-    step_batch: f64,
+    /// The samples an update takes, `N`, averaged as the halves are.
+    batch: f64,
     readings: u64,
 }
 
@@ -133,7 +132,8 @@ pub struct NoiseReport {
     /// `B_noise` in samples; `None` while the signal's estimate is not positive (the
     /// noise drowns it: any batch helps).
     pub samples: Option<f64>,
-    /// The crowd's batch: the samples its answers take in one step, at the latest update.
+    /// The crowd's batch: the samples one update takes (each answer's batch times its
+    /// phase's steps, summed), averaged over the same updates as `samples`.
     pub crowd_batch: f64,
     /// How many times fewer steps the run would need with twice the crowd (at most 2):
     /// `(1 + B_noise/B) / (1 + B_noise/2B)`. Near 1, more volunteers barely help.
@@ -152,7 +152,7 @@ impl NoiseScale {
         let w = if self.readings == 0 { 1.0 } else { WEIGHT };
         self.signal += w * (signal - self.signal);
         self.noise += w * (noise - self.noise);
-        self.step_batch = reading.step_batch;
+        self.batch += w * (reading.big_batch - self.batch);
         self.readings += 1;
     }
 
@@ -161,7 +161,7 @@ impl NoiseScale {
             return None;
         }
         let samples = (self.signal > 0.0).then(|| self.noise.max(0.0) / self.signal);
-        let batch = self.step_batch;
+        let batch = self.batch;
         Some(NoiseReport {
             samples,
             crowd_batch: batch,

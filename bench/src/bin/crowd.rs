@@ -278,6 +278,8 @@ fn run(
             "bytes_per_sample": report.bytes_per_sample,
             "samples": report.samples,
             "bans": report.bans,
+            "verified": report.gradients_verified,
+            "probation_checks": report.probation_checks,
             "noise_scale": report.noise_scale,
             "real_seconds": real_seconds,
         })

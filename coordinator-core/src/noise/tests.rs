@@ -21,20 +21,19 @@ impl Normal {
 /// The two norms, straight from their definitions in f64.
 #[test]
 fn a_reading_is_its_definition() {
-    let answers: [(&[f32], f32, u64, u32); 3] = [
-        (&[1.0, -2.0, 0.5], 1.0, 32, 8),
-        (&[0.5, 1.5, -1.0], 0.5, 96, 8),
-        (&[-1.0, 0.25, 2.0], 2.0, 16, 4),
+    let answers: [(&[f32], f32, u64); 3] = [
+        (&[1.0, -2.0, 0.5], 1.0, 32),
+        (&[0.5, 1.5, -1.0], 0.5, 96),
+        (&[-1.0, 0.25, 2.0], 2.0, 16),
     ];
     let mut spread = Spread::default();
-    for (grads, scale, samples, batch) in answers {
-        spread.add(grads, scale, samples, batch);
+    for (grads, scale, samples) in answers {
+        spread.add(grads, scale, samples);
     }
     let reading = spread.take().expect("three answers");
     let n: f64 = answers.iter().map(|a| a.2 as f64).sum();
-    let scaled = |(g, s, _, _): &(&[f32], f32, u64, u32)| {
-        g.iter().map(|&v| f64::from(v * s)).collect::<Vec<f64>>()
-    };
+    let scaled =
+        |(g, s, _): &(&[f32], f32, u64)| g.iter().map(|&v| f64::from(v * s)).collect::<Vec<f64>>();
     let small: f64 = answers
         .iter()
         .map(|a| a.2 as f64 * scaled(a).iter().map(|v| v * v).sum::<f64>())
@@ -57,14 +56,13 @@ fn a_reading_is_its_definition() {
     assert!((reading.big - big).abs() < 1e-6 * big, "{reading:?} {big}");
     assert_eq!(reading.big_batch, 144.0);
     assert_eq!(reading.small_batch, 48.0);
-    assert_eq!(reading.step_batch, 20.0);
     assert!(spread.take().is_none(), "taking empties it");
 }
 
 #[test]
 fn one_answer_tells_nothing() {
     let mut spread = Spread::default();
-    spread.add(&[1.0, 2.0], 1.0, 64, 64);
+    spread.add(&[1.0, 2.0], 1.0, 64);
     assert_eq!(spread.take(), None);
     let mut scale = NoiseScale::default();
     assert_eq!(scale.report(), None);
@@ -73,7 +71,6 @@ fn one_answer_tells_nothing() {
         big_batch: 20.0,
         small: 1.0,
         big: 1.0,
-        step_batch: 20.0,
     };
     scale.observe(&reading);
     let report = scale.report().expect("one reading");
@@ -112,7 +109,7 @@ fn the_estimate_finds_a_known_noise_scale() {
                         sum as f32
                     })
                     .collect();
-                spread.add(&grads, phase as f32, n, batch);
+                spread.add(&grads, phase as f32, n);
             }
             scale.observe(&spread.take().expect("several answers"));
         }
@@ -122,7 +119,8 @@ fn the_estimate_finds_a_known_noise_scale() {
             (estimate / truth - 1.0).abs() < 0.1,
             "{answers} answers of batch {batch}: {estimate} against {truth}"
         );
-        assert_eq!(report.crowd_batch, (answers as u32 * batch) as f64);
+        // The update's samples: K answers of `batch` over H̄ = 3 steps on average.
+        assert_eq!(report.crowd_batch, (answers as u32 * batch * 3) as f64);
         let b = report.crowd_batch;
         let gain = report.doubling_gain.expect("a batch");
         assert!((gain - (1.0 + estimate / b) / (1.0 + estimate / (2.0 * b))).abs() < 1e-12);

@@ -185,12 +185,8 @@ impl OpenRound {
         let weight = gradient.samples as f32;
         self.aggregator
             .add(gradient.grads, samples, weight, gradient.scale);
-        self.spread.add(
-            gradient.grads,
-            gradient.scale,
-            u64::from(samples),
-            gradient.samples,
-        );
+        self.spread
+            .add(gradient.grads, gradient.scale, u64::from(samples));
         self.loss_sum += f64::from(gradient.loss) * f64::from(samples);
         self.latencies
             .push(now.saturating_duration_since(self.started_at));

@@ -226,7 +226,7 @@ impl Collector for FromStatus {
             ),
             (
                 "crowd_batch",
-                "Sync: the samples the crowd's answers take in one step",
+                "Sync: the samples one update takes (batch times phase steps, summed)",
                 s.noise_scale.map(|n| n.crowd_batch),
             ),
         ];
