@@ -44,6 +44,9 @@ async function open(allowFallback) {
     return { none: "this browser has no WebGPU" };
   }
   let adapter = await navigator.gpu.requestAdapter({ powerPreference: "high-performance" });
+  // Headless Chromium on Linux, a real GPU through Vulkan (an H200, 2026-11-28), answered
+  // null to "high-performance" and gave the GPU to a plain request made just after.
+  if (!adapter) adapter = await navigator.gpu.requestAdapter();
   if (!adapter && allowFallback) {
     adapter = await navigator.gpu.requestAdapter({ forceFallbackAdapter: true });
   }
