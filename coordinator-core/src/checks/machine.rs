@@ -119,8 +119,9 @@ impl Checks {
         }
         // A trusted worker's sampled phase counts at once and is judged when its replay
         // comes back: held, it would hold its whole round for a phase's replay
-        // (`recompute.rs`). Only while a core is free: a busy budget holds answers back.
-        let after = !probation && cx.local.is_some() && self.recomputations.core_free();
+        // (`recompute.rs`). Only while its replay waits at most one job a core: a budget
+        // that cannot keep up holds answers back.
+        let after = !probation && cx.local.is_some() && self.recomputations.short_wait();
         let held = Held {
             worker,
             session,

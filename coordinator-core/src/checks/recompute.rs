@@ -15,13 +15,17 @@
 //! workers sampled at `f` a round waits a replay with probability `1 − (1 − f)ⁿ`: at 5 % and
 //! 4 workers 19 % of rounds take twice as long, at 100 workers nearly all. So such a phase
 //! counts at once and its verdict only judges its worker: a mismatch strikes (and bans) as
-//! before. Only while a core is free to replay it at once: with every core busy, the answer
-//! is held as any other, so that the checks the sampler asked for are never dropped for a
-//! budget that cannot keep up; the held answers slow the rounds down to what the cores can
-//! check. What that gives a cheat who earned trust: the sampled answers that catch it count
-//! too, at most `--ban-after` of them, each within the norm bound and the robust rule, as
-//! its unsampled ones always did. A newcomer's phases (probation), and every per-step
-//! answer, still count only once checked.
+//! before. Only while its replay waits at most one other job a core ([`Recomputations::
+//! short_wait`]): past that the answer is held as any other, so that the checks the sampler
+//! asked for are never dropped for a budget that cannot keep up; the held answers slow the
+//! rounds down to what the cores can check. (Until 2026-11-28 it counted at once only while
+//! a core was free: eight tabs' sampled phases then queued behind one core often enough
+//! that their rounds waited 17 % of the time, where a core for each took none;
+//! docs/BENCHMARKS.md, "The crowd".) What that gives a cheat who earned trust: the sampled
+//! answers that catch it count too, at most `--ban-after` of them, each within the norm
+//! bound and the robust rule, as its unsampled ones always did, and its ban comes at most
+//! two replays later. A newcomer's phases (probation), and every per-step answer, still
+//! count only once checked.
 //!
 //! At most `cores` jobs run at once; more wait, oldest first, up to [`WAITING_PER_CORE`] a
 //! core. An answer that finds no room is treated as one whose pull could not be audited:
@@ -112,9 +116,10 @@ impl Recomputations {
         before - self.waiting.len()
     }
 
-    /// Whether a job asked for now would start at once.
-    pub fn core_free(&self) -> bool {
-        self.running.len() < self.cores
+    /// Whether a job asked for now would start within one replay: a core is free, or fewer
+    /// jobs wait than there are cores.
+    pub fn short_wait(&self) -> bool {
+        self.running.len() < self.cores || self.waiting.len() < self.cores
     }
 
     /// Answers held, running or waiting.
@@ -173,10 +178,13 @@ mod tests {
             segments: None,
         };
         let mut r = Recomputations::new(2);
+        assert!(r.short_wait());
         let first = r.start(held(1), inputs()).unwrap().expect("a free core");
         let second = r.start(held(2), inputs()).unwrap().expect("a free core");
         let room = 2 * WAITING_PER_CORE;
         for w in 0..room {
+            // Both cores busy: a job would wait one replay while fewer than two wait.
+            assert_eq!(r.short_wait(), w < 2, "{w} waiting");
             assert!(
                 r.start(held(3 + w as u32), inputs()).unwrap().is_none(),
                 "waits"
