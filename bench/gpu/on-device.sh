@@ -26,8 +26,12 @@ if ! grep -qi '"vendor":"nvidia' $OUT/probe1.log; then probe 2 "$V2" && grep -qi
 grep -h -i -E "vulkan|webgpu|dawn" $OUT/probe*.log | grep -v dbus | head -30
 [ -n "$DRY" ] && exit 0
 export CHROME=/opt/chr/run.sh CHROME_LOG=$OUT/chrome.log
-timeout 150 /opt/cores --preset gpt,gpt-10m --worker tab --cores 1 --gpu auto --seconds 20
+# The 0.8M GPT first (each about 40 s); the 10.7M's tabs and native worker gave nothing
+# within 130 s, 120 s and 50 s on the H200 (2026-11-28): they need minutes each.
+timeout 90 /opt/cores --preset gpt --worker tab --cores 1 --gpu auto --seconds 20
 timeout 90 /opt/cores --preset gpt --worker tab --cores 1 --gpu off --seconds 20
-timeout 120 /opt/cores --preset gpt-10m --worker tab --cores 1 --gpu off --local-steps 4 --seconds 30
-timeout 100 /opt/cores --preset gpt,gpt-10m --worker native --cores 1 --seconds 15
+timeout 60 /opt/cores --preset gpt --worker native --cores 1 --seconds 15
+timeout 300 /opt/cores --preset gpt-10m --worker tab --cores 1 --gpu auto --seconds 30
+timeout 200 /opt/cores --preset gpt-10m --worker native --cores 1 --seconds 20
+timeout 400 /opt/cores --preset gpt-10m --worker tab --cores 1 --gpu off --local-steps 4 --seconds 30
 grep -h -i -E "vulkan|webgpu|dawn|gpu" $OUT/chrome.log | grep -v dbus | sort | uniq -c | sort -rn | head -20

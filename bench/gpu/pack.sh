@@ -4,8 +4,9 @@
 # (issue 47, item 4). The workplace's device tool carries at most 64 MiB a call, the
 # repository included, and keeps a machine warm 30 s between calls: carry .chrA, then
 # .chrB, each copied to /opt/pay/{a,b} by its call, then .chrC and .gl with
-# `bash .chrC/go.sh` (bench/gpu/on-device.sh). Tried on 2026-11-28 up to the first call,
-# which was refused (no machine lent at present); unpacking and the probe ran here.
+# `bash .chrC/go.sh` (bench/gpu/on-device.sh). Ran on an H200 on 2026-11-28
+# (docs/BENCHMARKS.md, "A tab's GPU"): the three calls, unpacking included, took 8 minutes
+# of the device's 15.
 #
 # bench/gpu/pack.sh  (after `cargo build --release -p bench --bin cores`; ~6 min on 2 cores)
 set -euo pipefail
