@@ -15,7 +15,9 @@
 //!
 //! A tab is `--tab-share` of one native core of this machine (measured side by side in
 //! headless Chromium: 29-35 % for the 0.8M GPT, docs/BENCHMARKS.md "A tab against a native
-//! core"); the native step is measured here (the median of 30). `--mixed` makes a mixed
+//! core"); the native step is measured here (the median of 30). The coordinator replays a
+//! sampled phase in a tab's float order (`model::Order::Unfused`), measured here too: a
+//! replayed step takes that long on one of its `--verify-cores`. `--mixed` makes a mixed
 //! crowd: every third volunteer behind 150 ms and 5 Mbit/s, every fourth at half speed, and
 //! every fifth leaving a third of the way into `--max-time` while a newcomer joins.
 
@@ -44,6 +46,10 @@ struct Cli {
     /// `--tab-share`: to hold runs of different flags to one speed.
     #[arg(long, value_parser = server::config::parse_duration)]
     tab_step: Option<Duration>,
+    /// The time the coordinator takes to replay a tab's step, instead of the step measured
+    /// here in a tab's float order: to hold runs to one replay speed.
+    #[arg(long, value_parser = server::config::parse_duration)]
+    replay_step: Option<Duration>,
     /// The validation loss each run trains to.
     #[arg(long, default_value_t = 2.0)]
     target_loss: f64,
@@ -100,6 +106,12 @@ fn main() -> anyhow::Result<()> {
     let step = cli
         .tab_step
         .unwrap_or_else(|| native.div_f64(cli.tab_share));
+    let replay = match cli.replay_step {
+        Some(replay) => replay,
+        None => model::with_order(model::Order::Unfused, || {
+            sim::measured_step(&net, &split.train, batch)
+        })?,
+    };
     let tokens_per_sample = net.positions() as f64;
     println!(
         "{}",
@@ -108,6 +120,7 @@ fn main() -> anyhow::Result<()> {
             "parameters": net.param_count(),
             "native_step_ms": native.as_secs_f64() * 1e3,
             "tab_step_ms": step.as_secs_f64() * 1e3,
+            "replay_step_ms": replay.as_secs_f64() * 1e3,
             "link": cli.link,
             "coordinator": cli.coordinator,
             "target_loss": cli.target_loss,
@@ -122,15 +135,21 @@ fn main() -> anyhow::Result<()> {
         cli.ideal_eval_interval
     );
     let ideal = config(&ideal_flags, &cli, false)?;
+    let common = Common {
+        net: &net,
+        split: &split,
+        replay,
+        cli: &cli,
+    };
     let mut runs = Vec::new();
     for &n in &cli.workers {
         let workers = volunteers(n, link, step, &cli);
-        runs.push(run(n, false, &crowd, &net, &split, workers, &cli)?);
+        runs.push(run(n, false, &crowd, &common, workers)?);
         if !cli.no_ideal {
             let free = (0..n)
                 .map(|_| WorkerSpec::new(Link::LOOPBACK, step).with_compression(Compression::None))
                 .collect();
-            runs.push(run(n, true, &ideal, &net, &split, free, &cli)?);
+            runs.push(run(n, true, &ideal, &common, free)?);
         }
         // Drawn after every crowd size: a sweep cut short still leaves its curves.
         if let Some(path) = &cli.svg {
@@ -231,19 +250,31 @@ fn volunteers(n: usize, link: Link, step: Duration, cli: &Cli) -> Vec<WorkerSpec
     crowd
 }
 
+/// What every run of one invocation shares.
+struct Common<'a> {
+    net: &'a model::Network,
+    split: &'a server::dataset::Split,
+    /// A tab's step, replayed by the coordinator.
+    replay: Duration,
+    cli: &'a Cli,
+}
+
 fn run(
     n: usize,
     ideal: bool,
     config: &server::config::Config,
-    net: &model::Network,
-    split: &server::dataset::Split,
+    common: &Common<'_>,
     workers: Vec<WorkerSpec>,
-    cli: &Cli,
 ) -> anyhow::Result<Run> {
+    let &Common {
+        net,
+        split,
+        replay,
+        cli,
+    } = common;
     let mut settings = config.training.clone();
     settings.min_workers = n;
     settings.audit_seed = Some(cli.seed);
-    let step = workers[0].step;
     let scenario = Scenario {
         settings,
         net: net.clone(),
@@ -255,8 +286,8 @@ fn run(
             ..Until::default()
         },
         evaluation_time: Duration::ZERO,
-        // The coordinator replays a step as fast as this machine's core takes one.
-        recompute_step: step.mul_f64(cli.tab_share),
+        // A tab's step, replayed in its order on one of this machine's cores.
+        recompute_step: replay,
     };
     let started = Instant::now();
     let report = sim::run(scenario);

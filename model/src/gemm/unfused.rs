@@ -1,5 +1,6 @@
 //! The unfused order, computed fast: blocks of `k` packed into contiguous panels, and a
-//! register tile of [`MR`] × [`NR`] values summed together. It is what the coordinator's
+//! register tile of `MR` × `NR` values summed together (6 × 16 in 256-bit registers where the
+//! CPU has AVX, 4 × 8 otherwise). It is what the coordinator's
 //! verifier replays a tab's work in, so its speed is the replay's.
 //!
 //! Each value's operations are still exactly [`super`]'s: its block's products summed in
@@ -19,15 +20,71 @@ use ndarray::{s, ArrayBase, ArrayView2, ArrayViewMut2, Data, Ix2};
 use super::KC;
 use crate::scalar::Scalar;
 
-/// Rows of the register tile.
-const MR: usize = 4;
-/// Columns of the register tile (two 128-bit vectors of `f32`).
-const NR: usize = 8;
 /// Columns of B packed at once: a block of `KC × NC` `f32`s is 256 KiB, inside a core's L2.
 const NC: usize = 256;
 
 /// `C ← alpha · A · B + beta · C`, in the unfused order.
+///
+/// On an x86-64 CPU with AVX, `f32` products take a 6 × 16 tile in 256-bit registers (twelve
+/// sums of eight lanes: enough independent adds to keep both of the CPU's add units busy);
+/// elsewhere, and for `f64`, a 4 × 8 tile that fits baseline x86-64's sixteen 128-bit
+/// registers. The lanes only decide how many values are summed at once: each value's
+/// multiplies and adds are the same, so the two give the same bits (tested below). AVX is
+/// enabled for the tile, never FMA.
 pub(super) fn gemm<T, SA, SB>(
+    alpha: T,
+    a: &ArrayBase<SA, Ix2>,
+    b: &ArrayBase<SB, Ix2>,
+    beta: T,
+    c: &mut ArrayViewMut2<'_, T>,
+) where
+    T: Scalar,
+    SA: Data<Elem = T>,
+    SB: Data<Elem = T>,
+{
+    #[cfg(target_arch = "x86_64")]
+    if std::mem::size_of::<T>() == 4 && wide() {
+        // SAFETY: `gemm_avx` needs only AVX, which `wide` found on this CPU.
+        #[allow(unsafe_code)]
+        unsafe {
+            gemm_avx(alpha, a, b, beta, c);
+        }
+        return;
+    }
+    tiled::<T, SA, SB, 4, 8>(alpha, a, b, beta, c);
+}
+
+/// Whether [`gemm`] takes the 256-bit tile: the CPU has AVX, and `CROWDTRAIN_NARROW_GEMM` is
+/// not set (a switch for tests and benchmarks to compare the two).
+#[cfg(target_arch = "x86_64")]
+fn wide() -> bool {
+    use std::sync::OnceLock;
+    static WIDE: OnceLock<bool> = OnceLock::new();
+    *WIDE.get_or_init(|| {
+        std::is_x86_feature_detected!("avx") && std::env::var_os("CROWDTRAIN_NARROW_GEMM").is_none()
+    })
+}
+
+/// [`tiled`] compiled for AVX.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+fn gemm_avx<T, SA, SB>(
+    alpha: T,
+    a: &ArrayBase<SA, Ix2>,
+    b: &ArrayBase<SB, Ix2>,
+    beta: T,
+    c: &mut ArrayViewMut2<'_, T>,
+) where
+    T: Scalar,
+    SA: Data<Elem = T>,
+    SB: Data<Elem = T>,
+{
+    tiled::<T, SA, SB, 6, 16>(alpha, a, b, beta, c);
+}
+
+/// The product in register tiles of `MR` rows × `NR` columns.
+#[inline(always)]
+fn tiled<T, SA, SB, const MR: usize, const NR: usize>(
     alpha: T,
     a: &ArrayBase<SA, Ix2>,
     b: &ArrayBase<SB, Ix2>,
@@ -61,14 +118,14 @@ pub(super) fn gemm<T, SA, SB>(
         };
         for n0 in (0..n).step_by(NC) {
             let nc = NC.min(n - n0);
-            pack_b(b, k0, kc, n0, nc, &mut b_panel);
+            pack_b::<T, SB, NR>(b, k0, kc, n0, nc, &mut b_panel);
             for m0 in (0..m).step_by(MR) {
                 let mr = MR.min(m - m0);
-                pack_a(a, m0, mr, k0, kc, &mut a_strip);
+                pack_a::<T, SA, MR>(a, m0, mr, k0, kc, &mut a_strip);
                 for (strip, j0) in (n0..n0 + nc).step_by(NR).enumerate() {
                     let nr = NR.min(n0 + nc - j0);
                     let panel = &b_panel[strip * kc * NR..(strip + 1) * kc * NR];
-                    let sums = tile(&a_strip, panel);
+                    let sums = tile::<T, MR, NR>(&a_strip, panel);
                     for (r, sums) in sums.iter().enumerate().take(mr) {
                         let sums = &sums[..nr];
                         let mut row = c.row_mut(m0 + r);
@@ -108,9 +165,9 @@ impl<T: Scalar> Store<T> {
     }
 }
 
-/// One tile's sums over a packed block: `a` holds [`MR`] values per step of `k`, `b` [`NR`].
+/// One tile's sums over a packed block: `a` holds `MR` values per step of `k`, `b` `NR`.
 #[inline(always)]
-fn tile<T: Scalar>(a: &[T], b: &[T]) -> [[T; NR]; MR] {
+fn tile<T: Scalar, const MR: usize, const NR: usize>(a: &[T], b: &[T]) -> [[T; NR]; MR] {
     let mut sums = [[T::zero(); NR]; MR];
     for (a, b) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
         let a: &[T; MR] = a.try_into().expect("MR values");
@@ -126,7 +183,8 @@ fn tile<T: Scalar>(a: &[T], b: &[T]) -> [[T; NR]; MR] {
 }
 
 /// Rows `m0..m0 + mr` of A's columns `k0..k0 + kc`, step by step: `out[p · MR + r]`.
-fn pack_a<T: Scalar, S: Data<Elem = T>>(
+#[inline(always)]
+fn pack_a<T: Scalar, S: Data<Elem = T>, const MR: usize>(
     a: &ArrayBase<S, Ix2>,
     m0: usize,
     mr: usize,
@@ -141,9 +199,10 @@ fn pack_a<T: Scalar, S: Data<Elem = T>>(
     });
 }
 
-/// B's rows `k0..k0 + kc` and columns `n0..n0 + nc`, in strips of [`NR`] columns, each strip
+/// B's rows `k0..k0 + kc` and columns `n0..n0 + nc`, in strips of `NR` columns, each strip
 /// step by step: strip `s` holds `out[s · kc · NR + p · NR + j]`.
-fn pack_b<T: Scalar, S: Data<Elem = T>>(
+#[inline(always)]
+fn pack_b<T: Scalar, S: Data<Elem = T>, const NR: usize>(
     b: &ArrayBase<S, Ix2>,
     k0: usize,
     kc: usize,
@@ -172,6 +231,45 @@ fn each<T: Copy>(view: ArrayView2<'_, T>, mut f: impl FnMut(usize, usize, T)) {
         for (j, column) in view.columns().into_iter().enumerate() {
             for (i, &x) in column.iter().enumerate() {
                 f(i, j, x);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ndarray::Array2;
+
+    use super::*;
+    use crate::rng::SplitMix64;
+
+    /// Both tiles, whichever this CPU's `gemm` takes, give the same bits: including edges
+    /// where `m` or `n` leaves one tile part-filled and the other not, more than one block of
+    /// `k`, and transposed operands.
+    #[test]
+    fn the_wide_and_narrow_tiles_give_the_same_bits() {
+        let mut rng = SplitMix64::new(3);
+        let mut random = |rows: usize, cols: usize| {
+            Array2::from_shape_fn((rows, cols), |_| (rng.next_f64() * 2.0 - 1.0) as f32)
+        };
+        for (m, k, n) in [
+            (1, 3, 1),
+            (6, 16, 16),
+            (7, 300, 17),
+            (12, 64, 40),
+            (5, 520, 33),
+        ] {
+            let (a, b, c0) = (random(m, k), random(k, n), random(m, n));
+            let bt = b.t().to_owned();
+            for (alpha, beta) in [(1.0f32, 0.0f32), (0.3, 0.7)] {
+                let (mut narrow, mut wide) = (c0.clone(), c0.clone());
+                tiled::<f32, _, _, 4, 8>(alpha, &a, &bt.t(), beta, &mut narrow.view_mut());
+                tiled::<f32, _, _, 6, 16>(alpha, &a, &bt.t(), beta, &mut wide.view_mut());
+                let mut dispatched = c0.clone();
+                gemm(alpha, &a, &b, beta, &mut dispatched.view_mut());
+                let bits = |x: &Array2<f32>| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&narrow), bits(&wide), "{m}×{k}×{n}");
+                assert_eq!(bits(&narrow), bits(&dispatched), "{m}×{k}×{n}");
             }
         }
     }
