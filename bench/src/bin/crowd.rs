@@ -3,7 +3,8 @@
 //! for real), for each crowd size N: the virtual time until an evaluation reaches
 //! `--target-loss`, with every volunteer a tab at this machine's measured speed behind
 //! `--link`. Beside it, in the same run, ideal data parallelism: the same N on free links,
-//! exchanging every step (the statistical ceiling of N workers with the same batches).
+//! exchanging every step, with no checks (the statistical ceiling of N workers with the
+//! same batches: nothing recomputed, no probation).
 //!
 //! Prints one JSON line per run, then a Markdown table (N, time to the loss, the speedup
 //! S(N) = T(1)/T(N), its share of ideal data parallelism's speedup at that N, the share of
@@ -66,6 +67,9 @@ struct Cli {
     /// Skip the ideal runs.
     #[arg(long)]
     no_ideal: bool,
+    /// Only the ideal runs.
+    #[arg(long, conflicts_with = "no_ideal")]
+    no_crowd: bool,
     /// A mixed crowd (see above) instead of a uniform one.
     #[arg(long)]
     mixed: bool,
@@ -130,7 +134,7 @@ fn main() -> anyhow::Result<()> {
         })
     );
     let ideal_flags = format!(
-        "{} --local-steps 1 --eval-interval {}",
+        "{} --local-steps 1 --verify-fraction 0 --probation 0 --eval-interval {}",
         without(&cli.coordinator, PHASE_FLAGS),
         cli.ideal_eval_interval
     );
@@ -143,8 +147,10 @@ fn main() -> anyhow::Result<()> {
     };
     let mut runs = Vec::new();
     for &n in &cli.workers {
-        let workers = volunteers(n, link, step, &cli);
-        runs.push(run(n, false, &crowd, &common, workers)?);
+        if !cli.no_crowd {
+            let workers = volunteers(n, link, step, &cli);
+            runs.push(run(n, false, &crowd, &common, workers)?);
+        }
         if !cli.no_ideal {
             let free = (0..n)
                 .map(|_| WorkerSpec::new(Link::LOOPBACK, step).with_compression(Compression::None))
@@ -193,9 +199,12 @@ fn config(flags: &str, cli: &Cli, remote: bool) -> anyhow::Result<server::config
 }
 
 /// What the ideal runs drop from the crowd's flags: the phases (each of their answers is one
-/// step's gradient), the outer optimizer (theirs is the model's own, AdamW for a GPT) and
-/// the evaluation's interval (theirs counts steps, not phases).
+/// step's gradient), the outer optimizer (theirs is the model's own, AdamW for a GPT), the
+/// checks (they have none) and the evaluation's interval (theirs counts steps, not phases).
 const PHASE_FLAGS: &[&str] = &[
+    "--verify-fraction",
+    "--probation",
+    "--verify-cores",
     "--optimizer",
     "--lr",
     "--momentum",
