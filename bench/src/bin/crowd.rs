@@ -135,7 +135,7 @@ fn main() -> anyhow::Result<()> {
     );
     let ideal_flags = format!(
         "{} --local-steps 1 --verify-fraction 0 --probation 0 --eval-interval {}",
-        without(&cli.coordinator, PHASE_FLAGS),
+        without(&cli.coordinator, IDEAL_DROPS),
         cli.ideal_eval_interval
     );
     let ideal = config(&ideal_flags, &cli, false)?;
@@ -201,7 +201,7 @@ fn config(flags: &str, cli: &Cli, remote: bool) -> anyhow::Result<server::config
 /// What the ideal runs drop from the crowd's flags: the phases (each of their answers is one
 /// step's gradient), the outer optimizer (theirs is the model's own, AdamW for a GPT), the
 /// checks (they have none) and the evaluation's interval (theirs counts steps, not phases).
-const PHASE_FLAGS: &[&str] = &[
+const IDEAL_DROPS: &[&str] = &[
     "--verify-fraction",
     "--probation",
     "--verify-cores",
@@ -333,20 +333,21 @@ fn run(
     })
 }
 
-/// The Markdown table: one row per crowd size.
+/// The Markdown table: one row per crowd size (a crowd's columns "–" where only the ideal
+/// run was made, `--no-crowd`).
 fn table(runs: &[Run], tokens_per_sample: f64) -> String {
-    let time = |ideal: bool, n: usize| {
-        runs.iter()
-            .find(|r| r.ideal == ideal && r.workers == n)
-            .and_then(|r| r.reached)
-    };
+    let find = |ideal: bool, n: usize| runs.iter().find(|r| r.ideal == ideal && r.workers == n);
+    let time = |ideal: bool, n: usize| find(ideal, n).and_then(|r| r.reached);
     let mut out = String::from(
         "| N | time to the loss | S(N) | ideal DP: time, S(N) | share of ideal's speedup | busy | bytes per token | noise scale: crowd, ideal DP (samples) | crowd batch | real time |\n|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let first = runs.iter().map(|r| r.workers).min().unwrap_or(1);
-    for r in runs.iter().filter(|r| !r.ideal) {
-        let n = r.workers;
-        let speedup = time(false, first).zip(r.reached).map(|(a, b)| a / b);
+    let mut sizes: Vec<usize> = runs.iter().map(|r| r.workers).collect();
+    sizes.dedup();
+    for n in sizes {
+        let crowd = find(false, n);
+        let reached = crowd.and_then(|r| r.reached);
+        let speedup = time(false, first).zip(reached).map(|(a, b)| a / b);
         let ideal = time(true, n);
         let ideal_speedup = time(true, first).zip(ideal).map(|(a, b)| a / b);
         let share = speedup.zip(ideal_speedup).map(|(s, i)| s / i);
@@ -357,23 +358,24 @@ fn table(runs: &[Run], tokens_per_sample: f64) -> String {
             r.and_then(|r| r.report.noise_scale?.samples)
                 .map_or("–".into(), |s| format!("{s:.0}"))
         };
-        let beside = runs.iter().find(|i| i.ideal && i.workers == n);
+        let of_crowd = |column: &dyn Fn(&Run) -> String| crowd.map_or("–".into(), column);
         let _ = writeln!(
             out,
-            "| {n} | {} | {} | {}, {} | {} | {:.1} % | {:.0} | {}, {} | {} | {:.0} s |",
-            f(r.reached, " s"),
-            f(speedup, "×"),
+            "| {n} | {} | {} | {}, {} | {} | {} | {} | {}, {} | {} | {} |",
+            of_crowd(&|_| f(reached, " s")),
+            of_crowd(&|_| f(speedup, "×")),
             f(ideal, " s"),
             f(ideal_speedup, "×"),
             share.map_or("–".into(), |s| format!("{:.0} %", s * 100.0)),
-            r.report.mean_compute_share * 100.0,
-            r.report.bytes_per_sample / tokens_per_sample,
-            noise(Some(r)),
-            noise(beside),
-            r.report
+            of_crowd(&|r| format!("{:.1} %", r.report.mean_compute_share * 100.0)),
+            of_crowd(&|r| format!("{:.0}", r.report.bytes_per_sample / tokens_per_sample)),
+            noise(crowd),
+            noise(find(true, n)),
+            of_crowd(&|r| r
+                .report
                 .noise_scale
-                .map_or("–".into(), |s| format!("{:.0}", s.crowd_batch)),
-            r.real_seconds,
+                .map_or("–".into(), |s| format!("{:.0}", s.crowd_batch))),
+            of_crowd(&|r| format!("{:.0} s", r.real_seconds)),
         );
     }
     out
@@ -483,10 +485,11 @@ mod tests {
     }
 
     #[test]
-    fn the_ideal_runs_flags_drop_the_crowds_exchange_and_evaluation() {
+    fn the_ideal_runs_flags_drop_the_crowds_exchange_checks_and_evaluation() {
         let flags = "--model gpt --local-steps auto --eval-interval=1 --batch-size 12 \
-                     --inner-lr 0.002 --max-local-steps=64 --lr 0.7";
-        assert_eq!(without(flags, PHASE_FLAGS), "--model gpt --batch-size 12");
+                     --inner-lr 0.002 --max-local-steps=64 --lr 0.7 --verify-fraction 0.1 \
+                     --probation=32 --verify-cores 4";
+        assert_eq!(without(flags, IDEAL_DROPS), "--model gpt --batch-size 12");
     }
 
     #[test]
