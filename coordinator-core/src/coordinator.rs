@@ -35,7 +35,7 @@ use crate::registry::tally::Note;
 use crate::registry::Registry;
 use crate::remote::Remote;
 use crate::schedule::{self, Action, Schedule, View};
-use crate::settings::Settings;
+use crate::settings::{Mode, Settings};
 use crate::status::{Status, WorkerStatus};
 use crate::trainer::Trainer;
 
@@ -119,7 +119,12 @@ impl Coordinator {
             if frozen {
                 local.segment = 0;
             }
-            LocalPlan::new(local)
+            let plan = LocalPlan::new(local);
+            // A sync round waits for its slowest answer: the others compute until then.
+            match settings.mode {
+                Mode::Sync { .. } => plan.filling_rounds(),
+                Mode::Async { .. } | Mode::Hogwild => plan,
+            }
         });
         let reference = trainer.reference_norm(
             &data.train,

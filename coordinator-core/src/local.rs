@@ -18,6 +18,18 @@
 //! reported compute time is not trusted for anything else: a worker that lies about it only
 //! changes its own H, within the bound, and every phase is still replayable.
 //!
+//! **Filling the round** (sync mode, under `auto`): a sync round waits for its slowest
+//! answer, so a worker whose own H ends sooner would wait, idle, for the rest of the round.
+//! Each measured worker's phase instead takes as many steps as fit in the slowest measured
+//! worker's phase (its own H's steps and link): `H_i = ⌊(T − c_i) / s_i⌋`, never fewer than
+//! its own H, within the same bounds. `T` is what the round waits anyway, so no round is
+//! longer, and every worker's link stays within its tenth of `T`. The slowest is judged by
+//! the phase each worker wants for itself, never by a filled one, so filling does not feed
+//! on itself. A worker that lies about its speed only fills the others' time: it cannot
+//! make a phase longer than `T` or the bound. (Added 2026-11-28: a mixed crowd of eight,
+//! two at half speed and two on far links, had its tabs busy 53 % of the time;
+//! docs/BENCHMARKS.md, "The crowd".)
+//!
 //! **Weighing** (after FedNova, Wang et al. 2020): an answer of `H_i` steps moved the weights
 //! about `H_i` times as far as one step does. Each pseudo-gradient is brought to a common
 //! length before the norm bound and the aggregator see it, multiplied by `H̄ / H_i`, where
@@ -95,6 +107,8 @@ pub struct LocalPlan {
     /// The worker whose next phase should take longest, and how long (seconds), kept as
     /// measurements come so that reading it costs nothing (every input reads it).
     slowest: Option<(WorkerId, f64)>,
+    /// Phases fill the slowest's (sync rounds, under `auto`).
+    fill: bool,
 }
 
 impl LocalPlan {
@@ -108,7 +122,15 @@ impl LocalPlan {
             workers: HashMap::new(),
             mean_steps,
             slowest: None,
+            fill: false,
         }
+    }
+
+    /// Each measured worker's phase fills the slowest's (module docs): for rounds that
+    /// wait for every answer (sync mode). Nothing changes under a fixed H.
+    pub fn filling_rounds(mut self) -> Self {
+        self.fill = true;
+        self
     }
 
     pub fn settings(&self) -> Local {
@@ -142,19 +164,59 @@ impl LocalPlan {
         }
     }
 
-    /// `id`'s next H.
+    /// `id`'s next H: its own, or more where the round's time has room (module docs).
     pub fn steps(&self, id: WorkerId) -> u32 {
-        let LocalSteps::Auto { min, max, passes } = self.local.steps else {
+        let own = self.own_steps(id);
+        let LocalSteps::Auto { max, .. } = self.local.steps else {
+            return own;
+        };
+        let Some(filled) = self.filled(id) else {
+            return own;
+        };
+        filled.min(self.shard_steps(id)).max(own).clamp(1, max)
+    }
+
+    /// The steps of `id`'s phase that end with the slowest's, once both are measured.
+    fn filled(&self, id: WorkerId) -> Option<u32> {
+        if !self.fill {
+            return None;
+        }
+        let (_, round) = self.slowest?;
+        let m = self.workers.get(&id)?;
+        let (step, comm) = (m.step?, m.comm?);
+        if step <= 0.0 {
+            return None;
+        }
+        let fits = ((round - comm) / step).floor();
+        Some(fits.clamp(0.0, f64::from(u32::MAX)) as u32)
+    }
+
+    /// `id`'s own next H, from its link and step alone.
+    fn own_steps(&self, id: WorkerId) -> u32 {
+        let LocalSteps::Auto { min, max, .. } = self.local.steps else {
             return self.local.max_steps();
         };
-        let m = self.workers.get(&id);
-        let wanted = m.and_then(|m| m.steps).unwrap_or(FIRST_STEPS);
-        let shard = m.and_then(|m| m.pass).map_or(u32::MAX, |pass| {
-            (passes * pass as f64)
-                .ceil()
-                .clamp(1.0, f64::from(u32::MAX)) as u32
-        });
-        wanted.min(shard).max(min).clamp(1, max)
+        let wanted = self
+            .workers
+            .get(&id)
+            .and_then(|m| m.steps)
+            .unwrap_or(FIRST_STEPS);
+        wanted.min(self.shard_steps(id)).max(min).clamp(1, max)
+    }
+
+    /// At most `--max-local-epochs` passes over `id`'s shard, under `auto`.
+    fn shard_steps(&self, id: WorkerId) -> u32 {
+        let LocalSteps::Auto { passes, .. } = self.local.steps else {
+            return u32::MAX;
+        };
+        self.workers
+            .get(&id)
+            .and_then(|m| m.pass)
+            .map_or(u32::MAX, |pass| {
+                (passes * pass as f64)
+                    .ceil()
+                    .clamp(1.0, f64::from(u32::MAX)) as u32
+            })
     }
 
     /// `id` answered a phase of `steps` steps; `timing`: it says the phase took `compute`
@@ -207,10 +269,11 @@ impl LocalPlan {
         self.slowest.map(|(_, s)| Duration::from_secs_f64(s))
     }
 
-    /// How long `id`'s next phase should take, once measured.
+    /// How long `id`'s own next phase should take, once measured (never a filled one: the
+    /// slowest is judged by what each worker wants for itself).
     fn expected_of(&self, id: WorkerId) -> Option<f64> {
         let m = self.workers.get(&id)?;
-        Some(f64::from(self.steps(id)) * m.step? + m.comm?)
+        Some(f64::from(self.own_steps(id)) * m.step? + m.comm?)
     }
 
     /// `id`'s expectation changed: the slowest is looked for among everyone only when it
@@ -339,6 +402,60 @@ mod tests {
         plan.answered(fast, 16, Some((ms(32), ms(33))));
         plan.answered(slow, 16, Some((ms(32), ms(132))));
         assert_eq!((plan.steps(fast), plan.steps(slow)), (16, 450));
+    }
+
+    /// Sync rounds (`filling_rounds`): a fast worker and one at half speed, both on a near
+    /// link, and one on a far link that wants 450 steps (1 s). Each phase fills the far
+    /// one's second; a filled phase does not make its worker the slowest; when the far one
+    /// leaves the half-speed one sets the time; the shard's passes still bound a phase.
+    #[test]
+    fn phases_fill_the_slowest_phase_in_sync_rounds() {
+        let settings = |passes| Local {
+            steps: LocalSteps::Auto {
+                min: 16,
+                max: 1000,
+                passes,
+            },
+            inner: OptimizerKind::Sgd { lr: 0.1 },
+            segment: 0,
+        };
+        let ms = Duration::from_millis;
+        let (fast, half, far) = (WorkerId(1), WorkerId(2), WorkerId(3));
+        let measure = |plan: &mut LocalPlan| {
+            plan.answered(fast, 16, Some((ms(32), ms(33))));
+            plan.answered(half, 16, Some((ms(64), ms(65))));
+            plan.answered(far, 16, Some((ms(32), ms(132))));
+        };
+        let mut alone = LocalPlan::new(settings(1e9));
+        measure(&mut alone);
+        let steps = |plan: &LocalPlan| [fast, half, far].map(|id| plan.steps(id));
+        assert_eq!(steps(&alone), [16, 16, 450], "each its own");
+        let mut sync = LocalPlan::new(settings(1e9)).filling_rounds();
+        assert_eq!(steps(&sync), [16, 16, 16], "nothing measured: the floor");
+        measure(&mut sync);
+        // T = 450 · 2 ms + 100 ms = 1 s: (1000 − 1) / 2 and (1000 − 1) / 4 steps.
+        assert_eq!(steps(&sync), [499, 249, 450]);
+        assert_eq!(sync.expected(), Some(ms(1000)));
+        // The fast one took its 499 steps in 998 ms: its own phase is still 16 steps.
+        sync.answered(fast, 499, Some((ms(998), ms(999))));
+        assert_eq!(sync.slowest.map(|(w, _)| w), Some(far));
+        assert_eq!(steps(&sync), [499, 249, 450]);
+        // The far one leaves: the half-speed one's 65 ms phase sets the time.
+        sync.left(far);
+        assert_eq!(sync.expected(), Some(ms(65)));
+        assert_eq!([fast, half].map(|id| sync.steps(id)), [32, 16]);
+        // One pass over a shard of 62 batches still bounds a filled phase.
+        let mut shard = LocalPlan::new(settings(1.0)).filling_rounds();
+        measure(&mut shard);
+        assert_eq!(shard.phase(fast, 62).steps, 62);
+        // Under a fixed H nothing fills.
+        let mut fixed = LocalPlan::new(Local {
+            steps: LocalSteps::Fixed(16),
+            ..settings(1e9)
+        })
+        .filling_rounds();
+        measure(&mut fixed);
+        assert_eq!(steps(&fixed), [16, 16, 16]);
     }
 
     /// `--max-local-epochs`: a worker whose link asks for 450 steps but whose shard is 62

@@ -305,3 +305,53 @@ fn one_core_checks_a_crowd_without_holding_its_rounds() {
     );
     assert!(slower < 1.05, "{one:?} {eight:?}");
 }
+
+/// A sync round waits for its slowest answer; under `auto` each other worker's phase fills
+/// that time (`local.rs`). Three workers at 10 ms a step and one at 40 ms, on one home link,
+/// a floor of 32 steps: the slow one takes its floor, and the fast ones, with phases of
+/// their own length (60 steps a phase), waited for it, busy 43 % of the time when written;
+/// they fill the round instead (122 steps a phase, busy 87 %), every worker is busy more
+/// than 80 % of the time, and every filled phase is replayed and matches its answer.
+#[test]
+fn fast_workers_fill_a_sync_round_that_a_slow_one_sets() {
+    let home = Link::symmetric(ms(25), 10.0);
+    let workers = [10, 10, 10, 40]
+        .iter()
+        .map(|&s| WorkerSpec::new(home, ms(s)).with_compression(Compression::Int8))
+        .collect();
+    let settings = Settings {
+        verify_fraction: 1.0,
+        eval_interval: 10,
+        ..local(
+            LocalSteps::Auto {
+                min: 32,
+                max: 4096,
+                passes: 1e6,
+            },
+            SGD,
+        )
+    };
+    let mut s = scenario(32, workers, settings);
+    s.until.rounds = Some(30);
+    let r = run(s);
+    assert_eq!(r.rounds, 30, "{r:?}");
+    let per_phase = |w: &WorkerReport| w.local_steps as f64 / w.gradients_sent as f64;
+    let slow = per_phase(&r.workers[3]);
+    eprintln!(
+        "steps a phase: {:?}; busy: {:?}",
+        r.workers.iter().map(per_phase).collect::<Vec<_>>(),
+        r.workers
+            .iter()
+            .map(|w| w.compute_share)
+            .collect::<Vec<_>>()
+    );
+    for w in &r.workers[..3] {
+        assert!(per_phase(w) > 3.0 * slow, "{} {slow}: {r:?}", per_phase(w));
+    }
+    for w in &r.workers {
+        assert!(w.compute_share > 0.8, "{w:?}");
+    }
+    assert_eq!((r.verification_mismatches, r.bans), (0, 0), "{r:?}");
+    assert!(r.gradients_verified >= 100, "{r:?}");
+    assert!(r.accuracy.expect("evaluated") > 0.85, "{r:?}");
+}
