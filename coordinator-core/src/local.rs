@@ -18,17 +18,20 @@
 //! reported compute time is not trusted for anything else: a worker that lies about it only
 //! changes its own H, within the bound, and every phase is still replayable.
 //!
-//! **Filling the round** (sync mode, under `auto`): a sync round waits for its slowest
-//! answer, so a worker whose own H ends sooner would wait, idle, for the rest of the round.
-//! Each measured worker's phase instead takes as many steps as fit in the slowest measured
-//! worker's phase (its own H's steps and link): `H_i = ⌊(T − c_i) / s_i⌋`, never fewer than
-//! its own H, within the same bounds. `T` is what the round waits anyway, so no round is
-//! longer, and every worker's link stays within its tenth of `T`. The slowest is judged by
-//! the phase each worker wants for itself, never by a filled one, so filling does not feed
-//! on itself. A worker that lies about its speed only fills the others' time: it cannot
-//! make a phase longer than `T` or the bound. (Added 2026-11-28: a mixed crowd of eight,
-//! two at half speed and two on far links, had its tabs busy 53 % of the time;
-//! docs/BENCHMARKS.md, "The crowd".)
+//! **Phases that end together** (sync mode, under `auto`): a sync round waits for its
+//! slowest answer, so a worker whose own H ended sooner waited, idle, and one far worker
+//! whose link asked for a long phase stretched every round. Each measured worker's phase
+//! instead ends at the round's time `T`: `H_i = ⌊(T − c_i) / s_i⌋` steps, within the same
+//! bounds (never below `--min-local-steps`). `T` is the typical worker's own phase (the
+//! lower median of what each wants for itself), or the longest floor (`--min-local-steps`
+//! and its link) where that does not fit in it: a worker at half speed still takes its 16
+//! steps, and the others fill its time; a worker whose link asks for a longer phase than
+//! most takes one of `T`, its link a larger share of its time (a far tab no longer holds
+//! every round). `T` is judged by what each worker wants for itself, never by a phase it was
+//! given, so it does not feed on itself; a worker that pretends to be slow moves the median
+//! by one place, and its floor (which it must then take) only fills the others' time, up to
+//! `--max-local-steps`. (Added 2026-11-28: a mixed crowd of eight, two at half speed and
+//! two on far links, had its tabs busy 53 % of the time; docs/BENCHMARKS.md, "The crowd".)
 //!
 //! **Weighing** (after FedNova, Wang et al. 2020): an answer of `H_i` steps moved the weights
 //! about `H_i` times as far as one step does. Each pseudo-gradient is brought to a common
@@ -107,8 +110,14 @@ pub struct LocalPlan {
     /// The worker whose next phase should take longest, and how long (seconds), kept as
     /// measurements come so that reading it costs nothing (every input reads it).
     slowest: Option<(WorkerId, f64)>,
-    /// Phases fill the slowest's (sync rounds, under `auto`).
+    /// Phases end together, at the round's time (sync rounds, under `auto`).
     fill: bool,
+    /// The round's time `T` (seconds) and the worker that set it; looked for among everyone
+    /// once every worker answered since (about once a round), or when its setter leaves, and
+    /// raised in between by a worker whose floor alone no longer fits in it.
+    round: Option<(WorkerId, f64)>,
+    /// Measured answers since `round` was looked for.
+    since_round: usize,
 }
 
 impl LocalPlan {
@@ -123,11 +132,13 @@ impl LocalPlan {
             mean_steps,
             slowest: None,
             fill: false,
+            round: None,
+            since_round: 0,
         }
     }
 
-    /// Each measured worker's phase fills the slowest's (module docs): for rounds that
-    /// wait for every answer (sync mode). Nothing changes under a fixed H.
+    /// Each measured worker's phase ends at the round's time (module docs): for rounds
+    /// that wait for every answer (sync mode). Nothing changes under a fixed H.
     pub fn filling_rounds(mut self) -> Self {
         self.fill = true;
         self
@@ -164,30 +175,32 @@ impl LocalPlan {
         }
     }
 
-    /// `id`'s next H: its own, or more where the round's time has room (module docs).
+    /// `id`'s next H: its own, or in a sync round what ends at the round's time (module
+    /// docs).
     pub fn steps(&self, id: WorkerId) -> u32 {
         let own = self.own_steps(id);
-        let LocalSteps::Auto { max, .. } = self.local.steps else {
+        let LocalSteps::Auto { min, max, .. } = self.local.steps else {
             return own;
         };
         let Some(filled) = self.filled(id) else {
             return own;
         };
-        filled.min(self.shard_steps(id)).max(own).clamp(1, max)
+        filled.min(self.shard_steps(id)).max(min).clamp(1, max)
     }
 
-    /// The steps of `id`'s phase that end with the slowest's, once both are measured.
+    /// The steps of `id`'s phase that end at the round's time, once both are measured.
     fn filled(&self, id: WorkerId) -> Option<u32> {
         if !self.fill {
             return None;
         }
-        let (_, round) = self.slowest?;
+        let (_, round) = self.round?;
         let m = self.workers.get(&id)?;
         let (step, comm) = (m.step?, m.comm?);
         if step <= 0.0 {
             return None;
         }
-        let fits = ((round - comm) / step).floor();
+        // The worker that set the time takes its own steps, not one fewer for a rounding.
+        let fits = ((round - comm) / step + 1e-6).floor();
         Some(fits.clamp(0.0, f64::from(u32::MAX)) as u32)
     }
 
@@ -227,6 +240,7 @@ impl LocalPlan {
         self.mean_steps += NEWEST_LENGTH * (f64::from(steps) - self.mean_steps);
         if let Some((compute, wall)) = timing {
             self.measure(id, steps, compute, wall);
+            self.since_round += 1;
             self.refresh(id);
         }
     }
@@ -265,8 +279,14 @@ impl LocalPlan {
     /// How long the slowest measured worker's next phase should take, its link included:
     /// a round's deadline waits at least 1.5 times that (`schedule/sync.rs`), so a phase
     /// that grew is not cut by a deadline learnt from shorter ones.
+    /// In a sync round under `auto`, every measured phase ends at the round's time.
     pub fn expected(&self) -> Option<Duration> {
-        self.slowest.map(|(_, s)| Duration::from_secs_f64(s))
+        let longest = if self.fill {
+            self.round.or(self.slowest)
+        } else {
+            self.slowest
+        };
+        longest.map(|(_, s)| Duration::from_secs_f64(s))
     }
 
     /// How long `id`'s own next phase should take, once measured (never a filled one: the
@@ -286,6 +306,51 @@ impl LocalPlan {
             (None, Some(e)) => Some((id, e)),
             (slowest, _) => slowest,
         };
+        if !self.fill {
+            return;
+        }
+        self.round = match self.round {
+            None => self.find_round(),
+            Some(_) if self.since_round >= self.workers.len() => self.find_round(),
+            Some((_, t)) if self.floor_of(id).is_some_and(|f| f > t) => {
+                self.floor_of(id).map(|f| (id, f))
+            }
+            kept => kept,
+        };
+    }
+
+    /// How long `id`'s shortest phase takes: `--min-local-steps` and its link.
+    fn floor_of(&self, id: WorkerId) -> Option<f64> {
+        let LocalSteps::Auto { min, max, .. } = self.local.steps else {
+            return None;
+        };
+        let m = self.workers.get(&id)?;
+        Some(f64::from(min.clamp(1, max)) * m.step? + m.comm?)
+    }
+
+    /// The round's time: the typical worker's own phase (the lower median), or the longest
+    /// floor where one does not fit in it. Ties go to the lower id, so that a run repeats.
+    fn find_round(&mut self) -> Option<(WorkerId, f64)> {
+        self.since_round = 0;
+        let by_time = |a: &(f64, WorkerId), b: &(f64, WorkerId)| {
+            a.0.total_cmp(&b.0).then(b.1 .0.cmp(&a.1 .0))
+        };
+        let mut own: Vec<(f64, WorkerId)> = self
+            .workers
+            .keys()
+            .filter_map(|&id| Some((self.expected_of(id)?, id)))
+            .collect();
+        own.sort_by(by_time);
+        let &(typical, by) = own.get(own.len().saturating_sub(1) / 2)?;
+        let floor = self
+            .workers
+            .keys()
+            .filter_map(|&id| Some((self.floor_of(id)?, id)))
+            .max_by(by_time);
+        Some(match floor {
+            Some((f, id)) if f > typical => (id, f),
+            _ => (by, typical),
+        })
     }
 
     fn find_slowest(&self) -> Option<(WorkerId, f64)> {
@@ -305,6 +370,9 @@ impl LocalPlan {
         self.workers.remove(&id);
         if self.slowest.is_some_and(|(w, _)| w == id) {
             self.slowest = self.find_slowest();
+        }
+        if self.round.is_some_and(|(w, _)| w == id) {
+            self.round = self.find_round();
         }
     }
 }
@@ -404,12 +472,14 @@ mod tests {
         assert_eq!((plan.steps(fast), plan.steps(slow)), (16, 450));
     }
 
-    /// Sync rounds (`filling_rounds`): a fast worker and one at half speed, both on a near
-    /// link, and one on a far link that wants 450 steps (1 s). Each phase fills the far
-    /// one's second; a filled phase does not make its worker the slowest; when the far one
-    /// leaves the half-speed one sets the time; the shard's passes still bound a phase.
+    /// Sync rounds (`filling_rounds`): two fast workers and one at half speed on near links
+    /// (16 steps: 33 and 65 ms), and one on a far link that wants 90 steps (200 ms). The
+    /// round's time is the half-speed one's floor, 65 ms (the typical own phase, 33 ms, is
+    /// shorter): the fast ones fill it, the far one's phase ends with it. A phase given
+    /// does not move the time; the far one leaving does not either; the shard's passes
+    /// still bound a phase, and a fixed H is left alone.
     #[test]
-    fn phases_fill_the_slowest_phase_in_sync_rounds() {
+    fn phases_end_together_in_sync_rounds() {
         let settings = |passes| Local {
             steps: LocalSteps::Auto {
                 min: 16,
@@ -420,42 +490,53 @@ mod tests {
             segment: 0,
         };
         let ms = Duration::from_millis;
-        let (fast, half, far) = (WorkerId(1), WorkerId(2), WorkerId(3));
+        let ids = [1, 2, 3, 4].map(WorkerId);
+        let [fast, other, half, far] = ids;
         let measure = |plan: &mut LocalPlan| {
             plan.answered(fast, 16, Some((ms(32), ms(33))));
+            plan.answered(other, 16, Some((ms(32), ms(33))));
             plan.answered(half, 16, Some((ms(64), ms(65))));
-            plan.answered(far, 16, Some((ms(32), ms(132))));
+            plan.answered(far, 16, Some((ms(32), ms(52))));
         };
+        let steps = |plan: &LocalPlan| ids.map(|id| plan.steps(id));
         let mut alone = LocalPlan::new(settings(1e9));
         measure(&mut alone);
-        let steps = |plan: &LocalPlan| [fast, half, far].map(|id| plan.steps(id));
-        assert_eq!(steps(&alone), [16, 16, 450], "each its own");
+        assert_eq!(steps(&alone), [16, 16, 16, 90], "each its own");
+        assert_eq!(alone.expected(), Some(ms(200)));
         let mut sync = LocalPlan::new(settings(1e9)).filling_rounds();
-        assert_eq!(steps(&sync), [16, 16, 16], "nothing measured: the floor");
+        assert_eq!(steps(&sync), [16; 4], "nothing measured: the floor");
         measure(&mut sync);
-        // T = 450 · 2 ms + 100 ms = 1 s: (1000 − 1) / 2 and (1000 − 1) / 4 steps.
-        assert_eq!(steps(&sync), [499, 249, 450]);
-        assert_eq!(sync.expected(), Some(ms(1000)));
-        // The fast one took its 499 steps in 998 ms: its own phase is still 16 steps.
-        sync.answered(fast, 499, Some((ms(998), ms(999))));
-        assert_eq!(sync.slowest.map(|(w, _)| w), Some(far));
-        assert_eq!(steps(&sync), [499, 249, 450]);
-        // The far one leaves: the half-speed one's 65 ms phase sets the time.
+        // T = 65 ms: (65 − 1) / 2, the floor, (65 − 20) / 2 steps.
+        assert_eq!(steps(&sync), [32, 32, 16, 22]);
+        assert_eq!(sync.expected(), Some(ms(65)));
+        // The fast one took its 32 steps in 64 ms: T stays.
+        sync.answered(fast, 32, Some((ms(64), ms(65))));
+        assert_eq!(steps(&sync), [32, 32, 16, 22]);
         sync.left(far);
         assert_eq!(sync.expected(), Some(ms(65)));
-        assert_eq!([fast, half].map(|id| sync.steps(id)), [32, 16]);
-        // One pass over a shard of 62 batches still bounds a filled phase.
+        assert_eq!([fast, other, half].map(|id| sync.steps(id)), [32, 32, 16]);
+        // Without the half-speed one the typical phase sets the time: 33 ms.
+        sync.left(half);
+        assert_eq!(sync.expected(), Some(ms(33)));
+        assert_eq!([fast, other].map(|id| sync.steps(id)), [16, 16]);
+        // Alike workers take their own phase, not a step fewer for a rounding.
+        let mut alike = LocalPlan::new(settings(1e9)).filling_rounds();
+        for id in ids {
+            alike.answered(id, 16, Some((ms(47), ms(176))));
+        }
+        assert_eq!(steps(&alike), [396; 4]);
+        // One pass over a shard of 20 batches bounds a filled phase.
         let mut shard = LocalPlan::new(settings(1.0)).filling_rounds();
         measure(&mut shard);
-        assert_eq!(shard.phase(fast, 62).steps, 62);
-        // Under a fixed H nothing fills.
+        assert_eq!(shard.phase(fast, 20).steps, 20);
+        // Under a fixed H nothing changes.
         let mut fixed = LocalPlan::new(Local {
             steps: LocalSteps::Fixed(16),
             ..settings(1e9)
         })
         .filling_rounds();
         measure(&mut fixed);
-        assert_eq!(steps(&fixed), [16, 16, 16]);
+        assert_eq!(steps(&fixed), [16; 4]);
     }
 
     /// `--max-local-epochs`: a worker whose link asks for 450 steps but whose shard is 62
