@@ -122,7 +122,8 @@ pub struct Cli {
     /// Each worker takes this many inner steps on consecutive batches before it answers,
     /// with the pseudo-gradient (the weights it got minus the weights it ended with), or
     /// `auto`: each worker's own number, so that its link takes at most about 10 % of its
-    /// time [default: one step, answered with its gradient; `auto` for a gpt whose --host
+    /// time, and in sync mode as many as end with the round (the typical worker's phase,
+    /// or the slowest one's floor) [default: one step, answered with its gradient; `auto` for a gpt whose --host
     /// is not loopback, unless --warmup, --lr-decay-steps, --min-lr or --clip is given].
     #[arg(long)]
     pub local_steps: Option<String>,
