@@ -276,16 +276,12 @@ impl LocalPlan {
         (self.mean_steps / f64::from(steps.max(1))) as f32
     }
 
-    /// How long the slowest measured worker's next phase should take, its link included:
-    /// a round's deadline waits at least 1.5 times that (`schedule/sync.rs`), so a phase
+    /// How long the longest measured phase should take, its link included: the slowest
+    /// worker's own, or in a sync round the round's time, where every measured phase ends.
+    /// A round's deadline waits at least 1.5 times that (`schedule/sync.rs`), so a phase
     /// that grew is not cut by a deadline learnt from shorter ones.
-    /// In a sync round under `auto`, every measured phase ends at the round's time.
     pub fn expected(&self) -> Option<Duration> {
-        let longest = if self.fill {
-            self.round.or(self.slowest)
-        } else {
-            self.slowest
-        };
+        let longest = if self.fill { self.round } else { self.slowest };
         longest.map(|(_, s)| Duration::from_secs_f64(s))
     }
 
@@ -309,13 +305,11 @@ impl LocalPlan {
         if !self.fill {
             return;
         }
-        self.round = match self.round {
-            None => self.find_round(),
-            Some(_) if self.since_round >= self.workers.len() => self.find_round(),
-            Some((_, t)) if self.floor_of(id).is_some_and(|f| f > t) => {
-                self.floor_of(id).map(|f| (id, f))
-            }
-            kept => kept,
+        self.round = match (self.round, self.floor_of(id)) {
+            (None, _) => self.find_round(),
+            _ if self.since_round >= self.workers.len() => self.find_round(),
+            (Some((_, t)), Some(floor)) if floor > t => Some((id, floor)),
+            (kept, _) => kept,
         };
     }
 
@@ -329,7 +323,7 @@ impl LocalPlan {
     }
 
     /// The round's time: the typical worker's own phase (the lower median), or the longest
-    /// floor where one does not fit in it. Ties go to the lower id, so that a run repeats.
+    /// floor where one does not fit in it. Ties go by id, so that a run repeats.
     fn find_round(&mut self) -> Option<(WorkerId, f64)> {
         self.since_round = 0;
         let by_time = |a: &(f64, WorkerId), b: &(f64, WorkerId)| {
@@ -340,8 +334,8 @@ impl LocalPlan {
             .keys()
             .filter_map(|&id| Some((self.expected_of(id)?, id)))
             .collect();
-        own.sort_by(by_time);
-        let &(typical, by) = own.get(own.len().saturating_sub(1) / 2)?;
+        let median = own.len().checked_sub(1)? / 2;
+        let (_, &mut (typical, by), _) = own.select_nth_unstable_by(median, by_time);
         let floor = self
             .workers
             .keys()
