@@ -5,7 +5,7 @@ const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 const autostart = params.get("autostart") !== "0";
 // Wire format: int8 by default (a quarter of the bytes, < 0.1 accuracy points here);
-// ?compression=none for exact f32, ?compression=f16 for half.
+// ?compression=none for exact f32, ?compression=f16 for half, ?compression=int4 for answers in int4.
 const compression = params.get("compression") ?? "int8";
 // An invitation link carries the run's join token in the fragment (#token=SECRET), which
 // browsers never send to the server in a request.

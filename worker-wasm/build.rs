@@ -59,6 +59,11 @@ fn main() {
     std::fs::write(out.join("native_worker_frames.bin"), fixture::pack(&worker))
         .expect("write frames");
     std::fs::write(
+        out.join("native_compressed_answers.bin"),
+        fixture::pack(&fixture::compressed_answers()),
+    )
+    .expect("write frames");
+    std::fs::write(
         out.join("native_coordinator_frames.bin"),
         fixture::pack(&coordinator),
     )

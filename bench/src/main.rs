@@ -45,7 +45,7 @@ struct Cli {
     /// Timed rounds, after 2 warm-up rounds.
     #[arg(long, default_value_t = 20)]
     rounds: u64,
-    /// Wire compression the workers ask for: none, f16 or int8 (headline numbers: none).
+    /// Wire compression the workers ask for: none, f16, int8 or int4 (headline numbers: none).
     #[arg(long, default_value = "none")]
     compression: String,
     /// Through a cluster of this many edges and a root on a real nats-server (0: one
@@ -81,7 +81,8 @@ fn main() -> anyhow::Result<()> {
         "none" => Compression::None,
         "f16" => Compression::F16,
         "int8" => Compression::Int8,
-        other => bail!("--compression must be none, f16 or int8, not {other:?}"),
+        "int4" => Compression::Int4,
+        other => bail!("--compression must be none, f16, int8 or int4, not {other:?}"),
     };
     let result = if cli.edges > 0 {
         let flags = coordinator_flags(hidden, cli.workers);
@@ -408,7 +409,7 @@ pub(crate) fn matches_reference(
     rounds: u64,
     compression: Compression,
 ) -> (bool, f32) {
-    let through_wire = |values: &[f32]| {
+    let through_wire = |values: &[f32], compression: Compression| {
         let mut raw = Vec::new();
         protocol::tensor::encode_payload(&mut raw, values, compression);
         protocol::tensor::decode_payload(&raw, values.len(), compression)
@@ -418,7 +419,7 @@ pub(crate) fn matches_reference(
     let weight = BATCH as f32;
     let mut max_step = 0.0f32;
     for _ in 0..rounds {
-        let seen = through_wire(&w);
+        let seen = through_wire(&w, compression.for_weights());
         let mut sum = vec![0.0f32; w.len()];
         // The coordinator's sum Σ_k samples · g_k, then / Σ samples.
         for k in 0..workers {
@@ -427,9 +428,9 @@ pub(crate) fn matches_reference(
             max_step = max_step.max(match compression {
                 Compression::None => 0.0,
                 Compression::F16 => g_max / 1024.0,
-                Compression::Int8 => g_max / 127.0,
+                Compression::Int8 | Compression::Int4 => g_max / f32::from(compression.levels()),
             });
-            for (s, v) in sum.iter_mut().zip(through_wire(&g)) {
+            for (s, v) in sum.iter_mut().zip(through_wire(&g, compression)) {
                 *s += weight * v;
             }
         }

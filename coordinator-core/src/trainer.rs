@@ -231,9 +231,10 @@ impl Trainer {
         !self.net.frozen().is_empty()
     }
 
-    /// The current weights as `Weights` chunk frames in `compression` (the trained tensors
+    /// The current weights as `Weights` chunk frames in `compression`'s weights encoding ([`Compression::for_weights`]; the trained tensors
     /// only, if some are frozen), encoded at most once per version and compression.
     pub fn weights(&mut self, compression: Compression) -> Frames {
+        let compression = compression.for_weights();
         let slot = slot(compression);
         let (version, params, net) = (self.version, &self.params, &self.net);
         if self.has_frozen() {
@@ -251,6 +252,7 @@ impl Trainer {
         if !self.has_frozen() {
             return None;
         }
+        let compression = compression.for_weights();
         let (params, net) = (&self.params, &self.net);
         let frame = self.frozen_frames[slot(compression)].get_or_insert_with(|| {
             frames(protocol::encode_frozen(
@@ -263,6 +265,7 @@ impl Trainer {
 
     /// The current weights exactly as a worker on `compression` decodes them.
     pub fn weights_as_seen(&mut self, compression: Compression) -> Arc<[f32]> {
+        let compression = compression.for_weights();
         let slot = slot(compression);
         if let Some(seen) = &self.seen[slot] {
             return Arc::clone(seen);
@@ -307,11 +310,12 @@ impl Trainer {
     }
 }
 
+/// The cache slot of a weights encoding (`int4` never is one: its weights go as `int8`).
 fn slot(compression: Compression) -> usize {
-    match compression {
+    match compression.for_weights() {
         Compression::None => 0,
         Compression::F16 => 1,
-        Compression::Int8 => 2,
+        Compression::Int8 | Compression::Int4 => 2,
     }
 }
 
@@ -380,6 +384,12 @@ mod tests {
         let c = t.weights(Compression::Int8);
         assert_ne!(a.as_ptr(), c.as_ptr(), "a new version is encoded anew");
         assert_eq!(decoded(&c).0, 1);
+        // A worker answering in int4 is sent the int8 frames themselves.
+        assert_eq!(t.weights(Compression::Int4).as_ptr(), c.as_ptr());
+        assert!(Arc::ptr_eq(
+            &t.weights_as_seen(Compression::Int4),
+            &t.weights_as_seen(Compression::Int8)
+        ));
     }
 
     #[test]

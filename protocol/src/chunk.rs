@@ -8,8 +8,8 @@
 
 use std::ops::Range;
 
-/// Values per chunk: 64 KiB of `f32`. A multiple of the int8 block (256), so a chunked
-/// tensor quantizes exactly as the whole tensor would.
+/// Values per chunk: 64 KiB of `f32`. A multiple of the int8 and int4 blocks (256, 64), so
+/// a chunked tensor quantizes exactly as the whole tensor would.
 pub const CHUNK_VALUES: usize = 16_384;
 
 /// The value ranges of a tensor of `total` values, one per chunk (one empty range for an

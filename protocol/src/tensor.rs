@@ -1,7 +1,8 @@
-//! Tensors on the wire: raw little-endian `f32`, or compressed to `f16` or to `int8` with one
-//! `f32` scale per chunk of [`INT8_CHUNK`] values. A worker asks for a compression in
-//! `Hello`; `Welcome` confirms it; its `Weights` and `Gradient`s then use it. The codec is
-//! the same on both sides, so what is lost is exactly the rounding documented here.
+//! Tensors on the wire: raw little-endian `f32`, or compressed to `f16`, to `int8` with one
+//! `f32` scale per chunk of [`INT8_CHUNK`] values, or to `int4` with one per [`INT4_CHUNK`].
+//! A worker asks for a compression in `Hello`; `Welcome` confirms it; its `Weights` and
+//! `Gradient`s then use it (`int4`'s weights go as `int8`: [`Compression::for_weights`]). The
+//! codec is the same on both sides, so what is lost is exactly the rounding documented here.
 
 use half::slice::HalfFloatSliceExt;
 
@@ -11,6 +12,10 @@ const F16_BLOCK: usize = 256;
 /// Values per int8 chunk: each chunk has its own scale, so one large value only coarsens its
 /// own chunk.
 pub const INT8_CHUNK: usize = 256;
+
+/// Values per int4 chunk: a finer grain than int8's, since a chunk's largest value sets a step
+/// of a seventh of it. 36 bytes a chunk, 0.5625 a value.
+pub const INT4_CHUNK: usize = 64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Compression {
@@ -22,6 +27,11 @@ pub enum Compression {
     /// `round(x / scale)` in -127..=127 with `scale = max|x| / 127` per chunk: about 1 byte
     /// per value (plus 4 per 256), error ≤ scale / 2.
     Int8,
+    /// `round(x / scale)` in -7..=7 with `scale = max|x| / 7` per chunk of [`INT4_CHUNK`],
+    /// two values a byte (the first in the low nibble): 0.5625 bytes a value, error ≤
+    /// scale / 2. For answers only: a worker that asks for it is sent its weights in `int8`
+    /// (a weight rounded to a seventh of its chunk's largest would not train).
+    Int4,
 }
 
 impl Compression {
@@ -30,6 +40,7 @@ impl Compression {
             Self::None => 0,
             Self::F16 => 1,
             Self::Int8 => 2,
+            Self::Int4 => 3,
         }
     }
 
@@ -38,6 +49,7 @@ impl Compression {
             0 => Some(Self::None),
             1 => Some(Self::F16),
             2 => Some(Self::Int8),
+            3 => Some(Self::Int4),
             _ => None,
         }
     }
@@ -51,6 +63,37 @@ impl Compression {
                 .div_ceil(INT8_CHUNK)
                 .checked_mul(4)?
                 .checked_add(count),
+            Self::Int4 => {
+                let (full, rest) = (count / INT4_CHUNK, count % INT4_CHUNK);
+                let last = if rest == 0 { 0 } else { 4 + rest.div_ceil(2) };
+                full.checked_mul(4 + INT4_CHUNK / 2)?.checked_add(last)
+            }
+        }
+    }
+
+    /// The encoding this worker's `Weights` (and frozen layers) are sent in: its own, but
+    /// `int8` for `int4`.
+    pub fn for_weights(self) -> Self {
+        match self {
+            Self::Int4 => Self::Int8,
+            c => c,
+        }
+    }
+
+    /// Values that share one scale (int8 and int4), or that the rounding is judged over.
+    pub fn chunk_len(self) -> usize {
+        match self {
+            Self::Int4 => INT4_CHUNK,
+            _ => INT8_CHUNK,
+        }
+    }
+
+    /// The largest level of a scaled encoding (`scale = max|x| / levels`); 0 for the others.
+    pub fn levels(self) -> u8 {
+        match self {
+            Self::Int8 => 127,
+            Self::Int4 => 7,
+            Self::None | Self::F16 => 0,
         }
     }
 
@@ -59,6 +102,7 @@ impl Compression {
             Self::None => "none",
             Self::F16 => "f16",
             Self::Int8 => "int8",
+            Self::Int4 => "int4",
         }
     }
 }
@@ -87,19 +131,28 @@ pub fn encode_payload(out: &mut Vec<u8>, values: &[f32], c: Compression) {
                 }
             }
         }
-        Compression::Int8 => {
+        Compression::Int8 | Compression::Int4 => {
             out.reserve(c.payload_len(values.len()).unwrap_or(0));
-            for chunk in values.chunks(INT8_CHUNK) {
+            let levels = c.levels();
+            for chunk in values.chunks(c.chunk_len()) {
                 // NaN or infinity make the scale non-finite, which decoding turns back into
                 // non-finite values: the receiver's validation still sees them.
-                let scale = abs_max(chunk) / 127.0;
+                let scale = abs_max(chunk) / f32::from(levels);
                 out.extend_from_slice(&scale.to_le_bytes());
                 let inv = if scale > 0.0 && scale.is_finite() {
                     1.0 / scale
                 } else {
                     0.0
                 };
-                out.extend(chunk.iter().map(|x| quantize(*x, inv)));
+                let q = |x: &f32| quantize(*x, inv, levels);
+                if c == Compression::Int8 {
+                    out.extend(chunk.iter().map(q));
+                } else {
+                    out.extend(chunk.chunks(2).map(|pair| {
+                        let high = pair.get(1).map_or(0, q);
+                        (q(&pair[0]) & 0x0f) | (high << 4)
+                    }));
+                }
             }
         }
     }
@@ -128,14 +181,15 @@ fn abs_max(chunk: &[f32]) -> f32 {
     lanes.into_iter().fold(rest, max)
 }
 
-/// `round(x * inv)` (half away from zero) clamped to -127..=127, as two's-complement bits.
+/// `round(x * inv)` (half away from zero) clamped to -levels..=levels, as two's-complement
+/// bits.
 /// `f32::round` is a libm call per value on baseline x86-64, and `as i32` a saturating
 /// conversion the compiler keeps scalar; this is the same function in operations that
 /// vectorise. Adding 2^23 to `|y| ≤ 128` leaves `|y|` rounded to nearest, ties to even, in
 /// the sum's low mantissa bits; `|y|` minus that integer is exact (Sterbenz), so a tie that
 /// went down to even shows as exactly 0.5 and goes up instead. A NaN `y` gives 0, as
 /// `NaN.round() as i8` does.
-fn quantize(x: f32, inv: f32) -> u8 {
+fn quantize(x: f32, inv: f32, levels: u8) -> u8 {
     const TWO_23: f32 = 8_388_608.0;
     let y = x * inv;
     let a = y.abs();
@@ -149,7 +203,7 @@ fn quantize(x: f32, inv: f32) -> u8 {
     let shifted = a + TWO_23;
     let even = shifted.to_bits() - TWO_23.to_bits();
     let tie_went_down = a - (shifted - TWO_23) == 0.5;
-    let magnitude = (even + u32::from(tie_went_down)).min(127) as u8;
+    let magnitude = (even + u32::from(tie_went_down)).min(u32::from(levels)) as u8;
     if y.is_sign_negative() {
         magnitude.wrapping_neg()
     } else {
@@ -189,6 +243,20 @@ pub fn decode_payload_append(raw: &[u8], count: usize, out: &mut Vec<f32>, c: Co
             for block in raw.chunks(INT8_CHUNK + 4) {
                 let scale = f32::from_le_bytes([block[0], block[1], block[2], block[3]]);
                 out.extend(block[4..].iter().map(|&q| f32::from(q as i8) * scale));
+            }
+        }
+        Compression::Int4 => {
+            let mut left = count;
+            for block in raw.chunks(INT4_CHUNK / 2 + 4) {
+                let scale = f32::from_le_bytes([block[0], block[1], block[2], block[3]]);
+                let n = left.min(INT4_CHUNK);
+                left -= n;
+                // The low nibble, then the high one, each sign-extended from 4 bits.
+                let values = block[4..]
+                    .iter()
+                    .flat_map(|&b| [(b << 4) as i8 >> 4, b as i8 >> 4])
+                    .take(n);
+                out.extend(values.map(|q| f32::from(q) * scale));
             }
         }
     }
@@ -364,6 +432,80 @@ mod tests {
             "inf must stay detectable: {back:?}"
         );
         assert!(round_trip(&[f32::NAN], Compression::F16)[0].is_nan());
-        assert_eq!(Compression::from_u8(3), None);
+        assert_eq!(Compression::from_u8(4), None);
+    }
+
+    /// int4 one value at a time, written plainly: `f32::round`, a clamp, then the nibbles.
+    fn int4_reference(values: &[f32]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for chunk in values.chunks(INT4_CHUNK) {
+            let scale = chunk.iter().fold(0.0f32, |m, x| m.max(x.abs())) / 7.0;
+            out.extend_from_slice(&scale.to_le_bytes());
+            let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+            let level = |x: f32| ((x * inv).round().clamp(-7.0, 7.0) as i8 as u8) & 0x0f;
+            for pair in chunk.chunks(2) {
+                out.push(level(pair[0]) | pair.get(1).map_or(0, |&x| level(x)) << 4);
+            }
+        }
+        out
+    }
+
+    /// Byte for byte the reference, on every tie `k + 0.5` of the scale and either side of
+    /// it, on pseudo-random chunks whole and partial; back within half a step of the chunk.
+    #[test]
+    fn int4_matches_the_reference_and_rounds_within_half_a_step() {
+        let mut values = Vec::new();
+        for k in -7..7 {
+            let t = k as f32 + 0.5;
+            values.extend([7.0, t, t.next_down(), t.next_up(), -0.0]);
+        }
+        let mut seed = 0x9e37_79b9_u32;
+        values.extend((0..3 * INT4_CHUNK + 13).map(|i| {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            (seed as f32 / u32::MAX as f32 - 0.5) * 2f32.powi(i as i32 % 40 - 20)
+        }));
+        for len in [0, 1, 2, 63, 64, 65, 127, values.len()] {
+            let values = &values[..len];
+            let mut got = Vec::new();
+            encode_payload(&mut got, values, Compression::Int4);
+            assert_eq!(got, int4_reference(values), "{len} values");
+            let back = round_trip(values, Compression::Int4);
+            assert_eq!(back.len(), len);
+            for (chunk, back) in values.chunks(INT4_CHUNK).zip(back.chunks(INT4_CHUNK)) {
+                let step = chunk.iter().fold(0.0f32, |m, x| m.max(x.abs())) / 7.0;
+                for (a, b) in chunk.iter().zip(back) {
+                    assert!((a - b).abs() <= step / 2.0 * 1.0001, "{a} vs {b} ({step})");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn int4_sizes_zeros_and_non_finite() {
+        let c = Compression::Int4;
+        assert_eq!(c.payload_len(0), Some(0));
+        assert_eq!(c.payload_len(1), Some(5));
+        assert_eq!(c.payload_len(64), Some(36));
+        assert_eq!(c.payload_len(129), Some(2 * 36 + 5));
+        assert_eq!(c.payload_len(256 * 1024), Some(256 * 1024 / 64 * 36));
+        assert_eq!(Compression::from_u8(3), Some(c));
+        assert_eq!(
+            (c.for_weights(), Compression::F16.for_weights()),
+            (Compression::Int8, Compression::F16)
+        );
+        assert_eq!(round_trip(&[0.0; 100], c), vec![0.0; 100]);
+        assert_eq!(
+            round_trip(&[7.0, -7.0, 1.0, -3.0, 0.0], c),
+            [7.0, -7.0, 1.0, -3.0, 0.0]
+        );
+        for bad in [f32::NAN, f32::INFINITY] {
+            let back = round_trip(&[1.0, bad, 2.0], c);
+            assert!(
+                back.iter().any(|v| !v.is_finite()),
+                "{bad} must stay detectable: {back:?}"
+            );
+        }
     }
 }

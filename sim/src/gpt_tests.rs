@@ -7,6 +7,7 @@ use std::io::Read;
 use coordinator_core::{Data, Local, LocalSteps, Settings};
 use model::gpt::GptSpec;
 use model::{Dataset, NetSpec, Network, Normalization, OptimizerKind, Shape, Values};
+use protocol::Compression;
 
 use crate::tests::{hostile_in_five, ms, scenario_of, sync};
 use crate::*;
@@ -146,6 +147,17 @@ fn one_hostile_worker_in_five_costs_a_gpt_no_more_than_the_mlp() {
 /// same bound, every cheat banned.
 #[test]
 fn one_hostile_worker_in_five_costs_a_gpt_in_local_phases_no_more_than_the_mlp() {
+    local_phases_under_attack(Compression::Int8);
+}
+
+/// The same with every answer in int4 (weights still in int8): its step, 7 % of a chunk's
+/// largest value, hides no cheat (×1.01 included), and costs no more.
+#[test]
+fn one_hostile_worker_in_five_costs_a_gpt_answering_in_int4_no_more_than_the_mlp() {
+    local_phases_under_attack(Compression::Int4);
+}
+
+fn local_phases_under_attack(compression: Compression) {
     let settings = Settings {
         local: Some(Local {
             steps: LocalSteps::Fixed(8),
@@ -166,10 +178,17 @@ fn one_hostile_worker_in_five_costs_a_gpt_in_local_phases_no_more_than_the_mlp()
         eval_interval: 5,
         ..gpt_settings()
     };
-    let (clean, attacked) = hostile_in_five(|w| gpt_scenario(w, settings.clone()), ms(2), 20);
+    let build = |workers: Vec<WorkerSpec>| {
+        let workers = workers
+            .into_iter()
+            .map(|w| w.with_compression(compression))
+            .collect();
+        gpt_scenario(workers, settings.clone())
+    };
+    let (clean, attacked) = hostile_in_five(build, ms(2), 20);
     let worst = worst_share_lost(&clean, &attacked, vocab());
     assert!(
         worst <= MLP_SHARE,
-        "{worst} of the learning lost, over {MLP_SHARE}"
+        "{compression:?}: {worst} of the learning lost, over {MLP_SHARE}"
     );
 }

@@ -27,7 +27,7 @@ fn local(steps: LocalSteps, inner: OptimizerKind) -> Settings {
 const SGD: OptimizerKind = OptimizerKind::Sgd { lr: 0.1 };
 
 /// `--verify-fraction 1`: every phase of every honest worker is replayed, with each inner
-/// optimizer, in sync and async mode, over int8 and f32, and none is ever struck.
+/// optimizer, in sync and async mode, over int8, int4, f16 and f32, and none is ever struck.
 #[test]
 fn every_local_phase_is_recomputed_and_honest_workers_are_never_struck() {
     let adam = OptimizerKind::Adam {
@@ -44,6 +44,7 @@ fn every_local_phase_is_recomputed_and_honest_workers_are_never_struck() {
     for (inner, mode, compression) in [
         (SGD, None, Compression::Int8),
         (adam, None, Compression::None),
+        (adam, None, Compression::Int4),
         (momentum, None, Compression::F16),
         (
             SGD,

@@ -360,8 +360,9 @@ async fn a_reconnect_with_the_token_keeps_id_and_shard() {
     stop(server).await;
 }
 
-/// Wire compression: the default model trains with f16 and int8 weights and gradients.
-/// Prints the accuracy after a fixed number of rounds for each, for the README's table.
+/// Wire compression: the default model trains with f16 and int8 weights and gradients, and
+/// with int4 gradients (int8 weights), every sampled answer checked and none struck. Prints
+/// the accuracy after a fixed number of rounds for each, for the README's table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compressed_workers_train_the_default_model() {
     let _heavy = heavy().await;
@@ -370,6 +371,7 @@ async fn compressed_workers_train_the_default_model() {
         protocol::Compression::None,
         protocol::Compression::F16,
         protocol::Compression::Int8,
+        protocol::Compression::Int4,
     ] {
         let swarm = swarm_with(&["--min-workers", "4", "--max-rounds", "300"], 4, |_| {
             worker::Options {
@@ -378,13 +380,19 @@ async fn compressed_workers_train_the_default_model() {
             }
         })
         .await;
+        let status = swarm.status.clone();
         let (summary, _) = swarm.finish("300 rounds").await;
         let a = summary.test_accuracy.expect("evaluated");
+        let counters = status.borrow().counters.clone();
         println!(
-            "compression {}: {:.2} % after 300 rounds",
+            "compression {}: {:.2} % after 300 rounds, {} answers recomputed",
             compression.name(),
-            a * 100.0
+            a * 100.0,
+            counters.gradients_verified
         );
+        // Checked (probation, then sampled), and no honest answer refused.
+        assert!(counters.gradients_verified >= 4, "{counters:?}");
+        assert_eq!(counters.verification_mismatches, 0, "{compression:?}");
         accuracy.push(a);
     }
     assert!(accuracy.iter().all(|&a| a >= 0.90), "{accuracy:?}");

@@ -242,3 +242,42 @@ pub fn unpack(mut bytes: &[u8]) -> Vec<Vec<u8>> {
     }
     frames
 }
+
+/// An answer as each compression sends it: one `Gradient` of heavy-tailed values over many
+/// magnitudes (with exact ties of int8's and int4's steps, zeros and a partial last chunk),
+/// encoded in f16, int8 and int4. The coordinator replays a tab's phase and encodes it
+/// natively, bit for bit; so the tab must encode it to the same bytes.
+pub fn compressed_answers() -> Vec<Vec<u8>> {
+    let mut rng = SplitMix64::new(SEED);
+    let mut grads: Vec<f32> = (0..2 * 16_384 + 100)
+        .map(|i| {
+            let u = (rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
+            u * u * u * 2f32.powi(i % 30 - 20)
+        })
+        .collect();
+    // A chunk of int4 ties (scale 1: 7 is its largest) and one of int8's.
+    for (k, v) in grads[..64].iter_mut().enumerate() {
+        *v = [7.0, -0.0, 0.5, -2.5, 6.5][k % 5];
+    }
+    for (k, v) in grads[256..512].iter_mut().enumerate() {
+        *v = if k == 0 {
+            127.0
+        } else {
+            (k % 254) as f32 - 126.5
+        };
+    }
+    [Compression::F16, Compression::Int8, Compression::Int4]
+        .into_iter()
+        .flat_map(|c| {
+            let answer = protocol::Gradient {
+                round: Round(9),
+                samples: 12,
+                loss: 2.5,
+                compute_us: 1234,
+                parts: 1,
+                grads: grads.clone(),
+            };
+            protocol::encode_gradient(&answer, c)
+        })
+        .collect()
+}

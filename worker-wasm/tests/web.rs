@@ -25,6 +25,8 @@ static NATIVE_WORKER_FRAMES: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/native_worker_frames.bin"));
 static NATIVE_COORDINATOR_FRAMES: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/native_coordinator_frames.bin"));
+static NATIVE_COMPRESSED_ANSWERS: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/native_compressed_answers.bin"));
 
 static PARTS_MLP: &[u8] = include_bytes!(concat!(
     env!("OUT_DIR"),
@@ -263,6 +265,28 @@ fn wasm_decodes_what_native_encodes_and_encodes_the_same_bytes() {
     {
         assert_eq!(decode_from_coordinator(frame).expect("decodes"), expected);
         assert_eq!(&encode_from_coordinator(&expected), frame);
+    }
+}
+
+/// A tab's answer in f16, int8 and int4 is the native encoding byte for byte: the
+/// coordinator, which replays the phase and encodes it natively, finds the very bytes.
+#[wasm_bindgen_test]
+fn wasm_compresses_an_answer_to_the_native_bytes() {
+    let native = fixture::unpack(NATIVE_COMPRESSED_ANSWERS);
+    let wasm = fixture::compressed_answers();
+    assert_eq!(native.len(), wasm.len());
+    assert_eq!(
+        native.len(),
+        9,
+        "three chunk frames in each of three compressions"
+    );
+    for (i, (n, w)) in native.iter().zip(&wasm).enumerate() {
+        assert!(
+            n == w,
+            "frame {i} differs ({} and {} bytes)",
+            n.len(),
+            w.len()
+        );
     }
 }
 

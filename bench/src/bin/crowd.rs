@@ -70,6 +70,10 @@ struct Cli {
     /// Only the ideal runs.
     #[arg(long, conflicts_with = "no_ideal")]
     no_crowd: bool,
+    /// The compression a volunteer asks for: int8 (a tab's default) or int4 (answers in
+    /// int4, weights still in int8).
+    #[arg(long, default_value = "int8", value_parser = compression)]
+    compression: Compression,
     /// A mixed crowd (see above) instead of a uniform one.
     #[arg(long)]
     mixed: bool,
@@ -129,6 +133,7 @@ fn main() -> anyhow::Result<()> {
             "coordinator": cli.coordinator,
             "target_loss": cli.target_loss,
             "mixed": cli.mixed,
+            "compression": cli.compression.name(),
             "train_samples": split.train.len(),
             "seed": cli.seed,
         })
@@ -231,14 +236,14 @@ fn without(flags: &str, names: &[&str]) -> String {
     kept.join(" ")
 }
 
-/// `n` volunteers: tabs taking `step` a gradient behind `link`, int8 on the wire as a tab
-/// sends by default; a mixed crowd as the module says.
+/// `n` volunteers: tabs taking `step` a gradient behind `link`, in `--compression`; a mixed
+/// crowd as the module says.
 fn volunteers(n: usize, link: Link, step: Duration, cli: &Cli) -> Vec<WorkerSpec> {
     let far = Link::symmetric(Duration::from_millis(150), 5.0);
     let leave = cli.max_time / 3;
     let mut crowd = Vec::with_capacity(n);
     for i in 0..n {
-        let mut v = WorkerSpec::new(link, step).with_compression(Compression::Int8);
+        let mut v = WorkerSpec::new(link, step).with_compression(cli.compression);
         if cli.mixed {
             if i % 3 == 2 {
                 v.link = far;
@@ -249,7 +254,7 @@ fn volunteers(n: usize, link: Link, step: Duration, cli: &Cli) -> Vec<WorkerSpec
             if i % 5 == 4 {
                 v = v.with_churn(leave, Churn::Leave);
                 let newcomer = WorkerSpec::new(v.link, v.step)
-                    .with_compression(Compression::Int8)
+                    .with_compression(cli.compression)
                     .joining_at(leave);
                 crowd.push(newcomer);
             }
@@ -474,6 +479,15 @@ fn svg(runs: &[Run], cli: &Cli) -> String {
         cli.tab_share * 100.0
     );
     out
+}
+
+/// `--compression`: what a tab may ask for.
+fn compression(name: &str) -> Result<Compression, String> {
+    match name {
+        "int8" => Ok(Compression::Int8),
+        "int4" => Ok(Compression::Int4),
+        other => Err(format!("int8 or int4, not {other:?}")),
+    }
 }
 
 #[cfg(test)]

@@ -4,8 +4,12 @@
 //!
 //! The comparison allows for what may honestly differ, value by value:
 //! - the worker's own wire compression of its gradient: int8 rounds to half a step of its
-//!   256-value chunk (step = chunk max / 127); f16 to 2⁻¹¹ relative (and 3e-8 absolute
-//!   below f16's normal range); f32 not at all;
+//!   256-value chunk (step = chunk max / 127), int4 to half a step of its 64-value chunk
+//!   (step = chunk max / 7); f16 to 2⁻¹¹ relative (and 3e-8 absolute below f16's normal
+//!   range); f32 not at all. But int4's half step, 7 % of the chunk's largest value, would
+//!   hide a gradient scaled by 1.01, so the largest value of an int4 chunk, which travels
+//!   exactly (it is the chunk's scale times 7), is held to float order alone
+//!   ([`largest_off`]);
 //! - floating-point order: native workers with FMA differ from one without, and wasm from
 //!   native, by up to 3e-8 on this model; 1e-6 absolute plus 1e-4 relative covers it with
 //!   room.
@@ -52,7 +56,6 @@ use model::{
     batch_positions, batch_seed, with_order, Dataset, LocalPhase, ModelError, Network, Order,
     PhaseResult,
 };
-use protocol::tensor::INT8_CHUNK;
 use protocol::Compression;
 
 /// Floating-point order: FMA against none, wasm against native.
@@ -316,6 +319,34 @@ pub fn compare_tensors(
     if got.len() != expected.len() || expected.len() != layout.total() {
         return measure(got, expected, compression, 1.0, None).map_or(Ok(()), Err);
     }
+    if compression == Compression::Int4 {
+        // The chunks' largest values, held to the same share of the whole answer's norm.
+        let chunk = compression.chunk_len();
+        let (mut off_sq, mut norm_sq) = (0f64, 0f64);
+        let (mut worst, mut outside) = ((0f32, 0), 0);
+        for (at, (g, e)) in got.chunks(chunk).zip(expected.chunks(chunk)).enumerate() {
+            let (off, _) = largest_off(g, e.iter().map(|&v| (v, v)));
+            off_sq += f64::from(off).powi(2);
+            outside += usize::from(off > 0.0);
+            norm_sq += e.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>();
+            if off > worst.0 {
+                worst = (off, at * chunk);
+            }
+        }
+        let bound = GPT_TENSOR * (norm_sq.sqrt() + f64::from(ABS) * (got.len() as f64).sqrt());
+        if off_sq.sqrt() > bound || off_sq.is_nan() {
+            let i = worst.1;
+            return Err(Mismatch {
+                index: i,
+                got: got[i],
+                expected: expected[i],
+                tolerance: bound as f32,
+                outside,
+                excess: off_sq.sqrt() / norm_sq.sqrt().max(f64::MIN_POSITIVE),
+                ties: None,
+            });
+        }
+    }
     let wire = wire_rounding(expected, compression);
     for t in layout.tensors() {
         let range = t.range();
@@ -352,22 +383,22 @@ pub fn compare_tensors(
     Ok(())
 }
 
-/// How far the wire's compression may have moved a value within one chunk of
-/// [`INT8_CHUNK`] values: nothing for f32, f16's rounding of the value, or half of int8's
-/// step, which the chunk's largest value sets.
+/// How far the wire's compression may have moved a value within one chunk of its values
+/// ([`Compression::chunk_len`]): nothing for f32, f16's rounding of the value, or half of
+/// int8's or int4's step, which the chunk's largest value sets.
 #[derive(Debug, Clone, Copy)]
 struct Wire {
     compression: Compression,
-    /// int8's step in this chunk.
+    /// int8's or int4's step in this chunk.
     step: f32,
 }
 
 impl Wire {
     /// For a chunk whose values are as large as `sizes`.
     fn for_chunk(compression: Compression, sizes: impl Iterator<Item = f32>) -> Self {
-        let step = match compression {
-            Compression::Int8 => sizes.fold(0.0f32, f32::max) / 127.0,
-            _ => 0.0,
+        let step = match compression.levels() {
+            0 => 0.0,
+            levels => sizes.fold(0.0f32, f32::max) / f32::from(levels),
         };
         Self { compression, step }
     }
@@ -377,15 +408,36 @@ impl Wire {
         match self.compression {
             Compression::None => 0.0,
             Compression::F16 => size / 2048.0 + 3e-8,
-            Compression::Int8 => HALF_STEP * self.step,
+            Compression::Int8 | Compression::Int4 => HALF_STEP * self.step,
         }
     }
+}
+
+/// How far the largest `|value|` of an int4 chunk `got` lies outside what the expected
+/// chunk's largest may be (each expected value anywhere in its `(lo, hi)` range), and that
+/// largest's upper end. The largest value travels exactly: it is the chunk's scale times 7
+/// (`protocol::tensor`), so only float order may move it, not int4's step. A NaN is not
+/// counted here (the values' own check finds it).
+fn largest_off(got: &[f32], ranges: impl Iterator<Item = (f32, f32)>) -> (f32, f32) {
+    let (mut low, mut high) = (0.0f32, 0.0f32);
+    for (lo, hi) in ranges {
+        high = high.max(lo.abs().max(hi.abs()));
+        // The least `|x|` for `x` in `lo..=hi`.
+        let least = if lo <= 0.0 && hi >= 0.0 {
+            0.0
+        } else {
+            lo.abs().min(hi.abs())
+        };
+        low = low.max(least);
+    }
+    let largest = got.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    ((low - largest).max(largest - high).max(0.0), high)
 }
 
 /// How far the wire's compression may have moved each value of `expected` (with 1 % room).
 fn wire_rounding(expected: &[f32], compression: Compression) -> Vec<f32> {
     expected
-        .chunks(INT8_CHUNK)
+        .chunks(compression.chunk_len())
         .flat_map(|chunk| {
             let wire = Wire::for_chunk(compression, chunk.iter().map(|v| v.abs()));
             chunk.iter().map(move |v| wire.at(v.abs()) * 1.01)
@@ -454,25 +506,45 @@ fn measure(
             ties: None,
         });
     }
-    // Where near-ties widen a value's range, its chunk's int8 step may be the larger
-    // maximum's too (the worker quantized its own answer).
+    // Where near-ties widen a value's range, its chunk's step may be the larger maximum's
+    // too (the worker quantized its own answer).
     let reach = |i: usize, e: f32| match widened {
         Some(w) => (e + w.below[i], e + w.above[i]),
         None => (e, e),
     };
     let mut first: Option<Mismatch> = None;
     let (mut outside, mut excess_sq, mut norm_sq) = (0usize, 0.0f64, 0.0f64);
-    for (chunk_at, (g, e)) in got
-        .chunks(INT8_CHUNK)
-        .zip(expected.chunks(INT8_CHUNK))
-        .enumerate()
-    {
-        let base = chunk_at * INT8_CHUNK;
+    let chunk = compression.chunk_len();
+    for (chunk_at, (g, e)) in got.chunks(chunk).zip(expected.chunks(chunk)).enumerate() {
+        let base = chunk_at * chunk;
         let size = |i: usize, v: f32| {
             let (lo, hi) = reach(base + i, v);
             lo.abs().max(hi.abs())
         };
         let wire = Wire::for_chunk(compression, e.iter().enumerate().map(|(i, &v)| size(i, v)));
+        if compression == Compression::Int4 {
+            let ranges = e.iter().enumerate().map(|(i, &v)| reach(base + i, v));
+            let (off, high) = largest_off(g, ranges);
+            let slack = widened.map_or(0.0, |w| {
+                w.slack[base..base + e.len()]
+                    .iter()
+                    .fold(0.0, |m: f32, s| m.max(*s))
+            });
+            let tolerance = ABS + REL * high + slack;
+            if off > tolerance {
+                outside += 1;
+                excess_sq += f64::from(off - tolerance).powi(2);
+                first.get_or_insert(Mismatch {
+                    index: base,
+                    got: g.iter().fold(0.0, |m: f32, x| m.max(x.abs())),
+                    expected: high,
+                    tolerance,
+                    outside: 0,
+                    excess: 0.0,
+                    ties: None,
+                });
+            }
+        }
         for (i, (&got, &expected)) in g.iter().zip(e).enumerate() {
             let (lo, hi) = reach(base + i, expected);
             let wire = wire.at(size(i, expected));
@@ -555,8 +627,13 @@ pub(crate) mod tests {
     #[test]
     fn an_honest_gradient_passes_in_every_compression_and_a_cheat_does_not() {
         let (mlp, train, params) = setup();
-        for c in [Compression::None, Compression::F16, Compression::Int8] {
-            let weights = wire(&params, c);
+        for c in [
+            Compression::None,
+            Compression::F16,
+            Compression::Int8,
+            Compression::Int4,
+        ] {
+            let weights = wire(&params, c.for_weights());
             let claim = |grads: &[f32], batch_index| {
                 let claim = Claim {
                     local: None,
@@ -894,7 +971,12 @@ pub(crate) mod tests {
             .range();
         let norm = one[proj.clone()].iter().map(|v| v * v).sum::<f32>().sqrt();
         one[proj.start] += 1e-3 * norm;
-        for c in [Compression::None, Compression::F16, Compression::Int8] {
+        for c in [
+            Compression::None,
+            Compression::F16,
+            Compression::Int8,
+            Compression::Int4,
+        ] {
             let verdict = |grads: &[f32]| {
                 let claim = Claim {
                     local: None,
@@ -912,16 +994,61 @@ pub(crate) mod tests {
             assert_eq!(verdict(&unfused), Ok(()), "{c:?}");
             assert_eq!(verdict(&f64_order), Ok(()), "{c:?}");
             // (Beyond the wire's rounding: all of the 1 % but in int8, whose half step
-            // takes much of it.)
+            // takes much of it; in int4, whose half step takes all of it, the chunks'
+            // largest values show it.)
             let err = verdict(&scaled).expect_err("×1.01");
             assert!(err.excess > 10.0 * GPT_TENSOR, "{c:?}: {err}");
             assert!(verdict(&other_batch).is_err(), "{c:?}: another batch");
-            if c != Compression::Int8 {
-                // (int8's step in that chunk is larger than the lie.)
+            if c.levels() == 0 {
+                // (int8's and int4's step in that chunk is larger than the lie.)
                 let err = verdict(&one).expect_err("one tensor moved");
                 assert_eq!(err.index, proj.start, "{c:?}: {err}");
             }
         }
+    }
+
+    /// int4's half step is 7 % of its chunk's largest value, so ×1.01 hides inside it value
+    /// by value; each chunk's largest value, which travels exactly, shows it in every chunk.
+    #[test]
+    fn int4_holds_each_chunks_largest_value_to_float_order() {
+        // Heavy-tailed, as a phase's pseudo-gradient is: most values far below their
+        // chunk's largest.
+        let expected: Vec<f32> = (0..640)
+            .map(|i| ((i * 37 % 101) as f32 / 50.0 - 1.0).powi(3) * 0.05)
+            .collect();
+        let c = Compression::Int4;
+        assert_eq!(compare(&wire(&expected, c), &expected, c), Ok(()));
+        assert_eq!(compare_phase(&wire(&expected, c), &expected, c), Ok(()));
+        let scaled: Vec<f32> = expected.iter().map(|v| v * 1.01).collect();
+        let lie = wire(&scaled, c);
+        // Value by value, the lie is within int4's rounding of the truth (but for a few that
+        // sit near the edge of a high level: fewer than a phase may have outside)...
+        let mut off = 0;
+        for (l, e) in lie.chunks(64).zip(expected.chunks(64)) {
+            let step = e.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 7.0;
+            let tolerance = |b: f32| HALF_STEP * step * 1.01 + ABS + REL * b.abs();
+            off += l
+                .iter()
+                .zip(e)
+                .filter(|(a, b)| (*a - *b).abs() > tolerance(**b))
+                .count();
+        }
+        assert!(off <= expected.len() / FLIPS_SHARE, "{off}");
+        // ...but not at any chunk's largest.
+        let err = compare_phase(&lie, &expected, c).expect_err("×1.01");
+        assert_eq!(err.outside, 10, "{err}");
+        // One value below its chunk's largest may move within half a step; the largest may
+        // not move by a part in 1e3.
+        let largest = (0..64)
+            .max_by(|&a, &b| expected[a].abs().total_cmp(&expected[b].abs()))
+            .expect("a value");
+        let below = (largest + 1) % 64;
+        let mut moved = wire(&expected, c);
+        moved[below] += 0.4 * expected[largest].abs() / 7.0 - (moved[below] - expected[below]);
+        assert_eq!(compare(&moved, &expected, c), Ok(()));
+        let mut moved = wire(&expected, c);
+        moved[largest] *= 1.001;
+        assert!(compare(&moved, &expected, c).is_err());
     }
 
     #[test]
