@@ -4,9 +4,9 @@
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 const autostart = params.get("autostart") !== "0";
-// Wire format: int8 by default (a quarter of the bytes, < 0.1 accuracy points here);
-// ?compression=none for exact f32, ?compression=f16 for half, ?compression=int4 for answers in int4.
-const compression = params.get("compression") ?? "int8";
+// Wire format: answers in int4 and weights in int8 by default (docs/BENCHMARKS.md, "int4
+// answers"); ?compression=int8 for int8 both ways, f16 for half floats, none for exact f32.
+const compression = params.get("compression") ?? "int4";
 // An invitation link carries the run's join token in the fragment (#token=SECRET), which
 // browsers never send to the server in a request.
 const joinToken = new URLSearchParams(location.hash.slice(1)).get("token");

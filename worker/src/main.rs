@@ -27,7 +27,7 @@ struct Cli {
     /// Wire compression for weights and gradients: none (exact f32), f16 (half the bytes),
     /// int8 (a quarter, with a scale per 256 values; costs < 0.1 accuracy points here), or
     /// int4 (answers in a seventh, a scale per 64 values; weights still come as int8).
-    #[arg(long, value_enum, default_value_t = CompressionChoice::Int8)]
+    #[arg(long, value_enum, default_value_t = CompressionChoice::Int4)]
     compression: CompressionChoice,
     /// Cores to compute on: each batch is split into this many parts computed on as many
     /// threads, and the answer is still one worker's. 0: every core of this machine.

@@ -70,9 +70,9 @@ struct Cli {
     /// Only the ideal runs.
     #[arg(long, conflicts_with = "no_ideal")]
     no_crowd: bool,
-    /// The compression a volunteer asks for: int8 (a tab's default) or int4 (answers in
-    /// int4, weights still in int8).
-    #[arg(long, default_value = "int8", value_parser = compression)]
+    /// The compression a volunteer asks for: int4 (a tab's default: answers in int4, weights
+    /// in int8) or int8 (both ways, the default before).
+    #[arg(long, default_value = "int4", value_parser = compression)]
     compression: Compression,
     /// A mixed crowd (see above) instead of a uniform one.
     #[arg(long)]
