@@ -333,19 +333,9 @@ pub fn compare_tensors(
                 worst = (off, at * chunk);
             }
         }
-        let bound = GPT_TENSOR * (norm_sq.sqrt() + f64::from(ABS) * (got.len() as f64).sqrt());
-        if off_sq.sqrt() > bound || off_sq.is_nan() {
-            let i = worst.1;
-            return Err(Mismatch {
-                index: i,
-                got: got[i],
-                expected: expected[i],
-                tolerance: bound as f32,
-                outside,
-                excess: off_sq.sqrt() / norm_sq.sqrt().max(f64::MIN_POSITIVE),
-                ties: None,
-            });
-        }
+        within_share(off_sq, norm_sq, got.len(), (got, expected, worst.1), || {
+            outside
+        })?;
     }
     let wire = wire_rounding(expected, compression);
     for t in layout.tensors() {
@@ -363,24 +353,46 @@ pub fn compare_tensors(
                 worst = (off, i);
             }
         }
-        let bound = GPT_TENSOR * (norm_sq.sqrt() + f64::from(ABS) * (range.len() as f64).sqrt());
-        let off = off_sq.sqrt();
-        if off > bound || off.is_nan() {
-            let i = worst.1;
-            return Err(Mismatch {
-                index: i,
-                got: got[i],
-                expected: expected[i],
-                tolerance: bound as f32,
-                outside: range
-                    .filter(|&j| (got[j] - expected[j]).abs() > ABS + REL * expected[j].abs())
-                    .count(),
-                excess: off / norm_sq.sqrt().max(f64::MIN_POSITIVE),
-                ties: None,
-            });
-        }
+        let outside = || {
+            range
+                .clone()
+                .filter(|&j| (got[j] - expected[j]).abs() > ABS + REL * expected[j].abs())
+                .count()
+        };
+        within_share(
+            off_sq,
+            norm_sq,
+            range.len(),
+            (got, expected, worst.1),
+            outside,
+        )?;
     }
     Ok(())
+}
+
+/// A distance (`off_sq`, squared) over `len` values whose norm is `norm_sq` (squared): within
+/// [`GPT_TENSOR`] of the norm, or the mismatch, named at `got[at]` with `outside` values.
+fn within_share(
+    off_sq: f64,
+    norm_sq: f64,
+    len: usize,
+    (got, expected, at): (&[f32], &[f32], usize),
+    outside: impl FnOnce() -> usize,
+) -> Result<(), Mismatch> {
+    let bound = GPT_TENSOR * (norm_sq.sqrt() + f64::from(ABS) * (len as f64).sqrt());
+    let off = off_sq.sqrt();
+    if off <= bound {
+        return Ok(());
+    }
+    Err(Mismatch {
+        index: at,
+        got: got[at],
+        expected: expected[at],
+        tolerance: bound as f32,
+        outside: outside(),
+        excess: off / norm_sq.sqrt().max(f64::MIN_POSITIVE),
+        ties: None,
+    })
 }
 
 /// How far the wire's compression may have moved a value within one chunk of its values
