@@ -139,7 +139,14 @@ worker.onmessage = ({ data: e }) => {
   if (e.gradients != null) $("gradients").textContent = e.gradients;
   if (e.loss != null) $("loss").textContent = e.loss.toFixed(4);
   // A language model's sample is a window of `context` positions, each a token predicted.
-  if (e.samplesPerSec) $("rate").textContent = Math.round(e.samplesPerSec * (tokensPerSample || 1)).toLocaleString();
+  if (e.samplesPerSec) {
+    const rate = e.samplesPerSec * (tokensPerSample || 1);
+    $("rate").textContent = Math.round(rate).toLocaleString();
+    // A core's share: over the cores the latest batches were computed on; none on a GPU.
+    const device = $("device").dataset;
+    const used = Number(device.used ?? device.cores);
+    $("rate-core").textContent = onGpu && gpuUsed || !(used > 0) ? "–" : Math.round(rate / used).toLocaleString();
+  }
   if (e.computeShare != null) $("computing").textContent = `${(e.computeShare * 100).toFixed(e.computeShare < 0.1 ? 1 : 0)} % of the time`;
   if (e.workerId != null) { $("worker-id").textContent = e.workerId; workerId = e.workerId; }
   if (e.state === "disconnected") {
@@ -254,6 +261,7 @@ async function pollSwarm() {
     const context = /; gpt .*context (\d+)/.exec(s.model);
     tokensPerSample = context ? Number(context[1]) : 0;
     $("rate-label").textContent = tokensPerSample ? "Tokens / s" : "Samples / s";
+    $("rate-core-label").textContent = tokensPerSample ? "Tokens / s a core" : "Samples / s a core";
     $("sample-card").hidden = !s.sample;
     if (s.sample) {
       $("sample-round").textContent = `after round ${s.sample.round}`;

@@ -945,8 +945,9 @@ async fn a_tab_trains_a_gpt_on_its_gpu_and_is_never_flagged() {
 
 /// A tab trains a GPT beside a native worker, every answer replayed natively (the wasm GPT
 /// computes bit for bit what the native one does), and its page shows a language model: the
-/// validation loss with perplexity and bits per character, the tab's tokens per second, what
-/// the model writes, and the loss curve from the run's first evaluation though it opened late.
+/// validation loss with perplexity and bits per character, the tab's tokens per second and
+/// a core's share of them, what the model writes, and the loss curve from the run's first
+/// evaluation though it opened late.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tab_trains_a_gpt_and_its_page_shows_a_language_model() {
     let _heavy = heavy().await;
@@ -980,6 +981,26 @@ async fn a_tab_trains_a_gpt_and_its_page_shows_a_language_model() {
         "Validation loss"
     );
     assert_eq!(tab.evaluate(&text("rate-label")).await, "Tokens / s");
+    assert_eq!(
+        tab.evaluate(&text("rate-core-label")).await,
+        "Tokens / s a core"
+    );
+    // The rate a core: the tab's rate over the cores it computed on, each rounded apart.
+    let shown = tab
+        .evaluate(
+            "[document.getElementById('rate').textContent, \
+              document.getElementById('rate-core').textContent, \
+              document.getElementById('device').dataset.used ?? \
+              document.getElementById('device').dataset.cores] \
+             .map(t => Number(String(t).replace(/,/g, '')))",
+        )
+        .await;
+    let [rate, per_core, cores] = [0, 1, 2].map(|i| shown[i].as_f64().expect("a number"));
+    println!("the tab: {rate} tokens/s, {per_core} a core on {cores}");
+    assert!(
+        rate > 0.0 && cores >= 1.0 && (per_core * cores - rate).abs() <= cores,
+        "{shown}"
+    );
     let shown = tab.evaluate(&text("accuracy")).await;
     assert!(
         shown.as_str().expect("text").contains("perplexity"),
