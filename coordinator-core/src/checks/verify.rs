@@ -325,12 +325,12 @@ pub fn compare_tensors(
         let (mut off_sq, mut norm_sq) = (0f64, 0f64);
         let (mut worst, mut outside) = ((0f32, 0), 0);
         for (at, (g, e)) in got.chunks(chunk).zip(expected.chunks(chunk)).enumerate() {
-            let (off, _) = largest_off(g, e.iter().map(|&v| (v, v)));
+            let (off, _, largest) = largest_off(g, e.iter().map(|&v| (v, v)));
             off_sq += f64::from(off).powi(2);
             outside += usize::from(off > 0.0);
             norm_sq += e.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>();
             if off > worst.0 {
-                worst = (off, at * chunk);
+                worst = (off, at * chunk + largest);
             }
         }
         within_share(off_sq, norm_sq, got.len(), (got, expected, worst.1), || {
@@ -426,11 +426,11 @@ impl Wire {
 }
 
 /// How far the largest `|value|` of an int4 chunk `got` lies outside what the expected
-/// chunk's largest may be (each expected value anywhere in its `(lo, hi)` range), and that
-/// largest's upper end. The largest value travels exactly: it is the chunk's scale times 7
+/// chunk's largest may be (each expected value anywhere in its `(lo, hi)` range), that
+/// largest's upper end, and where in `got` its largest is. The largest value travels exactly: it is the chunk's scale times 7
 /// (`protocol::tensor`), so only float order may move it, not int4's step. A NaN is not
 /// counted here (the values' own check finds it).
-fn largest_off(got: &[f32], ranges: impl Iterator<Item = (f32, f32)>) -> (f32, f32) {
+fn largest_off(got: &[f32], ranges: impl Iterator<Item = (f32, f32)>) -> (f32, f32, usize) {
     let (mut low, mut high) = (0.0f32, 0.0f32);
     for (lo, hi) in ranges {
         high = high.max(lo.abs().max(hi.abs()));
@@ -442,8 +442,12 @@ fn largest_off(got: &[f32], ranges: impl Iterator<Item = (f32, f32)>) -> (f32, f
         };
         low = low.max(least);
     }
-    let largest = got.iter().fold(0.0f32, |m, x| m.max(x.abs()));
-    ((low - largest).max(largest - high).max(0.0), high)
+    let (at, largest) =
+        got.iter().enumerate().fold(
+            (0, 0.0f32),
+            |(i, m), (j, x)| if x.abs() > m { (j, x.abs()) } else { (i, m) },
+        );
+    ((low - largest).max(largest - high).max(0.0), high, at)
 }
 
 /// How far the wire's compression may have moved each value of `expected` (with 1 % room).
@@ -536,7 +540,7 @@ fn measure(
         let wire = Wire::for_chunk(compression, e.iter().enumerate().map(|(i, &v)| size(i, v)));
         if compression == Compression::Int4 {
             let ranges = e.iter().enumerate().map(|(i, &v)| reach(base + i, v));
-            let (off, high) = largest_off(g, ranges);
+            let (off, high, largest) = largest_off(g, ranges);
             let slack = widened.map_or(0.0, |w| {
                 w.slack[base..base + e.len()]
                     .iter()
@@ -547,9 +551,9 @@ fn measure(
                 outside += 1;
                 excess_sq += f64::from(off - tolerance).powi(2);
                 first.get_or_insert(Mismatch {
-                    index: base,
-                    got: g.iter().fold(0.0, |m: f32, x| m.max(x.abs())),
-                    expected: high,
+                    index: base + largest,
+                    got: g[largest],
+                    expected: e[largest],
                     tolerance,
                     outside: 0,
                     excess: 0.0,
@@ -1049,6 +1053,9 @@ pub(crate) mod tests {
         // ...but not at any chunk's largest.
         let err = compare_phase(&lie, &expected, c).expect_err("×1.01");
         assert_eq!(err.outside, 10, "{err}");
+        // Named at the first chunk's largest value.
+        let top = lie[..64].iter().fold(0.0f32, |m, x| m.max(x.abs()));
+        assert!(err.index < 64 && err.got.abs() == top, "{err}");
         // One value below its chunk's largest may move within half a step; the largest may
         // not move by a part in 1e3.
         let largest = (0..64)
