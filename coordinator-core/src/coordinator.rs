@@ -22,6 +22,7 @@ use model::{Dataset, Evaluation, Network};
 use protocol::{encode_from_coordinator, CoordinatorToWorker, Round, Task, WorkerId};
 use tracing::debug;
 
+use crate::checks::audit::Check;
 use crate::checks::clip::NormBound;
 use crate::checks::Checks;
 use crate::data::Data;
@@ -388,16 +389,36 @@ impl Coordinator {
                 weights,
             },
         );
+        let check = self.check_for(id, version);
         let trainer = &mut self.trainer;
         let pull = self.registry.pull(id).cloned();
-        let check = crate::checks::audit::Check {
-            rate: self.registry.check_rate(id, self.settings.verify_fraction),
-            probation: self.registry.on_probation(id),
-        };
         self.checks.audits.sent(id, compression, pull, check, || {
             trainer.weights_as_seen(compression)
         });
         self.schedule.sent(id, version);
+    }
+
+    /// How `id`'s pull of `version` is checked: on probation, always; past it, sampled at its
+    /// rate (`registry/trust.rs`: `max(f, P / n)`, decaying to `--verify-fraction`), but at
+    /// `f` alone while the checks are full for a round of local phases (`Checks::full`: the
+    /// replays already asked for would keep every core busy for the round's time). A
+    /// sampled phase that finds its replay far off is held, and its round with it: sixteen
+    /// tabs' decaying samples (62 % after a first phase of 16 steps) held their rounds for
+    /// queues of replays on one core, and thirty-two were slower than one
+    /// (docs/BENCHMARKS.md, "The crowd"). The floor `f` stays whatever the load; what a
+    /// busy coordinator gives up is the decay's extra checks (see `trust.rs`).
+    fn check_for(&mut self, id: WorkerId, version: u64) -> Check {
+        let floor = self.settings.verify_fraction;
+        let probation = self.registry.on_probation(id);
+        let mut rate = self.registry.check_rate(id, floor);
+        if !probation && rate > floor {
+            let round = self.local.as_ref().and_then(LocalPlan::expected);
+            if round.is_some_and(|round| self.checks.full(version, round)) {
+                self.metrics.sampling_floored();
+                rate = floor;
+            }
+        }
+        Check { rate, probation }
     }
 
     /// Removes dropped workers and lets the schedule close and open rounds, until stable.

@@ -165,6 +165,12 @@ impl Metrics {
         self.counters.probation_checks += 1;
     }
 
+    /// A trusted worker's pull was sampled at the floor, not its higher decaying rate: the
+    /// checks were full.
+    pub fn sampling_floored(&mut self) {
+        self.counters.sampling_floored += 1;
+    }
+
     /// An answer on probation was dropped: there was no room to recompute it.
     pub fn probation_unchecked(&mut self) {
         self.counters.probation_unchecked += 1;

@@ -374,8 +374,11 @@ impl Engine {
                 Output::Recompute(job) => {
                     let took = self.recompute_step * job.steps();
                     let started = std::time::Instant::now();
-                    let done = job.run();
+                    let mut done = job.run();
                     self.busy += started.elapsed();
+                    // The core is told what the job took on its simulated core, as a
+                    // server's driver tells it what it took on a real one.
+                    done.seconds = took.as_secs_f64();
                     self.at(self.now + took, Ev::Recomputed(done));
                 }
                 Output::Stop(_) => self.stopped = true,
@@ -726,6 +729,8 @@ impl Engine {
             verification_mismatches: status.counters.verification_mismatches,
             gradients_verified: status.counters.gradients_verified,
             probation_checks: status.counters.probation_checks,
+            probation_unchecked: status.counters.probation_unchecked,
+            sampling_floored: status.counters.sampling_floored,
             deadline_extensions: status.counters.deadline_extensions,
             replicas_agreed: status.replicas_agreed,
             replicas_disputed: status.replicas_disputed,

@@ -30,6 +30,11 @@ pub struct Report {
     pub gradients_verified: u64,
     /// Answers recomputed because their worker was on probation.
     pub probation_checks: u64,
+    /// Answers on probation dropped unchecked for lack of room to recompute them.
+    pub probation_unchecked: u64,
+    /// Pulls past probation sampled at the floor rather than their decaying rate, the
+    /// checks being full.
+    pub sampling_floored: u64,
     /// Sync: deadlines that passed without a quorum, and were extended.
     pub deadline_extensions: u64,
     /// `--replicate`: answers that agreed with their partner's, and ones recomputed.

@@ -325,6 +325,8 @@ fn run(
             "bans": report.bans,
             "verified": report.gradients_verified,
             "probation_checks": report.probation_checks,
+            "probation_unchecked": report.probation_unchecked,
+            "sampling_floored": report.sampling_floored,
             "noise_scale": report.noise_scale,
             "real_seconds": real_seconds,
         })

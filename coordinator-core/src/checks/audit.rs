@@ -159,6 +159,12 @@ impl Audits {
         }
     }
 
+    /// Audited pulls of `version` whose answers have not come yet: recomputations to come.
+    pub fn outstanding(&self, version: u64) -> usize {
+        let of = self.pending.values().filter(|a| a.pull.version == version);
+        of.count()
+    }
+
     /// Whether `worker`'s answer computed on `version` was on probation and could not be
     /// audited: it must be dropped (once).
     pub fn unchecked(&mut self, worker: WorkerId, version: u64) -> bool {
@@ -253,6 +259,19 @@ mod tests {
         // No shard yet: nothing to recompute on.
         a.sent(WorkerId(3), F32, None, ALL, weights(9.0));
         assert!(a.take(WorkerId(3), 9).is_none());
+    }
+
+    #[test]
+    fn the_audits_of_a_version_still_out_are_counted_until_answered_or_left() {
+        let mut a = Audits::new(1);
+        for w in 1..=3 {
+            a.sent(WorkerId(w), F32, on(5, 0..10), ALL, weights(5.0));
+        }
+        a.sent(WorkerId(4), F32, on(4, 0..10), ALL, weights(4.0));
+        assert_eq!((a.outstanding(5), a.outstanding(4)), (3, 1));
+        a.take(WorkerId(1), 5).expect("sampled");
+        a.left(WorkerId(2));
+        assert_eq!((a.outstanding(5), a.outstanding(6)), (1, 0));
     }
 
     #[test]

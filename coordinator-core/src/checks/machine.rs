@@ -10,7 +10,7 @@
 //! answer is sampled); what probation means for an answer is decided here.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use protocol::{Commitments, Compression, ErrorCode, Gradient, LocalPhase, RevealChunk, WorkerId};
 use tracing::{debug, info, warn};
@@ -70,6 +70,15 @@ impl Checks {
     /// When the first challenged phase's states are due.
     pub fn due(&self) -> Option<Instant> {
         self.challenges.due()
+    }
+
+    /// Whether the checks are full for a round of `round`: the replays running and waiting,
+    /// with the audited pulls of `version` still out, would keep every core busy for the
+    /// round's time or longer. A trusted worker's pull is then sampled at the floor
+    /// (`Coordinator::check_for`).
+    pub fn full(&self, version: u64, round: Duration) -> bool {
+        let ahead = self.audits.outstanding(version);
+        self.recomputations.outlast(ahead, round)
     }
 
     /// Answers held for a partner (`--replicate`).

@@ -35,6 +35,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
+use std::time::Duration;
 
 use protocol::WorkerId;
 
@@ -52,7 +53,12 @@ pub(crate) struct Recomputations {
     next: u64,
     running: BTreeMap<u64, Held>,
     waiting: VecDeque<(RecomputeJob, Held)>,
+    /// A job's seconds on a core, on average (exponentially weighted); none before the first.
+    seconds: Option<f64>,
 }
+
+/// The weight of each job's seconds in [`Recomputations::seconds`].
+const SECONDS_WEIGHT: f64 = 0.2;
 
 impl Recomputations {
     /// At most `cores` jobs at once (at least one).
@@ -62,6 +68,7 @@ impl Recomputations {
             next: 0,
             running: BTreeMap::new(),
             waiting: VecDeque::new(),
+            seconds: None,
         }
     }
 
@@ -101,6 +108,10 @@ impl Recomputations {
         let Some(held) = self.running.remove(&done.id) else {
             return (None, None);
         };
+        if done.seconds.is_finite() && done.seconds >= 0.0 {
+            let mean = self.seconds.unwrap_or(done.seconds);
+            self.seconds = Some(mean + SECONDS_WEIGHT * (done.seconds - mean));
+        }
         let next = self.waiting.pop_front().map(|(job, waiting)| {
             self.running.insert(job.id, waiting);
             job
@@ -120,6 +131,14 @@ impl Recomputations {
     /// jobs wait than there are cores.
     pub fn short_wait(&self) -> bool {
         self.running.len() < self.cores || self.waiting.len() < self.cores
+    }
+
+    /// Whether the jobs running and waiting, with `ahead` more to come, would keep every core
+    /// busy for `round` or longer, at the jobs' measured seconds (never before one came back).
+    pub fn outlast(&self, ahead: usize, round: Duration) -> bool {
+        self.seconds.is_some_and(|seconds| {
+            (self.len() + ahead) as f64 * seconds >= self.cores as f64 * round.as_secs_f64()
+        })
     }
 
     /// Answers held, running or waiting.
@@ -160,6 +179,53 @@ mod tests {
             },
             then: Then::Check,
         }
+    }
+
+    /// Whether the queue outlasts a round is judged at the jobs' measured seconds: never
+    /// before one came back; then the jobs held with those still to come, against the
+    /// round's time on every core.
+    #[test]
+    fn a_backlog_outlasts_a_round_at_the_jobs_measured_seconds() {
+        let data = crate::data::digits(1);
+        let net =
+            Network::new(model::NetSpec::mlp(data.train.shape(), &[2], 10), 10).expect("model");
+        let train = Arc::new(data.train);
+        let inputs = || Inputs {
+            net: &net,
+            train: &train,
+            weights: Arc::from(vec![0.0; 4]),
+            compression: Compression::None,
+            batch_size: 1,
+            order: Order::Library,
+            segments: None,
+        };
+        let round = std::time::Duration::from_secs(2);
+        let mut r = Recomputations::new(2);
+        assert!(!r.outlast(100, round), "nothing measured yet");
+        let job = r.start(held(1), inputs()).unwrap().expect("a free core");
+        let took = |job: &RecomputeJob, seconds| Recomputed {
+            id: job.id,
+            verdict: Ok(Ok(())),
+            seconds,
+            branches: Branches::default(),
+            segments: 0,
+        };
+        r.done(&took(&job, 1.0));
+        // One second a job, two cores, a round of two seconds: four jobs fill it.
+        assert!(!r.outlast(3, round));
+        assert!(r.outlast(4, round));
+        let _running = r.start(held(2), inputs()).unwrap().expect("a free core");
+        assert!(r.outlast(3, round), "the job held counts");
+        // A job of three seconds moves the mean a fifth of the way: 1.4 s a job.
+        let job = r.start(held(3), inputs()).unwrap().expect("a free core");
+        r.done(&took(&job, 3.0));
+        assert!(!r.outlast(1, round), "2 × 1.4 s < 4 s");
+        assert!(r.outlast(2, round), "3 × 1.4 s ≥ 4 s");
+        // A stale verdict, and a non-finite one, are not measured.
+        r.done(&took(&job, 100.0));
+        let job = r.start(held(4), inputs()).unwrap().expect("a free core");
+        r.done(&took(&job, f64::NAN));
+        assert!(!r.outlast(1, round));
     }
 
     #[test]

@@ -19,6 +19,17 @@
 //! Counting steps, not answers, keeps that true with local steps: a replayed phase costs the
 //! coordinator its `H` steps, and a first phase of `H ≥ P` steps ends probation by itself.
 //!
+//! **Under load, the floor.** With local phases in sync rounds, a pull past probation is
+//! sampled at `f` alone while the replays already asked for would keep the checks' cores
+//! busy for a round (`Coordinator::check_for`): a sampled phase whose replay is far off
+//! holds its round, and sixteen newcomers' decaying samples on one core held every round
+//! (docs/BENCHMARKS.md, "The crowd"). The draw is the same, so what is sampled at `f` is a
+//! subset of what `P / n` would have sampled. What that gives a cheat that turns after
+//! probation while the coordinator is busy: caught after about `1 / f` poisoned answers
+//! instead of `n / P`, the bound `--verify-fraction` names; crowding the coordinator's
+//! checks to get there takes identities on probation, which are rationed per address and
+//! network. Counted (`sampling_floored`).
+//!
 //! Trust belongs to the identity, not the connection: a worker that resumes with its token
 //! keeps it, and a checkpoint keeps it. A stranger who comes back under a fresh identity
 //! starts again.
