@@ -149,6 +149,7 @@ impl Coordinator {
             param_count: params,
             optimizer: format!("{:?}", settings.optimizer).into(),
             batch_size: settings.batch_size,
+            verify_cores: settings.verify_cores.max(1),
             dataset: data.description.into(),
             token_unit: writer.as_ref().map(|w| w.vocabulary.unit()),
         });

@@ -24,6 +24,8 @@ pub struct RunInfo {
     /// Shared with every published status (a refcount per event, not a copy).
     pub optimizer: Arc<str>,
     pub batch_size: u32,
+    /// `--verify-cores`: the recomputations run at once.
+    pub verify_cores: usize,
     pub dataset: Arc<str>,
     /// A language model's token: `character` or `byte`.
     pub token_unit: Option<&'static str>,
@@ -298,6 +300,7 @@ impl Metrics {
             param_count: self.info.param_count,
             optimizer: self.info.optimizer.clone(),
             batch_size: self.info.batch_size,
+            verify_cores: self.info.verify_cores,
             dataset: self.info.dataset.clone(),
             bytes_per_sample: (self.counters.samples_seen > 0).then(|| {
                 (self.counters.bytes_in + self.counters.bytes_out) as f64
@@ -344,6 +347,7 @@ mod tests {
             param_count: 10,
             optimizer: "sgd".into(),
             batch_size: 8,
+            verify_cores: 1,
             token_unit: None,
             dataset: "test".into(),
         })

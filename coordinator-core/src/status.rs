@@ -140,6 +140,9 @@ pub struct Status {
     pub param_count: usize,
     pub optimizer: Arc<str>,
     pub batch_size: u32,
+    /// `--verify-cores`: the recomputations run at once, each on a core (the budget
+    /// `recompute_seconds` is spent from).
+    pub verify_cores: usize,
     /// What is being trained on.
     pub dataset: Arc<str>,
     /// Class names, by label.
