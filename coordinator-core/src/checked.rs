@@ -27,6 +27,7 @@ impl Coordinator {
             train: &self.train,
             local: self.local.as_ref(),
             batch_size: self.settings.batch_size,
+            rounds: matches!(self.settings.mode, crate::settings::Mode::Sync { .. }),
             finished: self.outcome.is_some(),
         };
         (&mut self.checks, cx)
@@ -53,6 +54,7 @@ impl Coordinator {
                     self.execute(actions);
                 }
                 Step::Note(worker, note) => self.registry.note(worker, note),
+                Step::Vouch { worker, steps } => self.registry.vouch(worker, steps),
                 Step::Refuse {
                     worker,
                     refusal,

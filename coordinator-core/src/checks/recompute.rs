@@ -141,6 +141,13 @@ impl Recomputations {
         })
     }
 
+    /// Whether a newcomer's excused phase of `worker`'s waits for its verdict (running or
+    /// waiting): its later phases need not be replayed to end its probation.
+    pub fn vouching(&self, worker: WorkerId) -> bool {
+        let of = |held: &Held| held.worker == worker && held.then == super::job::Then::Vouch;
+        self.running.values().any(of) || self.waiting.iter().any(|(_, held)| of(held))
+    }
+
     /// Answers held, running or waiting.
     pub fn len(&self) -> usize {
         self.running.len() + self.waiting.len()

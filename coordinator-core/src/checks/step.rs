@@ -63,6 +63,9 @@ pub(crate) enum Step<'g> {
     Ask(WorkerId, Challenge),
     /// Dropped without a strike: the schedule goes on without this worker's answer.
     Excuse(WorkerId),
+    /// A newcomer's excused phase of `steps` steps matched its replay: they count towards
+    /// the end of its probation, as an accepted answer's do.
+    Vouch { worker: WorkerId, steps: u32 },
     /// A line in the worker's tally (the worker list).
     Note(WorkerId, Note),
     /// Refused. `strike`: it counts against the worker (at `--ban-after`, a ban: its
@@ -86,6 +89,8 @@ pub(crate) struct Context<'a> {
     pub train: &'a Arc<Dataset>,
     pub local: Option<&'a LocalPlan>,
     pub batch_size: u32,
+    /// Rounds wait for every answer (sync mode).
+    pub rounds: bool,
     /// Training is over: verdicts judge nobody.
     pub finished: bool,
 }
