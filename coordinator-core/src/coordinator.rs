@@ -401,7 +401,7 @@ impl Coordinator {
 
     /// How `id`'s pull of `version` is checked: on probation, always; past it, sampled at its
     /// rate (`registry/trust.rs`: `max(f, P / n)`, decaying to `--verify-fraction`), but at
-    /// `f` alone while the checks are full for a round of local phases (`Checks::full`: the
+    /// `f` alone while the checks are full for a sync round of local phases (`Checks::full`: the
     /// replays already asked for would keep every core busy for the round's time). A
     /// sampled phase that finds its replay far off is held, and its round with it: sixteen
     /// tabs' decaying samples (62 % after a first phase of 16 steps) held their rounds for
@@ -412,7 +412,8 @@ impl Coordinator {
         let floor = self.settings.verify_fraction;
         let probation = self.registry.on_probation(id);
         let mut rate = self.registry.check_rate(id, floor);
-        if !probation && rate > floor {
+        let sync = matches!(self.settings.mode, Mode::Sync { .. });
+        if sync && !probation && rate > floor {
             let round = self.local.as_ref().and_then(LocalPlan::expected);
             if round.is_some_and(|round| self.checks.full(version, round)) {
                 self.metrics.sampling_floored();
