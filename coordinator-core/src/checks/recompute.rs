@@ -188,24 +188,33 @@ mod tests {
         }
     }
 
-    /// Whether the queue outlasts a round is judged at the jobs' measured seconds: never
-    /// before one came back; then the jobs held with those still to come, against the
-    /// round's time on every core.
-    #[test]
-    fn a_backlog_outlasts_a_round_at_the_jobs_measured_seconds() {
+    /// A small model and the digits, for jobs that are never run here.
+    fn model_and_data() -> (Network, Arc<model::Dataset>) {
         let data = crate::data::digits(1);
         let net =
             Network::new(model::NetSpec::mlp(data.train.shape(), &[2], 10), 10).expect("model");
-        let train = Arc::new(data.train);
-        let inputs = || Inputs {
-            net: &net,
-            train: &train,
+        (net, Arc::new(data.train))
+    }
+
+    fn inputs<'a>(net: &'a Network, train: &'a Arc<model::Dataset>) -> Inputs<'a> {
+        Inputs {
+            net,
+            train,
             weights: Arc::from(vec![0.0; 4]),
             compression: Compression::None,
             batch_size: 1,
             order: Order::Library,
             segments: None,
-        };
+        }
+    }
+
+    /// Whether the queue outlasts a round is judged at the jobs' measured seconds: never
+    /// before one came back; then the jobs held with those still to come, against the
+    /// round's time on every core.
+    #[test]
+    fn a_backlog_outlasts_a_round_at_the_jobs_measured_seconds() {
+        let (net, train) = model_and_data();
+        let inputs = || inputs(&net, &train);
         let round = std::time::Duration::from_secs(2);
         let mut r = Recomputations::new(2);
         assert!(!r.outlast(100, round), "nothing measured yet");
@@ -237,19 +246,8 @@ mod tests {
 
     #[test]
     fn jobs_run_within_the_budget_wait_in_order_and_are_turned_away_beyond() {
-        let data = crate::data::digits(1);
-        let net =
-            Network::new(model::NetSpec::mlp(data.train.shape(), &[2], 10), 10).expect("model");
-        let train = Arc::new(data.train);
-        let inputs = || Inputs {
-            net: &net,
-            train: &train,
-            weights: Arc::from(vec![0.0; 4]),
-            compression: Compression::None,
-            batch_size: 1,
-            order: Order::Library,
-            segments: None,
-        };
+        let (net, train) = model_and_data();
+        let inputs = || inputs(&net, &train);
         let mut r = Recomputations::new(2);
         assert!(r.short_wait());
         let first = r.start(held(1), inputs()).unwrap().expect("a free core");
