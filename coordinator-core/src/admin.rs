@@ -62,7 +62,7 @@ impl Coordinator {
         result
     }
 
-    fn is_sync(&self) -> bool {
+    pub(crate) fn is_sync(&self) -> bool {
         matches!(self.settings.mode, Mode::Sync { .. })
     }
 

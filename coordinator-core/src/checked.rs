@@ -20,6 +20,7 @@ use crate::Coordinator;
 impl Coordinator {
     /// The checks, and what they may read and count while they decide.
     pub(crate) fn checks(&mut self) -> (&mut Checks, Context<'_>) {
+        let rounds = self.is_sync();
         let cx = Context {
             registry: &self.registry,
             metrics: &mut self.metrics,
@@ -27,7 +28,7 @@ impl Coordinator {
             train: &self.train,
             local: self.local.as_ref(),
             batch_size: self.settings.batch_size,
-            rounds: matches!(self.settings.mode, crate::settings::Mode::Sync { .. }),
+            rounds,
             finished: self.outcome.is_some(),
         };
         (&mut self.checks, cx)

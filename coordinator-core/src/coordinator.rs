@@ -412,8 +412,7 @@ impl Coordinator {
         let floor = self.settings.verify_fraction;
         let probation = self.registry.on_probation(id);
         let mut rate = self.registry.check_rate(id, floor);
-        let sync = matches!(self.settings.mode, Mode::Sync { .. });
-        if sync && !probation && rate > floor {
+        if self.is_sync() && !probation && rate > floor {
             let round = self.local.as_ref().and_then(LocalPlan::expected);
             if round.is_some_and(|round| self.checks.full(version, round)) {
                 self.metrics.sampling_floored();

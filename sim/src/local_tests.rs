@@ -26,6 +26,18 @@ fn local(steps: LocalSteps, inner: OptimizerKind) -> Settings {
 
 const SGD: OptimizerKind = OptimizerKind::Sgd { lr: 0.1 };
 
+/// `n` honest workers at 10 ms a step on `link`, then one that scales its answers by 1.01,
+/// all in int8.
+fn honest_and_a_cheat(n: usize, link: Link) -> Vec<WorkerSpec> {
+    let mut workers = honest(n, link, ms(10));
+    workers.push(
+        WorkerSpec::new(link, ms(10))
+            .with_compression(Compression::Int8)
+            .behaving(Behaviour::Scaled(1.01)),
+    );
+    workers
+}
+
 /// `--verify-fraction 1`: every phase of every honest worker is replayed, with each inner
 /// optimizer, in sync and async mode, over int8, int4, f16 and f32, and none is ever struck.
 #[test]
@@ -276,12 +288,7 @@ fn replicas_agree_on_local_phases() {
 fn one_core_checks_a_crowd_without_holding_its_rounds() {
     let link = Link::symmetric(ms(10), 100.0);
     let train = |cores: usize| {
-        let mut workers = honest(7, link, ms(10));
-        workers.push(
-            WorkerSpec::new(link, ms(10))
-                .with_compression(Compression::Int8)
-                .behaving(Behaviour::Scaled(1.01)),
-        );
+        let workers = honest_and_a_cheat(7, link);
         let settings = Settings {
             verify_fraction: 0.0625,
             verify_cores: cores,
@@ -415,12 +422,7 @@ fn a_busy_core_of_checks_samples_at_the_floor_and_holds_fewer_rounds() {
                 SGD,
             )
         };
-        let mut workers = honest(23, link, ms(10));
-        workers.push(
-            WorkerSpec::new(link, ms(10))
-                .with_compression(Compression::Int8)
-                .behaving(Behaviour::Scaled(1.01)),
-        );
+        let workers = honest_and_a_cheat(23, link);
         let mut s = scenario(32, workers, settings);
         s.recompute_step = std::time::Duration::from_micros(4_500);
         s.until.accuracy = Some(0.92);
@@ -465,12 +467,7 @@ fn a_busy_core_of_checks_samples_at_the_floor_and_holds_fewer_rounds() {
 fn a_crowd_arriving_at_once_does_not_wait_for_its_probation_in_series() {
     let link = Link::symmetric(ms(10), 100.0);
     let train = |cores: usize| {
-        let mut workers = honest(7, link, ms(10));
-        workers.push(
-            WorkerSpec::new(link, ms(10))
-                .with_compression(Compression::Int8)
-                .behaving(Behaviour::Scaled(1.01)),
-        );
+        let workers = honest_and_a_cheat(7, link);
         let settings = Settings {
             verify_cores: cores,
             min_workers: 7,

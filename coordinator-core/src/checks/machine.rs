@@ -395,12 +395,10 @@ impl Checks {
                 if !strike {
                     debug!(%worker, "the same work again: dropped, not struck again");
                 }
-                let (message, excuse) = if then == Then::Vouch {
-                    warn!(%worker, %mismatch, "a newcomer's excused phase does not match its replay");
-                    let why = format!("the phase for {} did not match its replay", gradient.round);
-                    (why, false)
-                } else if then == Then::Judge {
-                    warn!(%worker, %mismatch, "a phase that counted does not match its replay");
+                let (message, excuse) = if matches!(then, Then::Judge | Then::Vouch) {
+                    // Gone on already (counted, or excused from its round): only its worker
+                    // is judged.
+                    warn!(%worker, %mismatch, ?then, "a phase that went on does not match its replay");
                     let why = format!("the phase for {} did not match its replay", gradient.round);
                     (why, false)
                 } else {
