@@ -22,7 +22,7 @@ use clap::Parser;
 use futures_util::{SinkExt, StreamExt};
 use protocol::{
     decode_from_coordinator, encode_from_worker, encode_gradient, Compression, CoordinatorToWorker,
-    Gradient, Hello, WorkerKind, WorkerToCoordinator,
+    Gradient, Hello, Weights, WorkerKind, WorkerToCoordinator,
 };
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio_tungstenite::tungstenite::Message;
@@ -343,54 +343,76 @@ pub(crate) async fn worker(
         arrivals: Vec::new(),
         cpu: Vec::new(),
     };
-    // The weights arrive in chunks; like a real worker, it answers once all are in.
+    // The weights arrive in chunks; like a real worker, it answers once all are in. On int8
+    // weights after the first version, as deltas from those held (`protocol::delta`).
     let mut weights = Vec::new();
+    let mut incoming = Vec::new();
     while let Some(msg) = ws.next().await {
         let Message::Binary(frame) = msg? else {
             continue;
         };
-        match decode_from_coordinator(&frame)? {
-            CoordinatorToWorker::Welcome(_) => timeline.joined = Instant::now(),
+        let round = match decode_from_coordinator(&frame)? {
+            CoordinatorToWorker::Welcome(_) => {
+                timeline.joined = Instant::now();
+                continue;
+            }
             CoordinatorToWorker::Weights(w) => {
-                if w.offset == 0 {
-                    weights.clear();
-                }
-                weights.extend_from_slice(&w.params);
-                if weights.len() < w.total as usize {
+                if !gather(&mut incoming, &w) {
                     continue;
                 }
-                timeline.arrivals.push(Instant::now());
-                if let Some(pid) = probe {
-                    if w.round.0 == WARMUP_ROUNDS || w.round.0 == total {
-                        timeline.cpu.push(CpuTimes::read(pid)?);
-                    }
+                weights = std::mem::take(&mut incoming);
+                w.round
+            }
+            CoordinatorToWorker::WeightsDelta(w) => {
+                if !gather(&mut incoming, &w) {
+                    continue;
                 }
-                if w.round.0 >= total {
-                    return Ok(timeline);
-                }
-                let gradient = Gradient {
-                    compute_us: 0,
-                    parts: 1,
-                    round: w.round,
-                    samples: BATCH,
-                    loss: 0.0,
-                    grads: weights.iter().map(|p| p * 0.001 + k as f32).collect(),
-                };
-                for chunk in encode_gradient(&gradient, compression) {
-                    ws.feed(Message::Binary(chunk.into())).await?;
-                }
-                ws.flush().await?;
+                weights = protocol::delta::target(&weights, &incoming)
+                    .map(|target| protocol::delta::settle(&target))
+                    .context("a delta of another length than the weights held")?;
+                w.round
             }
             CoordinatorToWorker::Shard(_)
             | CoordinatorToWorker::Task(_)
             | CoordinatorToWorker::Challenge(_)
-            | CoordinatorToWorker::Frozen { .. } => {}
+            | CoordinatorToWorker::Frozen { .. } => continue,
             CoordinatorToWorker::Error { code, message } => {
                 bail!("worker {k}: {code:?}: {message}")
             }
+        };
+        timeline.arrivals.push(Instant::now());
+        if let Some(pid) = probe {
+            if round.0 == WARMUP_ROUNDS || round.0 == total {
+                timeline.cpu.push(CpuTimes::read(pid)?);
+            }
         }
+        if round.0 >= total {
+            return Ok(timeline);
+        }
+        let gradient = Gradient {
+            compute_us: 0,
+            parts: 1,
+            round,
+            samples: BATCH,
+            loss: 0.0,
+            grads: weights.iter().map(|p| p * 0.001 + k as f32).collect(),
+        };
+        for chunk in encode_gradient(&gradient, compression) {
+            ws.feed(Message::Binary(chunk.into())).await?;
+        }
+        ws.flush().await?;
     }
     bail!("worker {k}: connection closed early")
+}
+
+/// Adds a chunk of `Weights` or `WeightsDelta` to `incoming` (cleared by a first chunk):
+/// whether the message is whole.
+fn gather(incoming: &mut Vec<f32>, chunk: &Weights) -> bool {
+    if chunk.offset == 0 {
+        incoming.clear();
+    }
+    incoming.extend_from_slice(&chunk.params);
+    incoming.len() >= chunk.total as usize
 }
 
 /// What plain SGD on the synthetic gradient gives, computed here in the same f32 order and
@@ -418,8 +440,20 @@ pub(crate) fn matches_reference(
     let mut w: Vec<f32> = mlp.init(42);
     let weight = BATCH as f32;
     let mut max_step = 0.0f32;
+    // On int8 weights, the first version whole and the others as deltas from the last held.
+    let mut held: Option<Vec<f32>> = None;
     for _ in 0..rounds {
-        let seen = through_wire(&w, compression.for_weights());
+        let seen = match (&held, compression.for_weights()) {
+            (Some(held), Compression::Int8) => {
+                let delta = protocol::delta::delta(&w, held).expect("one layout");
+                protocol::delta::settle(&protocol::delta::target(held, &delta).expect("one layout"))
+            }
+            (None, Compression::Int8) => protocol::delta::settle(&w),
+            (_, c) => through_wire(&w, c),
+        };
+        if compression.for_weights() == Compression::Int8 {
+            held = Some(seen.clone());
+        }
         let mut sum = vec![0.0f32; w.len()];
         // The coordinator's sum Σ_k samples · g_k, then / Σ samples.
         for k in 0..workers {

@@ -112,7 +112,8 @@ impl Coordinator {
         let settings_cores = settings.verify_cores;
         let writer = (data.vocabulary).and_then(|v| crate::language::Writer::new(v, &data.test));
         let trainer = Trainer::new(net, settings.seed, settings.optimizer, data.test)?
-            .stepping(settings.lr_schedule, settings.clip_norm);
+            .stepping(settings.lr_schedule, settings.clip_norm)
+            .deltas(settings.weight_deltas);
         let params = trainer.params().len();
         // A model with frozen layers is not checked by segments: its phases stay ordered.
         let frozen = !trainer.net().frozen().is_empty();
@@ -382,7 +383,10 @@ impl Coordinator {
             batch,
             local,
         }));
-        let weights = self.trainer.weights(compression);
+        let (weights, held) = self
+            .trainer
+            .weights_for(compression, self.registry.held(id));
+        self.registry.hold(id, held);
         self.send(
             id,
             Outbound::Pull {

@@ -24,6 +24,7 @@
 
 pub mod admin;
 pub mod aggregate;
+pub mod broadcast;
 mod checked;
 pub mod checkpoint;
 pub mod checks;

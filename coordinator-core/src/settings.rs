@@ -92,6 +92,9 @@ pub struct Settings {
     pub local: Option<Local>,
     /// `--role edge`: a root applies the updates (`remote.rs`); sync mode only.
     pub edge: bool,
+    /// `--weight-deltas`: a worker on int8 weights that holds the version before is sent
+    /// the next as a delta in int4 (`broadcast.rs`).
+    pub weight_deltas: bool,
 }
 
 impl Default for Settings {
@@ -134,6 +137,7 @@ impl Default for Settings {
             audit_seed: None,
             local: None,
             edge: false,
+            weight_deltas: true,
         }
     }
 }

@@ -12,6 +12,7 @@ use model::{
 use protocol::{encode_weights, Compression, Round};
 use tracing::warn;
 
+use crate::broadcast::{Chain, Held};
 use crate::evaluation::EvalJob;
 use crate::io::{Frames, WeightsSnapshot};
 
@@ -29,15 +30,17 @@ pub struct Trainer {
     version: u64,
     test: Arc<Dataset>,
     /// The current weights, encoded once per version and compression and shared by every
-    /// outbox: uncompressed eagerly (for `/api/params`), f16 and int8 on first use.
-    frames: [Option<Frames>; 3],
+    /// outbox: uncompressed eagerly (for `/api/params`), f16 on first use (int8 is `chain`'s).
+    frames: [Option<Frames>; 2],
     /// The same weights decoded, as a worker on that compression sees them: what
     /// verification recomputes on. Decoded at most once per version and compression.
     seen: [Option<Arc<[f32]>>; 3],
     /// With frozen layers: the `Weights` frames workers get (trained tensors only), and the
-    /// `Frozen` frames (sent once per connection), per compression.
-    trained_frames: [Option<Frames>; 3],
+    /// `Frozen` frames (sent once per connection), per compression (int8 last).
+    trained_frames: [Option<Frames>; 2],
     frozen_frames: [Option<Frames>; 3],
+    /// The weights of workers on int8 (and int4) weights: a chain of deltas, or of keys.
+    chain: Chain,
     /// The weights to publish (`/api/params`), when they changed since last taken.
     published: Option<WeightsSnapshot>,
 }
@@ -66,13 +69,22 @@ impl Trainer {
             clip: None,
             version: 0,
             test: Arc::new(test),
-            frames: [Some(frame), None, None],
+            frames: [Some(frame), None],
             seen: [None, None, None],
-            trained_frames: [None, None, None],
+            trained_frames: [None, None],
             frozen_frames: [None, None, None],
+            chain: Chain::new(false),
             published,
         };
         Ok(trainer)
+    }
+
+    /// Workers on int8 weights are sent each version as a delta from the one they hold
+    /// when they hold the one before (`--weight-deltas`, [`crate::broadcast`]).
+    #[must_use]
+    pub fn deltas(mut self, on: bool) -> Self {
+        self.chain = Chain::new(on);
+        self
     }
 
     /// Steps follow `schedule` (from the base learning rate) and clip the update's global
@@ -131,9 +143,9 @@ impl Trainer {
         self.optimizer.step(&mut self.params, &gradient);
         self.version += 1;
         let frame = encode(self.version, &self.params, Compression::None);
-        self.frames = [Some(frame.clone()), None, None];
+        self.frames = [Some(frame.clone()), None];
         self.seen = [None, None, None];
-        self.trained_frames = [None, None, None];
+        self.trained_frames = [None, None];
         self.published = Some(WeightsSnapshot {
             round: self.version,
             frames: frame,
@@ -182,10 +194,12 @@ impl Trainer {
         self.params = params;
         self.version = version;
         let frame = encode(version, &self.params, Compression::None);
-        self.frames = [Some(frame.clone()), None, None];
+        self.frames = [Some(frame.clone()), None];
         self.seen = [None, None, None];
-        self.trained_frames = [None, None, None];
+        self.trained_frames = [None, None];
         self.frozen_frames = [None, None, None];
+        // Not the version before plus an update: no worker may take it as a delta.
+        self.chain.reset();
         self.published = Some(WeightsSnapshot {
             round: version,
             frames: frame,
@@ -231,20 +245,39 @@ impl Trainer {
         !self.net.frozen().is_empty()
     }
 
-    /// The current weights as `Weights` chunk frames in `compression`'s weights encoding ([`Compression::for_weights`]; the trained tensors
-    /// only, if some are frozen), encoded at most once per version and compression.
+    /// The current weights as `Weights` chunk frames in `compression`'s weights encoding
+    /// ([`Compression::for_weights`]; the trained tensors only, if some are frozen), encoded
+    /// at most once per version and compression: what a connection holding nothing is sent.
+    #[cfg(test)]
     pub fn weights(&mut self, compression: Compression) -> Frames {
+        self.weights_for(compression, None).0
+    }
+
+    /// The current weights for a connection that holds `holds` (what it was last sent, on
+    /// int8 weights): as a delta if it holds the version before ([`crate::broadcast`]), else
+    /// whole; and what it holds then.
+    pub fn weights_for(
+        &mut self,
+        compression: Compression,
+        holds: Option<Held>,
+    ) -> (Frames, Option<Held>) {
+        let version = self.version;
+        let Some(slot) = frames_slot(compression) else {
+            let (net, params) = (&self.net, &self.params);
+            let (frames, held) = self
+                .chain
+                .frames_for(version, || trained(net, params), holds);
+            return (frames, Some(held));
+        };
         let compression = compression.for_weights();
-        let slot = slot(compression);
-        let (version, params, net) = (self.version, &self.params, &self.net);
-        if self.has_frozen() {
-            return self.trained_frames[slot]
+        let (params, net) = (&self.params, &self.net);
+        let frames = if self.has_frozen() {
+            self.trained_frames[slot]
                 .get_or_insert_with(|| encode(version, &net.trained_part(params), compression))
-                .clone();
-        }
-        self.frames[slot]
-            .get_or_insert_with(|| encode(version, params, compression))
-            .clone()
+        } else {
+            self.frames[slot].get_or_insert_with(|| encode(version, params, compression))
+        };
+        (frames.clone(), None)
     }
 
     /// The frozen tensors as `Frozen` chunk frames in `compression`, if the model has any.
@@ -279,13 +312,19 @@ impl Trainer {
                 protocol::tensor::decode_payload(&raw, values.len(), compression)
             }
         };
+        // On int8 weights, the trained tensors as the chain has them.
+        let (net, params, version) = (&self.net, &self.params, self.version);
+        let chained = (slot == 2).then(|| self.chain.held(version, || trained(net, params)));
         let seen: Arc<[f32]> = if self.has_frozen() {
             // Two payloads: `Weights` (trained) and `Frozen`, each quantized on its own.
-            let trained = wire(&self.net.trained_part(&self.params));
+            let trained = match chained {
+                Some(held) => held.to_vec(),
+                None => wire(&self.net.trained_part(&self.params)),
+            };
             let frozen = wire(&self.net.frozen_part(&self.params));
             Arc::from(self.net.join(&trained, &frozen))
         } else {
-            Arc::from(wire(&self.params))
+            chained.unwrap_or_else(|| Arc::from(wire(&self.params)))
         };
         self.seen[slot] = Some(Arc::clone(&seen));
         seen
@@ -316,6 +355,20 @@ fn slot(compression: Compression) -> usize {
         Compression::None => 0,
         Compression::F16 => 1,
         Compression::Int8 | Compression::Int4 => 2,
+    }
+}
+
+/// The slot of a weights encoding's frames here: `None` for int8's, which are the chain's.
+fn frames_slot(compression: Compression) -> Option<usize> {
+    Some(slot(compression)).filter(|&slot| slot < 2)
+}
+
+/// The trained tensors: all the parameters, without frozen layers.
+fn trained(net: &Network, params: &[f32]) -> Vec<f32> {
+    if net.frozen().is_empty() {
+        params.to_vec()
+    } else {
+        net.trained_part(params)
     }
 }
 

@@ -24,10 +24,12 @@ use crate::PROTOCOL_VERSION;
 mod chunks;
 mod wire;
 
-use chunks::{chunk_pos, chunk_values, frozen_chunk, gradient_chunk, weights_chunk};
+use chunks::{
+    chunk_pos, chunk_values, frozen_chunk, gradient_chunk, weights_chunk, weights_delta_chunk,
+};
 pub use chunks::{
-    encode_frozen, encode_gradient, encode_weights, gradient_wire_len, is_weights_start,
-    RawGradientChunk, WEIGHTS_DATA_OFFSET,
+    encode_frozen, encode_gradient, encode_weights, encode_weights_delta, gradient_wire_len,
+    is_weights_start, RawGradientChunk, WEIGHTS_DATA_OFFSET,
 };
 
 use wire::{Reader, Writer};
@@ -47,6 +49,7 @@ const TAG_ERROR: u8 = 0x84;
 const TAG_FROZEN: u8 = 0x85;
 const TAG_TASK: u8 = 0x86;
 const TAG_CHALLENGE: u8 = 0x87;
+const TAG_WEIGHTS_DELTA: u8 = 0x88;
 
 /// Why a frame was refused.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -225,6 +228,9 @@ pub fn encode_from_coordinator(msg: &CoordinatorToWorker) -> Vec<u8> {
         }
         CoordinatorToWorker::Weights(m) => {
             weights_chunk(m.round, (m.total, m.offset), &m.params, Compression::None)
+        }
+        CoordinatorToWorker::WeightsDelta(m) => {
+            weights_delta_chunk(m.round, (m.total, m.offset), &m.params, Compression::None)
         }
         CoordinatorToWorker::Frozen {
             total,
@@ -438,6 +444,16 @@ pub fn decode_from_coordinator(frame: &[u8]) -> Result<CoordinatorToWorker, Deco
             let round = Round(r.u64()?);
             let (total, offset, params) = chunk_values(&mut r)?;
             CoordinatorToWorker::Weights(Weights {
+                round,
+                total,
+                offset,
+                params,
+            })
+        }
+        TAG_WEIGHTS_DELTA => {
+            let round = Round(r.u64()?);
+            let (total, offset, params) = chunk_values(&mut r)?;
+            CoordinatorToWorker::WeightsDelta(Weights {
                 round,
                 total,
                 offset,

@@ -12,10 +12,12 @@
 //! - [`tensor`]: tensors as raw `f32`, or compressed to `f16` / `int8`.
 //! - [`chunk`]: tensors split into chunks of at most 64 KiB, and their order.
 //! - [`commit`]: a GPU phase's commitments, the coordinator's challenge and the reveal.
+//! - [`delta`]: the weights as deltas from the version a worker holds.
 
 pub mod chunk;
 pub mod codec;
 pub mod commit;
+pub mod delta;
 pub mod ids;
 pub mod message;
 pub mod tensor;
@@ -24,7 +26,7 @@ pub use chunk::{ChunkPos, CHUNK_VALUES};
 pub use codec::{
     decode_from_coordinator, decode_from_worker, decode_worker_frame, encode_from_coordinator,
     encode_from_worker, encode_frozen, encode_gradient, encode_reveal, encode_weights,
-    gradient_wire_len, DecodeError, RawGradientChunk, WorkerFrame,
+    encode_weights_delta, gradient_wire_len, DecodeError, RawGradientChunk, WorkerFrame,
 };
 pub use commit::{
     log_values, log_words, state_hash, Challenge, Commitments, RevealChunk, LOG_WORDS,
@@ -39,4 +41,4 @@ pub use tensor::Compression;
 
 /// Version of the wire format. Every frame starts with it; a peer speaking another version
 /// is refused with [`ErrorCode::VersionMismatch`]. Bump it on any incompatible change.
-pub const PROTOCOL_VERSION: u16 = 11;
+pub const PROTOCOL_VERSION: u16 = 12;

@@ -27,6 +27,10 @@ pub enum CoordinatorToWorker {
     Task(Task),
     /// One chunk of the weights (see [`crate::chunk`]).
     Weights(Weights),
+    /// One chunk of the weights of `round` as their difference from `round - 1`, which the
+    /// worker holds (version 12, [`crate::delta`]): in place of `Weights`, after the same
+    /// `Task`.
+    WeightsDelta(Weights),
     /// One chunk of the model's frozen tensors' values, in layout order: sent once before
     /// the `Weights` that need them (and again if the operator replaces them), so `Weights`
     /// carry the trained tensors only.

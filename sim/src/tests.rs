@@ -107,7 +107,12 @@ fn a_link_costs_what_its_latency_and_bandwidth_say() {
     // (all 8,000 training digits: 6.3 MB), the Task and the weights come down; 2 ms of
     // compute; the gradient goes up. Three one-way latencies, every byte at 10 Mbit/s.
     let link = Link::symmetric(ms(50), 10.0);
-    let mut s = scenario(128, honest(1, link, ms(2)), sync(1));
+    // Whole weights each version: the next pull's, in int8, are the gradient's size.
+    let settings = Settings {
+        weight_deltas: false,
+        ..sync(1)
+    };
+    let mut s = scenario(128, honest(1, link, ms(2)), settings);
     s.until.rounds = Some(1);
     let r = run(s);
     assert_eq!(r.rounds, 1);

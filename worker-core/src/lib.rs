@@ -14,6 +14,7 @@ use model::{
     batch_positions, batch_seed, Dataset, LocalPhase, ModelError, NetSpec, Network, Normalization,
     OptimizerKind, Shape, Values,
 };
+use protocol::delta;
 use protocol::{
     chunk::ChunkError, decode_from_coordinator, encode_from_worker, encode_gradient, Compression,
     CoordinatorToWorker, DecodeError, ErrorCode, Gradient, Hello, Round, Shard, ShardValues, Task,
@@ -21,8 +22,11 @@ use protocol::{
 };
 use thiserror::Error;
 
+use held::Held;
+
 mod commit;
 mod compute;
+mod held;
 mod incoming;
 mod pending;
 mod segment;
@@ -80,6 +84,12 @@ pub struct Stats {
     pub last_warning: Option<String>,
 }
 
+impl Joined {
+    fn receiving_weights(&self) -> bool {
+        self.weights_in.assembly.in_progress() || self.delta_in.assembly.in_progress()
+    }
+}
+
 #[derive(Debug)]
 struct Joined {
     net: Network,
@@ -90,9 +100,12 @@ struct Joined {
     first_index: usize,
     /// The frozen tensors' values (`Frozen`), when the model has any.
     frozen: Option<Vec<f32>>,
-    /// `Weights` and `Frozen` chunks of the message under way.
+    /// `Weights`, `WeightsDelta` and `Frozen` chunks of the message under way.
     weights_in: Incoming,
+    delta_in: Incoming,
     frozen_in: Incoming,
+    /// With weights in `int8`: the version held, for a delta to come on.
+    held: Held,
     /// What the coordinator confirmed in `Welcome`.
     compression: Compression,
     /// The `Task` for the `Weights` message under way.
@@ -266,11 +279,9 @@ impl WorkerCore {
         encode_from_worker(&WorkerToCoordinator::Hello(hello))
     }
 
-    /// Some chunks of a `Weights` message are in and more are coming.
+    /// Some chunks of a `Weights` (or `WeightsDelta`) message are in and more are coming.
     pub fn receiving_weights(&self) -> bool {
-        self.joined
-            .as_ref()
-            .is_some_and(|j| j.weights_in.assembly.in_progress())
+        self.joined.as_ref().is_some_and(Joined::receiving_weights)
     }
 
     pub fn stats(&self) -> &Stats {
@@ -299,7 +310,8 @@ impl WorkerCore {
             }
             CoordinatorToWorker::Shard(shard) => self.on_shard(shard).map(|()| None),
             CoordinatorToWorker::Task(task) => self.on_task(task).map(|()| None),
-            CoordinatorToWorker::Weights(chunk) => self.on_weights_chunk(chunk),
+            CoordinatorToWorker::Weights(chunk) => self.on_weights_chunk(chunk, false),
+            CoordinatorToWorker::WeightsDelta(chunk) => self.on_weights_chunk(chunk, true),
             CoordinatorToWorker::Frozen {
                 total,
                 offset,
@@ -338,7 +350,9 @@ impl WorkerCore {
             first_index: 0,
             frozen: None,
             weights_in: Incoming::default(),
+            delta_in: Incoming::default(),
             frozen_in: Incoming::default(),
+            held: Held::default(),
             compression: welcome.compression,
             task: None,
         });
@@ -377,7 +391,7 @@ impl WorkerCore {
             .joined
             .as_mut()
             .ok_or(WorkerError::Protocol("Task before Welcome"))?;
-        if joined.weights_in.assembly.in_progress() {
+        if joined.receiving_weights() {
             return Err(WorkerError::Protocol(
                 "Task in the middle of a Weights message",
             ));
@@ -404,20 +418,46 @@ impl WorkerCore {
         Ok(())
     }
 
-    fn on_weights_chunk(&mut self, chunk: Weights) -> Result<Option<Gradient>, WorkerError> {
+    /// A chunk of `Weights`, or of `WeightsDelta` (`delta`): the weights once the last is in
+    /// (a delta applied to the version held).
+    fn on_weights_chunk(
+        &mut self,
+        chunk: Weights,
+        delta: bool,
+    ) -> Result<Option<Gradient>, WorkerError> {
         let joined = self
             .joined
             .as_mut()
             .ok_or(WorkerError::Protocol("Weights before Welcome"))?;
+        let (incoming, other) = if delta {
+            (&mut joined.delta_in, &joined.weights_in)
+        } else {
+            (&mut joined.weights_in, &joined.delta_in)
+        };
+        if other.assembly.in_progress() {
+            return Err(WorkerError::Protocol(
+                "a Weights chunk in the middle of a WeightsDelta message, or the other way",
+            ));
+        }
         let expected = joined.net.trainable_count();
         let pos = (chunk.total, chunk.offset);
-        match joined
-            .weights_in
-            .take(chunk.round, pos, chunk.params, expected)?
-        {
-            Some(params) => self.on_weights(Weights::whole(chunk.round, params)),
-            None => Ok(None),
-        }
+        let Some(params) = incoming.take(chunk.round, pos, chunk.params, expected)? else {
+            return Ok(None);
+        };
+        let params = if delta {
+            if joined.compression.for_weights() != delta::HELD_ENCODING {
+                return Err(WorkerError::Protocol(
+                    "WeightsDelta to a worker whose weights do not go in int8",
+                ));
+            }
+            joined.held.advance(chunk.round, &params)?
+        } else {
+            if joined.compression.for_weights() == delta::HELD_ENCODING {
+                joined.held.keep(chunk.round, &params);
+            }
+            params
+        };
+        self.on_weights(Weights::whole(chunk.round, params))
     }
 
     fn on_weights(&mut self, mut weights: Weights) -> Result<Option<Gradient>, WorkerError> {

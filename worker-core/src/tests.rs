@@ -1,4 +1,4 @@
-use protocol::{encode_from_coordinator, ModelSpec};
+use protocol::{delta, encode_from_coordinator, ModelSpec};
 
 use super::*;
 
@@ -60,19 +60,7 @@ fn pull(core: &mut WorkerCore, round: u64, batch: u64) -> Option<Gradient> {
 
 /// What the gradient on batch `batch` of `core_with_shard`'s shard must be.
 fn expected(batch: u64) -> Vec<f32> {
-    let net = Network::new("input 2; dense 2".parse().expect("valid"), 2).expect("net");
-    let data = Dataset::from_parts(
-        Shape::flat(2),
-        Values::U8(vec![10, 20, 30, 40, 50, 60]),
-        vec![0, 1, 0],
-        Normalization::new(vec![0.0], vec![255.0]),
-    )
-    .expect("valid");
-    let (x, labels) = data.batch(batch_positions(3, batch, 1));
-    let (_, grads) = net
-        .loss_and_grad(&PARAMS, x.view(), &labels, batch_seed(batch, 0))
-        .expect("ok");
-    grads
+    gradient_on(&PARAMS, batch)
 }
 
 #[test]
@@ -114,6 +102,114 @@ fn weights_without_their_task_are_refused() {
     });
     assert_eq!(core.handle(half).expect("first chunk"), None);
     assert!(core.handle(task(0, 1)).is_err());
+}
+
+/// `core_with_shard`'s worker, on `compression`.
+fn on(compression: Compression) -> WorkerCore {
+    let mut core = core_with_shard();
+    let joined = core.joined.as_mut().expect("joined");
+    joined.compression = compression;
+    core
+}
+
+/// The gradient of `core_with_shard`'s batch `batch` on `params`.
+fn gradient_on(params: &[f32], batch: u64) -> Vec<f32> {
+    let net = Network::new("input 2; dense 2".parse().expect("valid"), 2).expect("net");
+    let data = Dataset::from_parts(
+        Shape::flat(2),
+        Values::U8(vec![10, 20, 30, 40, 50, 60]),
+        vec![0, 1, 0],
+        Normalization::new(vec![0.0], vec![255.0]),
+    )
+    .expect("valid");
+    let (x, labels) = data.batch(batch_positions(3, batch, 1));
+    let (_, grads) = net
+        .loss_and_grad(params, x.view(), &labels, batch_seed(batch, 0))
+        .expect("ok");
+    grads
+}
+
+/// On int4 (weights in int8) a version comes whole, the next ones as deltas from it: each
+/// answer is computed on the held weights plus the delta, settled through int8, as the
+/// coordinator computes them. A delta from a version not held, or to a worker whose weights
+/// are not in int8, or interleaved with a `Weights` message, is a protocol error.
+#[test]
+fn a_delta_is_added_to_the_weights_held() {
+    let mut core = on(Compression::Int4);
+    let send = |core: &mut WorkerCore, frames: Vec<Vec<u8>>| {
+        let mut out = Vec::new();
+        for frame in frames {
+            out = core.handle_frame(&frame)?;
+        }
+        Ok::<_, WorkerError>(out)
+    };
+    core.handle(task(0, 0)).expect("task");
+    send(
+        &mut core,
+        protocol::encode_weights(Round(0), &PARAMS, Compression::Int8),
+    )
+    .expect("key");
+    let mut held = delta::settle(&PARAMS);
+    for round in 1..4u64 {
+        let next: Vec<f32> = PARAMS
+            .iter()
+            .map(|p| p + 0.01 * round as f32 * (p - 0.05))
+            .collect();
+        let difference: Vec<f32> = next.iter().zip(&held).map(|(n, h)| n - h).collect();
+        core.handle(task(round, round)).expect("task");
+        let frames =
+            protocol::encode_weights_delta(Round(round), &difference, delta::DELTA_ENCODING);
+        let answer = send(&mut core, frames).expect("a delta on the version held");
+        assert!(!answer.is_empty(), "round {round} answered");
+        let sent = delta::delta(&next, &held).expect("one layout");
+        held = delta::settle(&delta::target(&held, &sent).expect("one layout"));
+        let Ok(protocol::WorkerFrame::Gradient(g)) = protocol::decode_worker_frame(&answer[0])
+        else {
+            panic!("a gradient")
+        };
+        let mut got = Vec::new();
+        g.decode_append(&mut got);
+        let mut want = Vec::new();
+        protocol::tensor::encode_payload(&mut want, &gradient_on(&held, round), Compression::Int4);
+        assert_eq!(
+            got,
+            protocol::tensor::decode_payload(&want, 6, Compression::Int4),
+            "round {round}"
+        );
+    }
+    // Version 5 on 3: not the version held.
+    core.handle(task(5, 5)).expect("task");
+    let skip = protocol::encode_weights_delta(Round(5), &[0.0; 6], delta::DELTA_ENCODING);
+    assert!(matches!(
+        send(&mut core, skip),
+        Err(WorkerError::Protocol(_))
+    ));
+
+    let mut plain = on(Compression::None);
+    plain.handle(task(0, 0)).expect("task");
+    assert!(plain.handle(weights(0)).expect("whole").is_some());
+    plain.handle(task(1, 1)).expect("task");
+    let delta = protocol::encode_weights_delta(Round(1), &[0.0; 6], delta::DELTA_ENCODING);
+    assert!(matches!(
+        send(&mut plain, delta),
+        Err(WorkerError::Protocol(_))
+    ));
+
+    let mut mixed = on(Compression::Int8);
+    mixed.handle(task(0, 0)).expect("task");
+    let half = |round| Weights {
+        round: Round(round),
+        total: 6,
+        offset: 0,
+        params: vec![0.0; 3],
+    };
+    assert_eq!(
+        mixed
+            .handle(CoordinatorToWorker::WeightsDelta(half(0)))
+            .expect("a first chunk"),
+        None
+    );
+    assert!(mixed.handle(CoordinatorToWorker::Weights(half(0))).is_err());
 }
 
 #[test]

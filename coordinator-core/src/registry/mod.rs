@@ -20,6 +20,7 @@ use self::identities::Identities;
 use self::newcomers::Newcomers;
 use self::tally::{Note, Tally};
 use self::trust::Trust;
+use crate::broadcast::Held;
 use crate::checks::replicas::GroupKey;
 use crate::refusal::Refusal;
 use crate::session::SessionId;
@@ -64,6 +65,8 @@ struct Worker {
     cores: u8,
     /// Whether this connection holds the frozen tensors' current values.
     has_frozen: bool,
+    /// The version of the int8 weights' chain it was last sent (`broadcast.rs`).
+    held: Option<Held>,
     /// A shard or the frozen tensors went to it since its last pull: its next answer's
     /// time does not measure its link alone.
     bulk_sent: bool,
@@ -240,6 +243,7 @@ impl Registry {
                 compression: hello.compression,
                 shard: None,
                 has_frozen: false,
+                held: None,
                 bulk_sent: false,
                 pull: None,
                 last_batch,

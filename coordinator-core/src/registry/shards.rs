@@ -10,6 +10,7 @@ use protocol::{
 };
 
 use super::{GroupKey, Pull, Registry};
+use crate::broadcast::Held;
 use crate::session::Outbound;
 
 impl Registry {
@@ -27,6 +28,18 @@ impl Registry {
             .get(&id)
             .and_then(|w| w.shard.as_ref())
             .map_or(0, Range::len)
+    }
+
+    /// The version of the int8 weights' chain `id`'s connection holds, if any.
+    pub fn held(&self, id: WorkerId) -> Option<Held> {
+        self.workers.get(&id).and_then(|w| w.held)
+    }
+
+    /// `id`'s connection is sent weights after which it holds `held`.
+    pub fn hold(&mut self, id: WorkerId, held: Option<Held>) {
+        if let Some(w) = self.workers.get_mut(&id) {
+            w.held = held;
+        }
     }
 
     /// `id` is about to be sent the frozen tensors: whether its connection lacks them (then

@@ -2,7 +2,9 @@
 //! chunks, and reading one chunk's position and values.
 
 use super::wire::{Reader, Writer};
-use super::{DecodeError, HEADER_LEN, MAGIC, TAG_FROZEN, TAG_GRADIENT, TAG_WEIGHTS};
+use super::{
+    DecodeError, HEADER_LEN, MAGIC, TAG_FROZEN, TAG_GRADIENT, TAG_WEIGHTS, TAG_WEIGHTS_DELTA,
+};
 use crate::chunk::{chunks, ChunkPos, CHUNK_VALUES};
 use crate::ids::Round;
 use crate::message::Gradient;
@@ -88,7 +90,29 @@ pub(super) fn weights_chunk(
     values: &[f32],
     c: Compression,
 ) -> Vec<u8> {
-    let mut w = Writer::new(TAG_WEIGHTS, 21 + values.len() * 4);
+    round_chunk(TAG_WEIGHTS, round, pos, values, c)
+}
+
+/// Encodes version `round` as `WeightsDelta` chunk frames of `delta`, its difference from
+/// version `round - 1` as the recipient holds it (see [`crate::delta`]), in `c`.
+pub fn encode_weights_delta(round: Round, delta: &[f32], c: Compression) -> Vec<Vec<u8>> {
+    let total = total_u32(delta.len());
+    chunks(delta.len())
+        .map(|r| weights_delta_chunk(round, (total, r.start as u32), &delta[r], c))
+        .collect()
+}
+
+pub(super) fn weights_delta_chunk(
+    round: Round,
+    pos: (u32, u32),
+    values: &[f32],
+    c: Compression,
+) -> Vec<u8> {
+    round_chunk(TAG_WEIGHTS_DELTA, round, pos, values, c)
+}
+
+fn round_chunk(tag: u8, round: Round, pos: (u32, u32), values: &[f32], c: Compression) -> Vec<u8> {
+    let mut w = Writer::new(tag, 21 + values.len() * 4);
     w.u64(round.0);
     w.chunk(pos, values, c);
     w.buf

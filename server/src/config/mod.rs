@@ -206,6 +206,7 @@ impl TryFrom<Cli> for Config {
                 aggregator,
                 verify_fraction: cli.verify_fraction,
                 verify_cores,
+                weight_deltas: cli.weight_deltas,
                 probation: cli.probation,
                 new_identities_per_address: cli.new_identities_per_address,
                 new_identities_per_network: cli.new_identities_per_network,
