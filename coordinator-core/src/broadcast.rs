@@ -6,9 +6,10 @@
 //! bytes a value), and then holds the same values. What a worker holds is what its answer
 //! is replayed on.
 //!
-//! A chain is unbroken while versions follow each other by an update (`Trainer::apply`);
-//! restored or replaced weights (a checkpoint, the operator's, an edge's adoption) start a
-//! new one, so a delta is never added to weights of another chain. With deltas off, every
+//! A chain is unbroken while versions follow each other by an update (`Trainer::apply`, or
+//! an edge's adoption of the root's next version); restored or replaced weights (a
+//! checkpoint, the operator's, a new root's older version) start a new one, so a delta is
+//! never added to weights of another chain. With deltas off, every
 //! version starts a chain: its key is the `int8` of the weights, as before version 12.
 
 use std::sync::Arc;

@@ -112,7 +112,7 @@ impl Coordinator {
             return Ok(());
         }
         let optimizer = self.trainer.optimizer_state();
-        self.trainer.restore(params, optimizer, version)?;
+        self.trainer.adopt(params, optimizer, version)?;
         let remote = self.remote.as_mut().expect("checked above");
         remote.started = true;
         // The round handed over became this version: count it as applied. Going back (a new

@@ -182,6 +182,35 @@ impl Trainer {
         optimizer: OptimizerState,
         version: u64,
     ) -> Result<(), String> {
+        self.set(params, optimizer, version)?;
+        // Not the version before plus an update: no worker may take it as a delta.
+        self.chain.reset();
+        Ok(())
+    }
+
+    /// Takes the root's `version` (`--role edge`), as [`Self::restore`]; a version after
+    /// this one goes on from it as the root's updates do, so workers holding the one before
+    /// may take it as a delta (an older one, a new root's, starts a new chain).
+    pub fn adopt(
+        &mut self,
+        params: Vec<f32>,
+        optimizer: OptimizerState,
+        version: u64,
+    ) -> Result<(), String> {
+        let newer = version > self.version;
+        self.set(params, optimizer, version)?;
+        if !newer {
+            self.chain.reset();
+        }
+        Ok(())
+    }
+
+    fn set(
+        &mut self,
+        params: Vec<f32>,
+        optimizer: OptimizerState,
+        version: u64,
+    ) -> Result<(), String> {
         if params.len() != self.params.len() || params.iter().any(|p| !p.is_finite()) {
             return Err(format!(
                 "the parameters must be {} finite values",
@@ -198,8 +227,6 @@ impl Trainer {
         self.seen = [None, None, None];
         self.trained_frames = [None, None];
         self.frozen_frames = [None, None, None];
-        // Not the version before plus an update: no worker may take it as a delta.
-        self.chain.reset();
         self.published = Some(WeightsSnapshot {
             round: version,
             frames: frame,
@@ -424,6 +451,45 @@ mod tests {
         assert_eq!(decoded(&published.frames), (1, t.params().to_vec()));
         assert_eq!(published.round, 1);
         assert!(t.poll_published().is_none(), "taken once");
+    }
+
+    /// On int8 weights with deltas: an update, or an edge adopting the root's next version,
+    /// goes on from the version held (a delta, and what is seen is what the delta reaches);
+    /// restored weights, or a root's older version, start afresh (the key).
+    #[test]
+    fn a_version_after_an_update_or_an_adoption_is_a_delta_and_a_restore_is_not() {
+        let (t, ()) = trainer(OptimizerKind::Sgd { lr: 0.1 });
+        let mut t = t.deltas(true);
+        let is_delta = |frames: &Frames| {
+            matches!(
+                decode_from_coordinator(&frames[0]).expect("a frame"),
+                CoordinatorToWorker::WeightsDelta(_)
+            )
+        };
+        let (frames, mut held) = t.weights_for(Compression::Int4, None);
+        assert!(!is_delta(&frames));
+        let optimizer = t.optimizer_state();
+        assert!(t.apply(&vec![1.0; t.params().len()]));
+        let (frames, now) = t.weights_for(Compression::Int4, held);
+        assert!(is_delta(&frames), "after an update");
+        held = now;
+        let next: Vec<f32> = t.params().iter().map(|p| p * 0.9).collect();
+        t.adopt(next.clone(), optimizer.clone(), 2)
+            .expect("adopted");
+        let (frames, now) = t.weights_for(Compression::Int4, held);
+        assert!(is_delta(&frames), "the root's next version");
+        let seen = t.weights_as_seen(Compression::Int4);
+        assert!(
+            seen.iter().zip(&next).all(|(s, w)| (s - w).abs() < 0.02),
+            "{seen:?} {next:?}"
+        );
+        held = now;
+        t.adopt(next.clone(), optimizer.clone(), 1)
+            .expect("an older root");
+        assert!(!is_delta(&t.weights_for(Compression::Int4, held).0));
+        let (_, held) = t.weights_for(Compression::Int4, None);
+        t.restore(next, optimizer, 2).expect("restored");
+        assert!(!is_delta(&t.weights_for(Compression::Int4, held).0));
     }
 
     #[test]
