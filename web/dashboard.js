@@ -181,11 +181,30 @@ function efficiency(s) {
   if (s.bytes_per_sample != null) parts.push(`${s.bytes_per_sample.toPrecision(3)} bytes per sample`);
   const crowd = crowdFit(s.noise_scale);
   if (crowd) parts.push(crowd);
+  const checks = checksLoad(s);
+  if (checks) parts.push(checks);
   if (s.language) {
     const l = s.language;
     parts.push(`validation perplexity ${l.perplexity.toFixed(2)}, ${l.bits_per_token.toFixed(3)} bits per ${l.unit}`);
   }
   return parts.join(" · ");
+}
+
+// The share of the checks' cores (--verify-cores) spent replaying answers, over the last
+// half minute of pushed statuses: the coordinator's own clock, read from recompute_seconds.
+// Full, rounds wait for replays, and past probation answers are sampled at the floor.
+const checkTimes = [];
+function checksLoad(s) {
+  const now = performance.now() / 1e3;
+  checkTimes.push([now, s.recompute_seconds]);
+  while (checkTimes.length > 2 && now - checkTimes[1][0] >= 30) checkTimes.shift();
+  const [t0, r0] = checkTimes[0];
+  if (now - t0 < 5 || !(s.verify_cores > 0)) return null;
+  const load = Math.max(0, s.recompute_seconds - r0) / ((now - t0) * s.verify_cores);
+  const cores = `${s.verify_cores} core${s.verify_cores > 1 ? "s" : ""}`;
+  const floored = s.sampling_floored > 0 ? `, ${s.sampling_floored} pulls sampled at the floor` : "";
+  if (load < 0.9) return `checks ${percent(load)} of ${cores}${floored}`;
+  return `checks ${percent(load)} of ${cores}: full, rounds wait for replays${floored} (raise --verify-cores)`;
 }
 
 // The gradient noise scale against the crowd's batch: whether more volunteers still help.

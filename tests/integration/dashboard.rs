@@ -12,7 +12,17 @@ const TOKEN: &str = "dashboard-test-token-42";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_the_run_live_and_steers_it() {
     let _heavy = heavy().await;
-    let server = start_server(&["--admin-token", TOKEN, "--eval-interval", "5"]).await;
+    // `--patience 0`: the run goes on until the test pauses it (on a plateau it would
+    // finish within seconds, and the dashboard's lines would stop moving).
+    let server = start_server(&[
+        "--admin-token",
+        TOKEN,
+        "--eval-interval",
+        "5",
+        "--patience",
+        "0",
+    ])
+    .await;
     let addr = server.addr;
     let mut status = server.status.clone();
     let workers: Vec<_> = (0..2).map(|_| spawn_worker(addr)).collect();
@@ -66,6 +76,18 @@ async fn the_dashboard_shows_the_run_live_and_steers_it() {
         "the efficiency line to say whether more volunteers help",
         "/(gradient noise scale ≈ \\d+ samples|noise drowns the gradient) .*crowd batch of 64/\
            .test(document.getElementById('efficiency').textContent)",
+    )
+    .await;
+    // Past five seconds of statuses it says how busy the checks' cores are (the server's
+    // default here: half of this machine's cores).
+    let cores = status.borrow().verify_cores;
+    assert!(cores >= 1);
+    tab.until(
+        "the efficiency line to give the checks' load",
+        &format!(
+            "/checks [\\d.]+ % of {cores} cores?/\
+               .test(document.getElementById('efficiency').textContent)"
+        ),
     )
     .await;
     let polylines = tab
