@@ -78,10 +78,7 @@ pub(super) fn frozen_chunk(pos: (u32, u32), values: &[f32], c: Compression) -> V
 /// slice, so the coordinator encodes once per round (and compression), and every connection
 /// sends the same frames.
 pub fn encode_weights(round: Round, params: &[f32], c: Compression) -> Vec<Vec<u8>> {
-    let total = total_u32(params.len());
-    chunks(params.len())
-        .map(|r| weights_chunk(round, (total, r.start as u32), &params[r], c))
-        .collect()
+    round_frames(TAG_WEIGHTS, round, params, c)
 }
 
 pub(super) fn weights_chunk(
@@ -96,9 +93,14 @@ pub(super) fn weights_chunk(
 /// Encodes version `round` as `WeightsDelta` chunk frames of `delta`, its difference from
 /// version `round - 1` as the recipient holds it (see [`crate::delta`]), in `c`.
 pub fn encode_weights_delta(round: Round, delta: &[f32], c: Compression) -> Vec<Vec<u8>> {
-    let total = total_u32(delta.len());
-    chunks(delta.len())
-        .map(|r| weights_delta_chunk(round, (total, r.start as u32), &delta[r], c))
+    round_frames(TAG_WEIGHTS_DELTA, round, delta, c)
+}
+
+/// A tensor of version `round` as the chunk frames of the message `tag`.
+fn round_frames(tag: u8, round: Round, values: &[f32], c: Compression) -> Vec<Vec<u8>> {
+    let total = total_u32(values.len());
+    chunks(values.len())
+        .map(|r| round_chunk(tag, round, (total, r.start as u32), &values[r], c))
         .collect()
 }
 
