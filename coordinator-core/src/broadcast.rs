@@ -75,6 +75,7 @@ impl Chain {
             .last
             .take()
             .filter(|l| self.deltas && l.version.checked_add(1) == Some(version));
+        // Each encoded once: what is held is what the frames decode to.
         let link = match previous {
             Some(previous) => {
                 let difference: Vec<f32> = weights
@@ -82,35 +83,40 @@ impl Chain {
                     .zip(previous.held.iter())
                     .map(|(w, h)| w - h)
                     .collect();
-                let sent = delta::delta(&weights, &previous.held).expect("one layout");
+                let delta = frames(encode_weights_delta(
+                    Round(version),
+                    &difference,
+                    delta::DELTA_ENCODING,
+                ));
+                let sent = decoded(&delta);
                 let target = delta::target(&previous.held, &sent).expect("one layout");
+                let key = frames(encode_weights(
+                    Round(version),
+                    &target,
+                    delta::HELD_ENCODING,
+                ));
                 Link {
                     version,
-                    held: delta::settle(&target).into(),
-                    key: frames(encode_weights(
-                        Round(version),
-                        &target,
-                        delta::HELD_ENCODING,
-                    )),
-                    delta: Some(frames(encode_weights_delta(
-                        Round(version),
-                        &difference,
-                        delta::DELTA_ENCODING,
-                    ))),
+                    held: decoded(&key).into(),
+                    key,
+                    delta: Some(delta),
                 }
             }
             // The first version, or not the next one: a version number only grows within
             // a chain, so nobody holds the version before this one in it.
-            None => Link {
-                version,
-                held: delta::settle(&weights).into(),
-                key: frames(encode_weights(
+            None => {
+                let key = frames(encode_weights(
                     Round(version),
                     &weights,
                     delta::HELD_ENCODING,
-                )),
-                delta: None,
-            },
+                ));
+                Link {
+                    version,
+                    held: decoded(&key).into(),
+                    key,
+                    delta: None,
+                }
+            }
         };
         self.last.insert(link)
     }
@@ -149,6 +155,21 @@ impl Chain {
 
 fn frames(encoded: Vec<Vec<u8>>) -> Frames {
     encoded.into_iter().map(Bytes::from).collect()
+}
+
+/// The values of a `Weights` or `WeightsDelta` message's frames, as a worker decodes them.
+fn decoded(frames: &Frames) -> Vec<f32> {
+    let mut values = Vec::new();
+    for frame in frames.iter() {
+        match protocol::decode_from_coordinator(frame) {
+            Ok(
+                protocol::CoordinatorToWorker::Weights(w)
+                | protocol::CoordinatorToWorker::WeightsDelta(w),
+            ) => values.extend(w.params),
+            other => unreachable!("frames encoded here: {other:?}"),
+        }
+    }
+    values
 }
 
 #[cfg(test)]
