@@ -84,12 +84,6 @@ pub struct Stats {
     pub last_warning: Option<String>,
 }
 
-impl Joined {
-    fn receiving_weights(&self) -> bool {
-        self.weights_in.assembly.in_progress() || self.delta_in.assembly.in_progress()
-    }
-}
-
 #[derive(Debug)]
 struct Joined {
     net: Network,
@@ -110,6 +104,12 @@ struct Joined {
     compression: Compression,
     /// The `Task` for the `Weights` message under way.
     task: Option<Task>,
+}
+
+impl Joined {
+    fn receiving_weights(&self) -> bool {
+        self.weights_in.assembly.in_progress() || self.delta_in.assembly.in_progress()
+    }
 }
 
 /// A local phase under way: what its answer needs besides the phase itself.
