@@ -443,13 +443,12 @@ pub(crate) fn matches_reference(
     // On int8 weights, the first version whole and the others as deltas from the last held.
     let mut held: Option<Vec<f32>> = None;
     for _ in 0..rounds {
-        let seen = match (&held, compression.for_weights()) {
-            (Some(held), Compression::Int8) => {
+        let seen = match &held {
+            Some(held) => {
                 let delta = protocol::delta::delta(&w, held).expect("one layout");
                 protocol::delta::settle(&protocol::delta::target(held, &delta).expect("one layout"))
             }
-            (None, Compression::Int8) => protocol::delta::settle(&w),
-            (_, c) => through_wire(&w, c),
+            None => through_wire(&w, compression.for_weights()),
         };
         if compression.for_weights() == Compression::Int8 {
             held = Some(seen.clone());

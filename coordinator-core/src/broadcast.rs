@@ -138,13 +138,7 @@ impl Chain {
             Some(delta) if holds.is_some() && holds == before => delta.clone(),
             _ => link.key.clone(),
         };
-        (
-            frames,
-            Held {
-                chain: self.chain,
-                version,
-            },
-        )
+        (frames, Held { chain, version })
     }
 
     /// The trained tensors of `version` as the workers holding it hold them.

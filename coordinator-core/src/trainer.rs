@@ -293,7 +293,7 @@ impl Trainer {
             let (net, params) = (&self.net, &self.params);
             let (frames, held) = self
                 .chain
-                .frames_for(version, || trained(net, params), holds);
+                .frames_for(version, || net.trained_part(params), holds);
             return (frames, Some(held));
         };
         let compression = compression.for_weights();
@@ -341,7 +341,7 @@ impl Trainer {
         };
         // On int8 weights, the trained tensors as the chain has them.
         let (net, params, version) = (&self.net, &self.params, self.version);
-        let chained = (slot == 2).then(|| self.chain.held(version, || trained(net, params)));
+        let chained = (slot == 2).then(|| self.chain.held(version, || net.trained_part(params)));
         let seen: Arc<[f32]> = if self.has_frozen() {
             // Two payloads: `Weights` (trained) and `Frozen`, each quantized on its own.
             let trained = match chained {
@@ -388,15 +388,6 @@ fn slot(compression: Compression) -> usize {
 /// The slot of a weights encoding's frames here: `None` for int8's, which are the chain's.
 fn frames_slot(compression: Compression) -> Option<usize> {
     Some(slot(compression)).filter(|&slot| slot < 2)
-}
-
-/// The trained tensors: all the parameters, without frozen layers.
-fn trained(net: &Network, params: &[f32]) -> Vec<f32> {
-    if net.frozen().is_empty() {
-        params.to_vec()
-    } else {
-        net.trained_part(params)
-    }
 }
 
 fn encode(version: u64, params: &[f32], compression: Compression) -> Frames {
