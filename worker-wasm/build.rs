@@ -24,6 +24,11 @@ fn main() {
                 )
                 .expect("write the native gradient");
             }
+            std::fs::write(
+                out.join(format!("native_products{suffix}.bin")),
+                fixture::gradient_bytes(0.0, &fixture::products()),
+            )
+            .expect("write the native products");
             let (loss, grads) = fixture::gpt_gradient();
             std::fs::write(
                 out.join(format!("native_gradient_gpt{suffix}.bin")),

@@ -19,6 +19,10 @@
 //! matrixmultiply itself, which on this machine fuses, within rounding; `scripts/test.sh`
 //! checks it against wasm bit for bit). `unfused` computes it in packed register tiles.
 //!
+//! In wasm, [`Order::Library`] takes that tile for large products and matrixmultiply's kernel
+//! for small ones ([`tab_takes_tile`]): there the two are one order, so a tab computes each
+//! product in the faster.
+//!
 //! The order is a per-thread setting, [`with_order`], rather than a parameter of every
 //! forward and backward pass: only the coordinator's verifier changes it, around one replay.
 
@@ -67,7 +71,7 @@ pub fn order() -> Order {
 }
 
 /// `C ← alpha · A · B + beta · C`, in this thread's [`Order`].
-pub(crate) fn gemm<T, SA, SB>(
+pub fn gemm<T, SA, SB>(
     alpha: T,
     a: &ArrayBase<SA, Ix2>,
     b: &ArrayBase<SB, Ix2>,
@@ -79,9 +83,22 @@ pub(crate) fn gemm<T, SA, SB>(
     SB: Data<Elem = T>,
 {
     match order() {
-        Order::Library => general_mat_mul(alpha, a, b, beta, c),
-        Order::Unfused => unfused::gemm(alpha, a, b, beta, c),
+        Order::Library if !tab_takes_tile(a.nrows(), a.ncols(), b.ncols()) => {
+            general_mat_mul(alpha, a, b, beta, c)
+        }
+        Order::Library | Order::Unfused => unfused::gemm(alpha, a, b, beta, c),
     }
+}
+
+/// Whether a tab's product of `m × k` by `k × n` takes the unfused order's tile rather than
+/// matrixmultiply's kernel. In wasm the two compute the same order (the library's kernel has
+/// no FMA there), so the faster may be taken shape by shape: measured in headless Chromium
+/// (BENCHMARKS.md, "A tab's products"), the 4 × 8 tile computes the GPT's large products
+/// 1.3-1.7 times as fast as matrixmultiply's 8 × 8 (whose sixteen accumulators outnumber the
+/// registers V8 gives it), and small ones (an attention head's 64 × 32 × 64, a batch of 32
+/// rows) up to a fifth slower: its packing is paid per product. Natively, never.
+pub fn tab_takes_tile(m: usize, k: usize, n: usize) -> bool {
+    cfg!(target_arch = "wasm32") && m >= 128 && k >= 64 && n >= 64
 }
 
 #[cfg(test)]

@@ -78,6 +78,41 @@ pub fn gpt_inputs() -> (Network, Vec<f32>, Dataset) {
     (net, params, data)
 }
 
+/// Matrix products as `model`'s layers take them (`C ← alpha · A · B + beta · C`), in this
+/// build's order: `(m, k, n, A transposed, B transposed, alpha, beta)`. In wasm the first
+/// four take the unfused tile (`model::gemm::tab_takes_tile`; part-filled tiles, two blocks
+/// of `k`, transposed operands, an accumulating `beta`), the last two matrixmultiply's
+/// kernel.
+pub const PRODUCTS: [(usize, usize, usize, bool, bool, f32, f32); 6] = [
+    (128, 64, 64, false, false, 1.0, 0.0),
+    (131, 300, 67, false, true, 1.0, 1.0),
+    (130, 96, 70, true, false, 1.0, 0.0),
+    (200, 520, 129, true, true, 0.125, 0.0),
+    (64, 32, 64, false, true, 0.125, 0.0),
+    (32, 784, 128, false, false, 1.0, 1.0),
+];
+
+/// [`PRODUCTS`] of pseudo-random operands, their results one after another.
+pub fn products() -> Vec<f32> {
+    let mut rng = SplitMix64::new(SEED ^ 0x9E3);
+    let mut random = |rows: usize, cols: usize| {
+        ndarray::Array2::from_shape_fn((rows, cols), |_| (rng.next_f64() * 2.0 - 1.0) as f32)
+    };
+    let mut out = Vec::new();
+    for (m, k, n, a_t, b_t, alpha, beta) in PRODUCTS {
+        let a = if a_t { random(k, m) } else { random(m, k) };
+        let b = if b_t { random(n, k) } else { random(k, n) };
+        let mut c = random(m, n);
+        let (a, b) = (
+            if a_t { a.t() } else { a.view() },
+            if b_t { b.t() } else { b.view() },
+        );
+        model::gemm::gemm(alpha, &a, &b, beta, &mut c.view_mut());
+        out.extend(c.iter());
+    }
+    out
+}
+
 /// The GPT's mean loss and gradient on its batch, as this build computes it.
 pub fn gpt_gradient() -> (f32, Vec<f32>) {
     let (net, params, data) = gpt_inputs();

@@ -1,5 +1,6 @@
 //! Browser worker speed, on demand (not part of the test command; a benchmark, not a test):
 //! `cd worker-wasm && wasm-pack test --release --headless --chrome --test speed -- --nocapture`
+//! (one test: add its name after `--nocapture`, as `gpt_products_per_shape`)
 //! Native counterparts: `cargo run --release -p worker-core --example gradient_speed`, and for
 //! the GPT `target/release/gpt --preset gpt` (library and unfused orders).
 
@@ -214,6 +215,81 @@ async fn gpt_on_the_gpu_tokens_per_second() {
                 .map(|(kernel, ms)| format!("{kernel} {ms:.0}"))
                 .collect::<Vec<_>>()
                 .join(", ")
+        );
+    }
+}
+
+/// `performance.now()`: microseconds, where `Date.now()` has milliseconds.
+fn precise_ms() -> f64 {
+    let performance =
+        js_sys::Reflect::get(&js_sys::global(), &"performance".into()).expect("performance");
+    let now: js_sys::Function = js_sys::Reflect::get(&performance, &"now".into())
+        .expect("performance.now")
+        .into();
+    now.call0(&performance)
+        .ok()
+        .and_then(|t| t.as_f64())
+        .expect("a time")
+}
+
+/// The GPTs' matrix products, one by one: GFLOP/s of what the tab computes (`model::gemm`,
+/// which takes the unfused tile for large products and matrixmultiply's kernel for small
+/// ones) against matrixmultiply's kernel alone, best of three. Built with
+/// `-C target-feature=+simd128,+relaxed-simd`, matrixmultiply's column is its fused kernel
+/// (`f32x4.relaxed_madd`), for the gain of relaxed SIMD per shape.
+#[wasm_bindgen_test]
+fn gpt_products_per_shape() {
+    use ndarray::linalg::general_mat_mul;
+    use ndarray::Array2;
+    // (what, m, k, n, A transposed, B transposed): the 0.8M GPT at batch 12 × 64 tokens,
+    // then the 10.7M's attention (context 256, heads of 64) and its qkv at 12 × 256 tokens.
+    let shapes = [
+        ("qkv", 768, 128, 384, false, false),
+        ("mlp up", 768, 128, 512, false, false),
+        ("mlp down", 768, 512, 128, false, false),
+        ("head", 768, 128, 65, false, true),
+        ("mlp up, dW", 128, 768, 512, true, false),
+        ("mlp up, dx", 768, 512, 128, false, true),
+        ("attention q·kᵀ", 64, 32, 64, false, true),
+        ("attention a·v", 64, 64, 32, false, false),
+        ("10.7M attention q·kᵀ", 256, 64, 256, false, true),
+        ("10.7M qkv", 3072, 384, 1152, false, false),
+    ];
+    for (what, m, k, n, a_t, b_t) in shapes {
+        let fill = |rows: usize, cols: usize| {
+            Array2::from_shape_fn((rows, cols), |(i, j)| ((i * 7 + j * 3) % 13) as f32 * 0.1)
+        };
+        let a = if a_t { fill(k, m) } else { fill(m, k) };
+        let b = if b_t { fill(n, k) } else { fill(k, n) };
+        let (a, b) = (
+            if a_t { a.t() } else { a.view() },
+            if b_t { b.t() } else { b.view() },
+        );
+        let mut c = Array2::<f32>::zeros((m, n));
+        let iters = (50_000_000 / (m * k * n)).max(2);
+        let mut best = [f64::MAX; 2];
+        for _ in 0..3 {
+            for (i, best) in best.iter_mut().enumerate() {
+                let mut product = || {
+                    if i == 0 {
+                        model::gemm::gemm(1.0, &a, &b, 0.0, &mut c.view_mut());
+                    } else {
+                        general_mat_mul(1.0, &a, &b, 0.0, &mut c);
+                    }
+                };
+                product();
+                let start = precise_ms();
+                for _ in 0..iters {
+                    product();
+                }
+                *best = best.min((precise_ms() - start) / iters as f64);
+            }
+        }
+        let gflops = |ms: f64| 2.0 * (m * k * n) as f64 / ms / 1e6;
+        console_log!(
+            "wasm product {what} {m}x{k}x{n}: the tab {:.1} GFLOP/s, matrixmultiply {:.1}",
+            gflops(best[0]),
+            gflops(best[1])
         );
     }
 }

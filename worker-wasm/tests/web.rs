@@ -93,6 +93,41 @@ fn parts_computed_by_part_workers_equal_the_native_parts_bit_for_bit() {
     }
 }
 
+static UNFUSED_PRODUCTS: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/native_products_unfused.bin"));
+
+/// A tab's matrix products equal the native ones computed unfused, bit for bit, whichever
+/// kernel a tab takes for the shape: the unfused tile for large products, matrixmultiply's
+/// for small ones (`model::gemm::tab_takes_tile`).
+#[wasm_bindgen_test]
+fn wasm_products_equal_the_native_unfused_bit_for_bit_in_both_kernels() {
+    let tiled = fixture::PRODUCTS
+        .iter()
+        .filter(|(m, k, n, ..)| model::gemm::tab_takes_tile(*m, *k, *n))
+        .count();
+    assert!(
+        tiled > 0 && tiled < fixture::PRODUCTS.len(),
+        "the products take both kernels ({tiled} of {} the tile)",
+        fixture::PRODUCTS.len()
+    );
+    let wasm = fixture::gradient_bytes(0.0, &fixture::products());
+    assert_eq!(wasm.len(), UNFUSED_PRODUCTS.len(), "same shapes");
+    let differ = floats(&wasm)
+        .iter()
+        .zip(floats(UNFUSED_PRODUCTS))
+        .filter(|(a, b)| a.to_bits() != b.to_bits())
+        .count();
+    assert_eq!(
+        differ, 0,
+        "product values differing from the native unfused ones"
+    );
+    console_log!(
+        "{} products ({tiled} on the tile), {} values: BITWISE identical to native unfused",
+        fixture::PRODUCTS.len(),
+        wasm.len() / 4 - 1
+    );
+}
+
 static UNFUSED_GPT: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/native_gradient_gpt_unfused.bin"));
 

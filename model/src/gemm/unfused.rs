@@ -10,10 +10,11 @@
 //! vectorises, it rounds the same). Zero padding, where `m` or `n` is not a multiple of the
 //! tile, fills rows and columns that are never written back.
 //!
-//! A tab itself keeps matrixmultiply's wasm kernel (the same order): measured in headless
-//! Chromium, this tile was no faster there (within the machine's noise on large products,
-//! half as fast on the attention's 64 × 32 × 64), so one kernel computes the tab's products
-//! and this one replays them, and the wasm tests check that they agree bit for bit.
+//! A tab computes its large products with this tile too (the 4 × 8 one: wasm has 128-bit
+//! lanes, and wider tiles measured slower there), and its small ones with matrixmultiply's
+//! wasm kernel, which computes the same order and is faster where packing would dominate
+//! ([`super::gemm`]); the wasm tests check the tab against this replay bit for bit. (An
+//! earlier measurement, before this tile was reworked, found it no faster in wasm.)
 
 use ndarray::{s, ArrayBase, ArrayView2, ArrayViewMut2, Data, Ix2};
 
