@@ -40,8 +40,9 @@ struct Cli {
     /// Each volunteer's link, `RTT/MBIT` each way.
     #[arg(long, default_value = "50ms/10")]
     link: String,
-    /// A tab's speed as a share of one native core here.
-    #[arg(long, default_value_t = 0.33)]
+    /// A tab's speed as a share of one native core here (the 0.8M GPT's step, measured side
+    /// by side in headless Chromium: 0.54-0.59 on 2026-11-29, docs/BENCHMARKS.md).
+    #[arg(long, default_value_t = 0.55)]
     tab_share: f64,
     /// The time a tab takes a step, instead of the native step measured here over
     /// `--tab-share`: to hold runs of different flags to one speed.
