@@ -21,6 +21,7 @@ pub mod data;
 pub mod digits;
 pub mod error;
 pub mod eval;
+mod exp;
 pub mod gemm;
 pub mod gpt;
 pub mod grad;

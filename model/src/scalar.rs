@@ -15,8 +15,9 @@ pub trait Scalar:
     + Sync
     + 'static
 {
-    /// `e^x` from the pure-Rust `libm`, so every target rounds identically (the platform's
-    /// `exp` differs in the last bit between glibc and wasm32).
+    /// `e^x` that every target rounds identically (the platform's `exp` differs in the last
+    /// bit between glibc and wasm32): for `f32` plain arithmetic that vectorises
+    /// (`crate::exp`), for `f64` the pure-Rust `libm`.
     fn exp_portable(self) -> Self;
     /// Natural logarithm from `libm`, for the same reason.
     fn ln_portable(self) -> Self;
@@ -27,8 +28,10 @@ pub trait Scalar:
 }
 
 impl Scalar for f32 {
+    // Inlined, so that a loop of it vectorises.
+    #[inline(always)]
     fn exp_portable(self) -> Self {
-        libm::expf(self)
+        crate::exp::expf(self)
     }
     fn ln_portable(self) -> Self {
         libm::logf(self)

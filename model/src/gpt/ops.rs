@@ -198,10 +198,15 @@ pub(crate) fn attention<T: Scalar>(
                     .iter()
                     .take(i + 1)
                     .fold(T::neg_infinity(), |m, &v| m.max(v));
+                // The exponentials in a loop of their own, which vectorises, then their sum
+                // in order.
                 let mut sum = T::zero();
-                for v in row.iter_mut().take(i + 1) {
+                let seen = &mut row.as_slice_mut().expect("att's rows are contiguous")[..i + 1];
+                for v in seen.iter_mut() {
                     *v = (*v - max).exp_portable();
-                    sum += *v;
+                }
+                for &v in seen.iter() {
+                    sum += v;
                 }
                 let inv = T::one() / sum;
                 for (j, v) in row.iter_mut().enumerate() {
