@@ -112,13 +112,9 @@ fn wasm_products_equal_the_native_unfused_bit_for_bit_in_both_kernels() {
     );
     let wasm = fixture::gradient_bytes(0.0, &fixture::products());
     assert_eq!(wasm.len(), UNFUSED_PRODUCTS.len(), "same shapes");
-    let differ = floats(&wasm)
-        .iter()
-        .zip(floats(UNFUSED_PRODUCTS))
-        .filter(|(a, b)| a.to_bits() != b.to_bits())
-        .count();
     assert_eq!(
-        differ, 0,
+        differing(&wasm, UNFUSED_PRODUCTS),
+        0,
         "product values differing from the native unfused ones"
     );
     console_log!(
@@ -140,19 +136,24 @@ fn wasm_gpt_gradient_equals_the_native_unfused_bit_for_bit() {
     let (loss, grads) = fixture::gpt_gradient();
     let wasm = fixture::gradient_bytes(loss, &grads);
     assert_eq!(wasm.len(), UNFUSED_GPT.len(), "same parameter count");
-    let differ = floats(&wasm)
-        .iter()
-        .zip(floats(UNFUSED_GPT))
-        .filter(|(a, b)| a.to_bits() != b.to_bits())
-        .count();
     assert_eq!(
-        differ, 0,
+        differing(&wasm, UNFUSED_GPT),
+        0,
         "gpt: values differing from the native unfused gradient"
     );
     console_log!(
         "gpt: {} gradient values and the loss {loss}: BITWISE identical to native unfused",
         grads.len()
     );
+}
+
+/// How many of the floats in `a` and `b` differ in any bit.
+fn differing(a: &[u8], b: &[u8]) -> usize {
+    floats(a)
+        .iter()
+        .zip(floats(b))
+        .filter(|(x, y)| x.to_bits() != y.to_bits())
+        .count()
 }
 
 fn floats(bytes: &[u8]) -> Vec<f32> {
