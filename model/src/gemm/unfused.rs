@@ -195,7 +195,18 @@ fn pack_a<T: Scalar, S: Data<Elem = T>, const MR: usize>(
 ) {
     out.clear();
     out.resize(kc * MR, T::zero());
-    each(a.slice(s![m0..m0 + mr, k0..k0 + kc]), |r, p, x| {
+    let view = a.slice(s![m0..m0 + mr, k0..k0 + kc]);
+    if view.strides()[0] == 1 {
+        // A transposed (the backward's `xᵀ`): each step's `mr` values are contiguous.
+        for (slot, column) in out.chunks_exact_mut(MR).zip(view.columns()) {
+            let column = column
+                .as_slice()
+                .expect("a column of unit stride is contiguous");
+            slot[..mr].copy_from_slice(column);
+        }
+        return;
+    }
+    each(view, |r, p, x| {
         out[p * MR + r] = x;
     });
 }
@@ -213,7 +224,19 @@ fn pack_b<T: Scalar, S: Data<Elem = T>, const NR: usize>(
 ) {
     out.clear();
     out.resize(nc.div_ceil(NR) * kc * NR, T::zero());
-    each(b.slice(s![k0..k0 + kc, n0..n0 + nc]), |p, j, x| {
+    let view = b.slice(s![k0..k0 + kc, n0..n0 + nc]);
+    if view.strides()[1] == 1 {
+        // Each row of B a slice: its strips' parts copied whole.
+        for (p, row) in view.rows().into_iter().enumerate() {
+            let row = row.as_slice().expect("a row of unit stride is contiguous");
+            for (strip, part) in row.chunks(NR).enumerate() {
+                let at = strip * kc * NR + p * NR;
+                out[at..at + part.len()].copy_from_slice(part);
+            }
+        }
+        return;
+    }
+    each(view, |p, j, x| {
         out[(j / NR) * kc * NR + p * NR + j % NR] = x;
     });
 }
