@@ -38,7 +38,8 @@ use crate::scalar::Scalar;
 /// Which float order [`gemm`] computes in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Order {
-    /// matrixmultiply's kernel for this CPU (fused where it has FMA).
+    /// matrixmultiply's kernel for this CPU (fused where it has FMA); in wasm, which has no
+    /// FMA, the unfused tile for large products ([`tab_takes_tile`]), the same order.
     #[default]
     Library,
     /// Multiply, then add, in matrixmultiply's order: what wasm computes.
@@ -97,8 +98,17 @@ pub fn gemm<T, SA, SB>(
 /// 1.3-1.7 times as fast as matrixmultiply's 8 × 8 (whose sixteen accumulators outnumber the
 /// registers V8 gives it), and small ones (an attention head's 64 × 32 × 64, a batch of 32
 /// rows) up to a fifth slower: its packing is paid per product. Natively, never.
+///
+/// Never in a build with relaxed SIMD (`-C target-feature=+relaxed-simd`, for measuring
+/// only): there matrixmultiply's kernel fuses where the CPU can, and the tile does not, so
+/// mixing the two would give a tab two orders.
 pub fn tab_takes_tile(m: usize, k: usize, n: usize) -> bool {
-    cfg!(target_arch = "wasm32") && m >= 128 && k >= 64 && n >= 64
+    cfg!(all(
+        target_arch = "wasm32",
+        not(target_feature = "relaxed-simd")
+    )) && m >= 128
+        && k >= 64
+        && n >= 64
 }
 
 #[cfg(test)]

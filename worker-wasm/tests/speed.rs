@@ -236,7 +236,8 @@ fn precise_ms() -> f64 {
 /// which takes the unfused tile for large products and matrixmultiply's kernel for small
 /// ones) against matrixmultiply's kernel alone, best of three. Built with
 /// `-C target-feature=+simd128,+relaxed-simd`, matrixmultiply's column is its fused kernel
-/// (`f32x4.relaxed_madd`), for the gain of relaxed SIMD per shape.
+/// (`f32x4.relaxed_madd`), for the gain of relaxed SIMD per shape (and the tab's column is
+/// that kernel too: such a build never takes the tile).
 #[wasm_bindgen_test]
 fn gpt_products_per_shape() {
     use ndarray::linalg::general_mat_mul;
