@@ -6,8 +6,9 @@
 //! bits), never fused, so wasm and every native CPU compute the same bits, which is what the
 //! coordinator's replay of a tab needs: the reason `libm`'s `expf` was used before, whose
 //! table lookups and branches kept every call scalar. Within 2 ulp of `e^x` (1 at worst
-//! over the test's half a million points against `f64`'s), as `libm`'s is within 1; overflows to infinity above 88.72 and reaches
-//! 0 through the subnormals below -103.3; NaN stays NaN.
+//! over the test's half a million points against `f64`'s), as `libm`'s is within 1.
+//! Overflows to infinity above 88.72, is subnormal below -87.34 and 0 below about -103.97;
+//! NaN stays NaN.
 
 /// `1.5 · 2^23`: added and taken away, it rounds a float of magnitude below `2^22` to the
 /// nearest integer (ties to even) in two adds, which vectorise where a rounding call may not.
