@@ -16,8 +16,17 @@ use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
 
+/// Milliseconds from `performance.now()`, to the microsecond (`Date.now()` has whole ones).
 fn now_ms() -> f64 {
-    js_sys::Date::now()
+    let performance =
+        js_sys::Reflect::get(&js_sys::global(), &"performance".into()).expect("performance");
+    let now: js_sys::Function = js_sys::Reflect::get(&performance, &"now".into())
+        .expect("performance.now")
+        .into();
+    now.call0(&performance)
+        .ok()
+        .and_then(|t| t.as_f64())
+        .expect("a time")
 }
 
 #[wasm_bindgen_test]
@@ -219,19 +228,6 @@ async fn gpt_on_the_gpu_tokens_per_second() {
     }
 }
 
-/// `performance.now()`: microseconds, where `Date.now()` has milliseconds.
-fn precise_ms() -> f64 {
-    let performance =
-        js_sys::Reflect::get(&js_sys::global(), &"performance".into()).expect("performance");
-    let now: js_sys::Function = js_sys::Reflect::get(&performance, &"now".into())
-        .expect("performance.now")
-        .into();
-    now.call0(&performance)
-        .ok()
-        .and_then(|t| t.as_f64())
-        .expect("a time")
-}
-
 /// The GPTs' matrix products, one by one: GFLOP/s of what the tab computes (`model::gemm`,
 /// which takes the unfused tile for large products and matrixmultiply's kernel for small
 /// ones) against matrixmultiply's kernel alone, best of three. Built with
@@ -279,11 +275,11 @@ fn gpt_products_per_shape() {
                     }
                 };
                 product();
-                let start = precise_ms();
+                let start = now_ms();
                 for _ in 0..iters {
                     product();
                 }
-                *best = best.min((precise_ms() - start) / iters as f64);
+                *best = best.min((now_ms() - start) / iters as f64);
             }
         }
         let gflops = |ms: f64| 2.0 * (m * k * n) as f64 / ms / 1e6;
