@@ -121,7 +121,7 @@ impl Coordinator {
             if frozen {
                 local.segment = 0;
             }
-            let plan = LocalPlan::new(local);
+            let plan = LocalPlan::new(local).by_noise(settings.phases_by_noise);
             // A sync round waits for its slowest answer: the others compute until then.
             match settings.mode {
                 Mode::Sync { .. } => plan.filling_rounds(),

@@ -33,6 +33,21 @@
 //! `--max-local-steps`. (Added 2026-11-28: a mixed crowd of eight, two at half speed and
 //! two on far links, had its tabs busy 53 % of the time; docs/BENCHMARKS.md, "The crowd".)
 //!
+//! **Phases no longer than the noise scale asks** (sync rounds, under `auto`, once the run
+//! has a positive estimate of the gradient noise scale `B_noise` from three updates or
+//! more, `noise.rs`): the link's tenth ignores that a crowd whose answers already average
+//! many noise scales gains little from longer phases. Count a round as one step of the
+//! crowd's batch `B = B_step·H` (`B_step = Σ batch_k`, the samples of one inner step of
+//! every answer): steps to a loss grow as `1 + B_noise/B` (McCandlish et al. 2018, eq.
+//! 2.11) and a round takes `H·s + c`, so the time to a loss goes as
+//! `(1 + B_noise/(B_step·H))·(H·s + c)`, least at `H = √(B_noise·c / (B_step·s))`. A
+//! worker's H is at most that (never more than the link's tenth asks, and never below
+//! `--min-local-steps`). The count is pessimistic where local steps still add up (a small
+//! crowd, a noise scale past the crowd's batch), which is why it only shortens. (Added
+//! 2026-11-29: sixteen tabs of the 0.8M GPT, whose answers of 29 steps averaged nine noise
+//! scales, reached 2.0 in 310 s under the tenth alone and in 224 s at 16 steps;
+//! docs/BENCHMARKS.md, "The phase length".)
+//!
 //! **Weighing** (after FedNova, Wang et al. 2020): an answer of `H_i` steps moved the weights
 //! about `H_i` times as far as one step does. Each pseudo-gradient is brought to a common
 //! length before the norm bound and the aggregator see it, multiplied by `H̄ / H_i`, where
@@ -45,6 +60,8 @@ use std::time::Duration;
 
 use model::OptimizerKind;
 use protocol::{LocalPhase, WorkerId};
+
+use crate::noise::NoiseReport;
 
 /// `--local-steps`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -88,6 +105,9 @@ const COMM_SHARE: f64 = 0.1;
 const NEWEST: f64 = 0.25;
 /// Weight of the newest answer's length in `H̄`.
 const NEWEST_LENGTH: f64 = 1.0 / 16.0;
+/// Updates behind a noise scale before it bounds a phase (the first one alone starts the
+/// estimate's means).
+const NOISE_READINGS: u64 = 3;
 
 /// What one worker's answers showed.
 #[derive(Debug, Clone, Copy, Default)]
@@ -118,6 +138,10 @@ pub struct LocalPlan {
     round: Option<(WorkerId, f64)>,
     /// Measured answers since `round` was looked for.
     since_round: usize,
+    /// `B_noise / B_step` (module docs), once the run's noise scale is known.
+    noise_steps: Option<f64>,
+    /// `--phases-by-noise`.
+    by_noise: bool,
 }
 
 impl LocalPlan {
@@ -134,7 +158,15 @@ impl LocalPlan {
             fill: false,
             round: None,
             since_round: 0,
+            noise_steps: None,
+            by_noise: true,
         }
+    }
+
+    /// `--phases-by-noise false`: the link alone sizes a phase under `auto`.
+    pub fn by_noise(mut self, on: bool) -> Self {
+        self.by_noise = on;
+        self
     }
 
     /// Each measured worker's phase ends at the round's time (module docs): for rounds
@@ -146,6 +178,21 @@ impl LocalPlan {
 
     pub fn settings(&self) -> Local {
         self.local
+    }
+
+    /// The run's gradient noise scale changed (after an update): under `auto`, each worker's
+    /// next measured H is at most `√(B_noise·c / (B_step·s))` (module docs). `B_step`, the
+    /// samples of one inner step of the crowd, is the update's samples over `H̄`. An
+    /// estimate from fewer than three updates, or one whose signal the noise drowns (any
+    /// batch helps), bounds nothing; nor does any under `--phases-by-noise false`.
+    pub fn noise(&mut self, report: Option<&NoiseReport>) {
+        self.noise_steps = report
+            .filter(|r| self.by_noise && r.readings >= NOISE_READINGS)
+            .and_then(|r| {
+                let step_batch = r.crowd_batch / self.mean_steps;
+                Some(r.samples? / step_batch)
+            })
+            .filter(|n| n.is_finite() && *n > 0.0);
     }
 
     /// The inner learning rate changed (the admin API).
@@ -260,7 +307,11 @@ impl LocalPlan {
         };
         let (step, comm) = (m.step.unwrap_or(0.0), m.comm.unwrap_or(0.0));
         let want = if step > 0.0 {
-            ((1.0 - COMM_SHARE) / COMM_SHARE * comm / step).ceil()
+            let link = (1.0 - COMM_SHARE) / COMM_SHARE * comm / step;
+            let noise = self
+                .noise_steps
+                .map_or(f64::INFINITY, |n| (n * comm / step).sqrt());
+            link.min(noise).ceil()
         } else {
             f64::from(max)
         };
@@ -443,6 +494,49 @@ mod tests {
         assert_eq!(small.steps(id), 64);
         small.left(id);
         assert_eq!(small.steps(id), FIRST_STEPS);
+    }
+
+    /// A noise scale of 400 samples against a crowd step of 100 (`B_noise/B_step` = 4):
+    /// a worker of 10 ms steps and 90 ms of link, whom the link's tenth gives 81 steps,
+    /// takes `√(4 · 90 / 10)` = 6; never more than the tenth (a noise scale of 400,000
+    /// would ask for 190), never below the floor, and not from an estimate of two updates
+    /// or one the noise drowns.
+    #[test]
+    fn the_noise_scale_shortens_phases_and_never_lengthens_them() {
+        let ms = Duration::from_millis;
+        let with = |plan: &mut LocalPlan, readings, samples: Option<f64>| {
+            let report = NoiseReport {
+                samples,
+                crowd_batch: 100.0 * plan.mean_steps(),
+                doubling_gain: None,
+                readings,
+            };
+            plan.noise(Some(&report));
+            plan.answered(WorkerId(1), 10, Some((ms(100), ms(190))));
+            plan.steps(WorkerId(1))
+        };
+        let mut plan = auto(1000);
+        assert_eq!(with(&mut plan, 3, Some(400.0)), 6);
+        assert_eq!(with(&mut plan, 3, Some(400_000.0)), 81);
+        assert_eq!(with(&mut plan, 2, Some(400.0)), 81);
+        assert_eq!(with(&mut plan, 9, None), 81);
+        assert_eq!(with(&mut plan, 9, Some(400.0)), 6);
+        plan.noise(None);
+        plan.answered(WorkerId(1), 6, Some((ms(60), ms(150))));
+        assert_eq!(plan.steps(WorkerId(1)), 81);
+        let mut off = auto(1000).by_noise(false);
+        assert_eq!(with(&mut off, 9, Some(400.0)), 81);
+        let mut floored = LocalPlan::new(Local {
+            steps: LocalSteps::Auto {
+                min: 16,
+                max: 1000,
+                passes: 1e9,
+            },
+            inner: OptimizerKind::Sgd { lr: 0.1 },
+            segment: 0,
+        })
+        .filling_rounds();
+        assert_eq!(with(&mut floored, 3, Some(400.0)), 16);
     }
 
     /// `--min-local-steps`: a fast link's H (1 here) and the first phase are raised to the

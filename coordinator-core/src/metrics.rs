@@ -108,6 +108,11 @@ impl Metrics {
         self.counters.bytes_out += sent;
     }
 
+    /// The run's gradient noise scale, from every update so far (`noise.rs`).
+    pub fn noise_scale(&self) -> Option<crate::noise::NoiseReport> {
+        self.noise.report()
+    }
+
     pub fn counters(&self) -> &Counters {
         &self.counters
     }
@@ -308,7 +313,7 @@ impl Metrics {
             }),
             local_steps: live.local_steps,
             utilisation: live.utilisation,
-            noise_scale: self.noise.report(),
+            noise_scale: self.noise_scale(),
             probation: live.probation.0,
             on_probation: live.probation.1,
             checkpoints: None,

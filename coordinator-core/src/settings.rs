@@ -95,6 +95,9 @@ pub struct Settings {
     /// `--weight-deltas`: a worker on int8 weights that holds the version before is sent
     /// the next as a delta in int4 (`broadcast.rs`).
     pub weight_deltas: bool,
+    /// `--phases-by-noise`: under `--local-steps auto`, the noise scale bounds a phase
+    /// (`local.rs`).
+    pub phases_by_noise: bool,
 }
 
 impl Default for Settings {
@@ -138,6 +141,7 @@ impl Default for Settings {
             local: None,
             edge: false,
             weight_deltas: true,
+            phases_by_noise: true,
         }
     }
 }

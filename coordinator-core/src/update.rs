@@ -40,6 +40,9 @@ impl Coordinator {
         let version = self.trainer.version();
         self.registry.mark_changed();
         let since = self.metrics.updated(update, version - 1);
+        if let Some(plan) = &mut self.local {
+            plan.noise(self.metrics.noise_scale().as_ref());
+        }
         let seconds = update.duration.as_secs_f64();
         self.outputs
             .push_back(Output::Observe(Observation::Round(seconds)));

@@ -142,6 +142,12 @@ pub struct Cli {
     #[arg(long)]
     pub max_local_epochs: Option<f64>,
 
+    /// With --local-steps auto in sync mode: once the gradient noise scale is measured, a
+    /// phase is at most √(B_noise·c / (B_step·s)) steps, shorter where the crowd's answers
+    /// already average many noise scales; false: the link alone sizes it.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub phases_by_noise: bool,
+
     /// With --local-steps: the workers' optimizer for the inner steps, fresh each phase
     /// [default: sgd; adamw for a gpt].
     #[arg(long, value_enum)]

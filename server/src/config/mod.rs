@@ -207,6 +207,7 @@ impl TryFrom<Cli> for Config {
                 verify_fraction: cli.verify_fraction,
                 verify_cores,
                 weight_deltas: cli.weight_deltas,
+                phases_by_noise: cli.phases_by_noise,
                 probation: cli.probation,
                 new_identities_per_address: cli.new_identities_per_address,
                 new_identities_per_network: cli.new_identities_per_network,

@@ -461,6 +461,9 @@ fn local_steps_take_their_own_flags() {
             passes: 1.0
         })
     );
+    assert!(auto.training.phases_by_noise);
+    let by_link = parse(&["--local-steps", "auto", "--phases-by-noise", "false"]).expect("valid");
+    assert!(!by_link.training.phases_by_noise);
     let averaging = parse(&["--local-steps", "8", "--mode", "async"]).expect("valid");
     assert_eq!(averaging.training.optimizer, OptimizerKind::Sgd { lr: 1.0 });
     let one = parse(&["--local-steps", "1"]).expect("valid");
