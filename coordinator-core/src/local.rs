@@ -34,8 +34,8 @@
 //! two on far links, had its tabs busy 53 % of the time; docs/BENCHMARKS.md, "The crowd".)
 //!
 //! **Phases no longer than the noise scale asks** (sync rounds, under `auto`, once the run
-//! has a positive estimate of the gradient noise scale `B_noise` from three updates or
-//! more, `noise.rs`): the link's tenth ignores that a crowd whose answers already average
+//! has a positive estimate of the gradient noise scale `B_noise`, from its first update
+//! on, `noise.rs`): the link's tenth ignores that a crowd whose answers already average
 //! many noise scales gains little from longer phases. Count a round as one step of the
 //! crowd's batch `B = B_step·H` (`B_step = Σ batch_k`, the samples of one inner step of
 //! every answer): steps to a loss grow as `1 + B_noise/B` (McCandlish et al. 2018, eq.
@@ -105,9 +105,10 @@ const COMM_SHARE: f64 = 0.1;
 const NEWEST: f64 = 0.25;
 /// Weight of the newest answer's length in `H̄`.
 const NEWEST_LENGTH: f64 = 1.0 / 16.0;
-/// Updates behind a noise scale before it bounds a phase (the first one alone starts the
-/// estimate's means).
-const NOISE_READINGS: u64 = 3;
+/// Updates behind a noise scale before it bounds a phase: the first (its estimate is
+/// smallest early in training, when a phase's floor costs least, and it is averaged with
+/// every later one).
+const NOISE_READINGS: u64 = 1;
 
 /// What one worker's answers showed.
 #[derive(Debug, Clone, Copy, Default)]
@@ -180,12 +181,13 @@ impl LocalPlan {
         self.local
     }
 
-    /// The run's gradient noise scale changed (after an update): under `auto`, each worker's
-    /// next measured H is at most `√(B_noise·c / (B_step·s))` (module docs). `B_step`, the
-    /// samples of one inner step of the crowd, is the update's samples over `H̄`. An
-    /// estimate from fewer than three updates, or one whose signal the noise drowns (any
-    /// batch helps), bounds nothing; nor does any under `--phases-by-noise false`.
+    /// The run's gradient noise scale changed (after an update): under `auto`, each measured
+    /// worker's next H is at most `√(B_noise·c / (B_step·s))` (module docs), from the next
+    /// phase asked for. `B_step`, the samples of one inner step of the crowd, is the update's
+    /// samples over `H̄`. An estimate whose signal the noise drowns (any batch helps) bounds
+    /// nothing; nor does any under `--phases-by-noise false`.
     pub fn noise(&mut self, report: Option<&NoiseReport>) {
+        let before = self.noise_steps;
         self.noise_steps = report
             .filter(|r| self.by_noise && r.readings >= NOISE_READINGS)
             .and_then(|r| {
@@ -193,6 +195,14 @@ impl LocalPlan {
                 Some(r.samples? / step_batch)
             })
             .filter(|n| n.is_finite() && *n > 0.0);
+        // Every worker's own phase moved: the slowest and the round's time are looked for
+        // again (once an update).
+        if self.noise_steps != before {
+            self.slowest = self.find_slowest();
+            if self.fill {
+                self.round = self.find_round();
+            }
+        }
     }
 
     /// The inner learning rate changed (the admin API).
@@ -251,17 +261,31 @@ impl LocalPlan {
         Some(fits.clamp(0.0, f64::from(u32::MAX)) as u32)
     }
 
-    /// `id`'s own next H, from its link and step alone.
+    /// `id`'s own next H, from its link and step alone, and the noise scale once known.
     fn own_steps(&self, id: WorkerId) -> u32 {
         let LocalSteps::Auto { min, max, .. } = self.local.steps else {
             return self.local.max_steps();
         };
-        let wanted = self
-            .workers
-            .get(&id)
-            .and_then(|m| m.steps)
-            .unwrap_or(FIRST_STEPS);
-        wanted.min(self.shard_steps(id)).max(min).clamp(1, max)
+        let m = self.workers.get(&id);
+        let wanted = m.and_then(|m| m.steps).unwrap_or(FIRST_STEPS);
+        let noise = m.and_then(|m| self.noise_bound(m)).unwrap_or(u32::MAX);
+        wanted
+            .min(noise)
+            .min(self.shard_steps(id))
+            .max(min)
+            .clamp(1, max)
+    }
+
+    /// `⌈√(B_noise·c / (B_step·s))⌉` for a measured worker, once the noise scale is known,
+    /// but no shorter than its link's time (`c / s` steps: it computes at least half the
+    /// time).
+    fn noise_bound(&self, m: &Measured) -> Option<u32> {
+        let (n, step, comm) = (self.noise_steps?, m.step?, m.comm?);
+        let bound = (n * comm / step).sqrt().max(comm / step).ceil();
+        // A step of no time measures nothing: the link's rule alone.
+        bound
+            .is_finite()
+            .then(|| bound.clamp(1.0, f64::from(u32::MAX)) as u32)
     }
 
     /// At most `--max-local-epochs` passes over `id`'s shard, under `auto`.
@@ -307,11 +331,7 @@ impl LocalPlan {
         };
         let (step, comm) = (m.step.unwrap_or(0.0), m.comm.unwrap_or(0.0));
         let want = if step > 0.0 {
-            let link = (1.0 - COMM_SHARE) / COMM_SHARE * comm / step;
-            let noise = self
-                .noise_steps
-                .map_or(f64::INFINITY, |n| (n * comm / step).sqrt());
-            link.min(noise).ceil()
+            ((1.0 - COMM_SHARE) / COMM_SHARE * comm / step).ceil()
         } else {
             f64::from(max)
         };
@@ -496,39 +516,44 @@ mod tests {
         assert_eq!(small.steps(id), FIRST_STEPS);
     }
 
-    /// A noise scale of 400 samples against a crowd step of 100 (`B_noise/B_step` = 4):
+    /// A noise scale of 3,600 samples against a crowd step of 100 (`B_noise/B_step` = 36):
     /// a worker of 10 ms steps and 90 ms of link, whom the link's tenth gives 81 steps,
-    /// takes `√(4 · 90 / 10)` = 6; never more than the tenth (a noise scale of 400,000
-    /// would ask for 190), never below the floor, and not from an estimate of two updates
-    /// or one the noise drowns.
+    /// takes `√(36 · 90 / 10)` = 18; never more than the tenth (a noise scale of 400,000
+    /// would ask for 190), never less than its link's time (at 400, `√(4 · 9)` = 6 would
+    /// leave it computing 40 % of the time: it takes 9), never below the floor, and not
+    /// from an estimate the noise drowns or under `--phases-by-noise false`.
     #[test]
     fn the_noise_scale_shortens_phases_and_never_lengthens_them() {
         let ms = Duration::from_millis;
+        let report = |plan: &LocalPlan, readings, samples: Option<f64>| NoiseReport {
+            samples,
+            crowd_batch: 100.0 * plan.mean_steps(),
+            doubling_gain: None,
+            readings,
+        };
         let with = |plan: &mut LocalPlan, readings, samples: Option<f64>| {
-            let report = NoiseReport {
-                samples,
-                crowd_batch: 100.0 * plan.mean_steps(),
-                doubling_gain: None,
-                readings,
-            };
-            plan.noise(Some(&report));
+            plan.noise(Some(&report(plan, readings, samples)));
             plan.answered(WorkerId(1), 10, Some((ms(100), ms(190))));
             plan.steps(WorkerId(1))
         };
         let mut plan = auto(1000);
-        assert_eq!(with(&mut plan, 3, Some(400.0)), 6);
+        assert_eq!(with(&mut plan, 3, Some(3_600.0)), 18);
         assert_eq!(with(&mut plan, 3, Some(400_000.0)), 81);
-        assert_eq!(with(&mut plan, 2, Some(400.0)), 81);
+        assert_eq!(with(&mut plan, 3, Some(400.0)), 9);
+        assert_eq!(with(&mut plan, 0, Some(3_600.0)), 81);
         assert_eq!(with(&mut plan, 9, None), 81);
-        assert_eq!(with(&mut plan, 9, Some(400.0)), 6);
+        assert_eq!(with(&mut plan, 1, Some(3_600.0)), 18);
+        // The bound moves with the estimate, before the worker answers again.
         plan.noise(None);
-        plan.answered(WorkerId(1), 6, Some((ms(60), ms(150))));
         assert_eq!(plan.steps(WorkerId(1)), 81);
+        plan.noise(Some(&report(&plan, 1, Some(3_600.0))));
+        assert_eq!(plan.steps(WorkerId(1)), 18);
+        assert_eq!(plan.expected(), Some(ms(270)));
         let mut off = auto(1000).by_noise(false);
-        assert_eq!(with(&mut off, 9, Some(400.0)), 81);
+        assert_eq!(with(&mut off, 9, Some(3_600.0)), 81);
         let mut floored = LocalPlan::new(Local {
             steps: LocalSteps::Auto {
-                min: 16,
+                min: 24,
                 max: 1000,
                 passes: 1e9,
             },
@@ -536,7 +561,7 @@ mod tests {
             segment: 0,
         })
         .filling_rounds();
-        assert_eq!(with(&mut floored, 3, Some(400.0)), 16);
+        assert_eq!(with(&mut floored, 3, Some(3_600.0)), 24);
     }
 
     /// `--min-local-steps`: a fast link's H (1 here) and the first phase are raised to the

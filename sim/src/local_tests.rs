@@ -174,6 +174,8 @@ fn on_a_home_link_auto_keeps_workers_busy_and_reaches_the_target_sooner() {
             workers,
             Settings {
                 eval_interval: 1,
+                // The link's tenth alone (the noise scale's bound has its own test below).
+                phases_by_noise: false,
                 ..settings
             },
         );
@@ -235,6 +237,8 @@ fn deadlines_wait_for_phases_that_grew() {
         .collect();
     let settings = Settings {
         eval_interval: 5,
+        // Phases that grow as the link's tenth asks (the noise scale would hold them).
+        phases_by_noise: false,
         ..local(
             LocalSteps::Auto {
                 min: 1,
@@ -543,14 +547,14 @@ fn a_crowd_arriving_at_once_does_not_wait_for_its_probation_in_series() {
 
 /// `--phases-by-noise` (`local.rs`): sixteen workers of 2 ms steps on a home link,
 /// `--verify-fraction 1`, fifteen rounds. The link's tenth alone gives each a phase of about 200
-/// steps; the crowd's answers then average many noise scales, so, once three updates have
-/// measured it, the noise scale shortens the phases (86 steps a phase on average when
-/// written, the first three rounds' included, against 229), and the fifteen rounds take
-/// 3.8 s instead of 8.1, to as good a model (its best validation loss 0.376 against 0.393);
+/// steps; the crowd's answers then average many noise scales, so, once an update has
+/// measured it, the noise scale shortens the phases (26.5 steps a phase on average when
+/// written, against 229; never below the link's time), and the fifteen rounds take 2.0 s
+/// instead of 8.1, to a better model (its best validation loss 0.327 against 0.393);
 /// every phase the core had room to replay (142 of 240 when written) matches it, and no one
 /// is struck.
 #[test]
-fn a_crowd_past_its_noise_scale_takes_shorter_phases_to_as_good_a_model() {
+fn a_crowd_past_its_noise_scale_takes_shorter_phases_to_a_better_model() {
     let home = Link::symmetric(ms(25), 10.0);
     let train = |by_noise: bool| {
         let workers = (0..16)
@@ -596,5 +600,10 @@ fn a_crowd_past_its_noise_scale_takes_shorter_phases_to_as_good_a_model() {
             .reduce(f64::min)
             .expect("evaluated")
     };
-    assert!(best(&noise) < 1.02 * best(&link), "{noise:?} {link:?}");
+    eprintln!(
+        "best loss: by noise {}, by link {}",
+        best(&noise),
+        best(&link)
+    );
+    assert!(best(&noise) < best(&link), "{noise:?} {link:?}");
 }

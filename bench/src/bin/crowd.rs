@@ -100,6 +100,13 @@ struct Run {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    // The coordinator's log (each round, each check), on stderr, where RUST_LOG asks for it.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     if !(cli.tab_share > 0.0 && cli.tab_share <= 4.0) {
         bail!("--tab-share: a tab's speed as a share of a native core, like 0.33");
     }
