@@ -41,12 +41,16 @@
 //! every answer): steps to a loss grow as `1 + B_noise/B` (McCandlish et al. 2018, eq.
 //! 2.11) and a round takes `H·s + c`, so the time to a loss goes as
 //! `(1 + B_noise/(B_step·H))·(H·s + c)`, least at `H = √(B_noise·c / (B_step·s))`. A
-//! worker's H is at most that (never more than the link's tenth asks, and never below
-//! `--min-local-steps`). The count is pessimistic where local steps still add up (a small
-//! crowd, a noise scale past the crowd's batch), which is why it only shortens. (Added
+//! worker's H is at most that (never more than the link's tenth asks), but never less than
+//! its link's time (`c / s` steps: it computes at least half the time; the estimate grows
+//! with the phases, which drift apart, so without this a floor of 1 slid back to the
+//! per-step exchange) and never below `--min-local-steps`. The count is pessimistic where
+//! local steps still add up (a small crowd, a noise scale past the crowd's batch), which is
+//! why it only shortens. `--phases-by-noise false` leaves the link alone. (Added
 //! 2026-11-29: sixteen tabs of the 0.8M GPT, whose answers of 29 steps averaged nine noise
-//! scales, reached 2.0 in 310 s under the tenth alone and in 224 s at 16 steps;
-//! docs/BENCHMARKS.md, "The phase length".)
+//! scales, reached 2.0 in 310 s under the tenth alone and in 224 s with the bound; two,
+//! four and eight sooner too; docs/BENCHMARKS.md, "The phase length chosen by the noise
+//! scale".)
 //!
 //! **Weighing** (after FedNova, Wang et al. 2020): an answer of `H_i` steps moved the weights
 //! about `H_i` times as far as one step does. Each pseudo-gradient is brought to a common
