@@ -157,6 +157,26 @@ fn one_hostile_worker_in_five_with_local_steps_is_held_to_todays_bound() {
     one_hostile_in_five(settings, ms(1), 100, 0.88);
 }
 
+/// The same under `auto` in sync rounds, where the noise scale bounds the phases
+/// (`--phases-by-noise`, on by default): a hostile answer also moves the estimate that
+/// sizes everyone's phase, and still costs under 2 points and its worker is banned.
+#[test]
+fn one_hostile_worker_in_five_under_auto_phases_is_held_to_todays_bound() {
+    let settings = Settings {
+        verify_fraction: 0.2,
+        ..local(
+            LocalSteps::Auto {
+                min: 4,
+                max: 4096,
+                passes: 1.0,
+            },
+            SGD,
+        )
+    };
+    assert!(settings.phases_by_noise);
+    one_hostile_in_five(settings, ms(1), 40, 0.88);
+}
+
 /// Four workers on a 50 ms, 10 Mbit/s link, a 2 ms step: per-step exchange leaves them
 /// idle; with `--local-steps auto` each computes most of the time, and 90 % comes over 4
 /// times sooner (20.0 s against 4.3 s when written).
