@@ -451,9 +451,14 @@ mod tests {
     use super::*;
 
     fn auto(max: u32) -> LocalPlan {
+        floored(1, max)
+    }
+
+    /// `auto` with a floor of `min` steps.
+    fn floored(min: u32, max: u32) -> LocalPlan {
         LocalPlan::new(Local {
             steps: LocalSteps::Auto {
-                min: 1,
+                min,
                 max,
                 passes: 1e9,
             },
@@ -555,32 +560,15 @@ mod tests {
         assert_eq!(plan.expected(), Some(ms(270)));
         let mut off = auto(1000).by_noise(false);
         assert_eq!(with(&mut off, 9, Some(3_600.0)), 81);
-        let mut floored = LocalPlan::new(Local {
-            steps: LocalSteps::Auto {
-                min: 24,
-                max: 1000,
-                passes: 1e9,
-            },
-            inner: OptimizerKind::Sgd { lr: 0.1 },
-            segment: 0,
-        })
-        .filling_rounds();
-        assert_eq!(with(&mut floored, 3, Some(3_600.0)), 24);
+        let mut sync = floored(24, 1000).filling_rounds();
+        assert_eq!(with(&mut sync, 3, Some(3_600.0)), 24);
     }
 
     /// `--min-local-steps`: a fast link's H (1 here) and the first phase are raised to the
     /// floor; a slow link's is not lowered.
     #[test]
     fn auto_takes_at_least_the_floor() {
-        let mut plan = LocalPlan::new(Local {
-            steps: LocalSteps::Auto {
-                min: 16,
-                max: 1000,
-                passes: 1e9,
-            },
-            inner: OptimizerKind::Sgd { lr: 0.1 },
-            segment: 0,
-        });
+        let mut plan = floored(16, 1000);
         let (fast, slow) = (WorkerId(1), WorkerId(2));
         assert_eq!(plan.steps(fast), 16);
         let ms = Duration::from_millis;

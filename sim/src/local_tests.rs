@@ -25,6 +25,12 @@ fn local(steps: LocalSteps, inner: OptimizerKind) -> Settings {
 }
 
 const SGD: OptimizerKind = OptimizerKind::Sgd { lr: 0.1 };
+/// `auto` with no floor and no bound on the passes over a shard.
+const AUTO: LocalSteps = LocalSteps::Auto {
+    min: 1,
+    max: 4096,
+    passes: 1e6,
+};
 
 /// `n` honest workers at 10 ms a step on `link`, then one that scales its answers by 1.01,
 /// all in int8.
@@ -204,17 +210,7 @@ fn on_a_home_link_auto_keeps_workers_busy_and_reaches_the_target_sooner() {
         run(s)
     };
     let per_step = train(sync(4), [2; 4]);
-    let auto = train(
-        local(
-            LocalSteps::Auto {
-                min: 1,
-                max: 4096,
-                passes: 1e6,
-            },
-            SGD,
-        ),
-        [2; 4],
-    );
+    let auto = train(local(AUTO, SGD), [2; 4]);
     let (slow, fast) = (
         per_step.seconds_to_target.expect("per-step reaches it"),
         auto.seconds_to_target.expect("auto reaches it"),
@@ -224,17 +220,7 @@ fn on_a_home_link_auto_keeps_workers_busy_and_reaches_the_target_sooner() {
     assert!(auto.mean_compute_share > 0.5, "{auto:?}");
     assert!(fast * 4.0 < slow, "auto {fast} s, per-step {slow} s");
     // Mixed speeds: the slower worker's phases are shorter.
-    let mixed = train(
-        local(
-            LocalSteps::Auto {
-                min: 1,
-                max: 4096,
-                passes: 1e6,
-            },
-            SGD,
-        ),
-        [1, 1, 2, 8],
-    );
+    let mixed = train(local(AUTO, SGD), [1, 1, 2, 8]);
     let per_phase = |w: &WorkerReport| w.local_steps as f64 / w.gradients_sent as f64;
     assert!(
         per_phase(&mixed.workers[0]) > 2.0 * per_phase(&mixed.workers[3]),
@@ -259,14 +245,7 @@ fn deadlines_wait_for_phases_that_grew() {
         eval_interval: 5,
         // Phases that grow as the link's tenth asks (the noise scale would hold them).
         phases_by_noise: false,
-        ..local(
-            LocalSteps::Auto {
-                min: 1,
-                max: 4096,
-                passes: 1e6,
-            },
-            SGD,
-        )
+        ..local(AUTO, SGD)
     };
     let mut s = scenario(
         32,
@@ -584,14 +563,7 @@ fn a_crowd_past_its_noise_scale_takes_shorter_phases_to_a_better_model() {
             eval_interval: 1,
             verify_fraction: 1.0,
             phases_by_noise: by_noise,
-            ..local(
-                LocalSteps::Auto {
-                    min: 1,
-                    max: 4096,
-                    passes: 1e6,
-                },
-                SGD,
-            )
+            ..local(AUTO, SGD)
         };
         let mut s = scenario(32, workers, settings);
         s.settings.min_workers = 16;
