@@ -109,10 +109,6 @@ const COMM_SHARE: f64 = 0.1;
 const NEWEST: f64 = 0.25;
 /// Weight of the newest answer's length in `H̄`.
 const NEWEST_LENGTH: f64 = 1.0 / 16.0;
-/// Updates behind a noise scale before it bounds a phase: the first (its estimate is
-/// smallest early in training, when a phase's floor costs least, and it is averaged with
-/// every later one).
-const NOISE_READINGS: u64 = 1;
 
 /// What one worker's answers showed.
 #[derive(Debug, Clone, Copy, Default)]
@@ -193,7 +189,7 @@ impl LocalPlan {
     pub fn noise(&mut self, report: Option<&NoiseReport>) {
         let before = self.noise_steps;
         self.noise_steps = report
-            .filter(|r| self.by_noise && r.readings >= NOISE_READINGS)
+            .filter(|_| self.by_noise)
             .and_then(|r| {
                 let step_batch = r.crowd_batch / self.mean_steps;
                 Some(r.samples? / step_batch)
@@ -534,34 +530,33 @@ mod tests {
     #[test]
     fn the_noise_scale_shortens_phases_and_never_lengthens_them() {
         let ms = Duration::from_millis;
-        let report = |plan: &LocalPlan, readings, samples: Option<f64>| NoiseReport {
+        let report = |plan: &LocalPlan, samples: Option<f64>| NoiseReport {
             samples,
             crowd_batch: 100.0 * plan.mean_steps(),
             doubling_gain: None,
-            readings,
+            readings: 3,
         };
-        let with = |plan: &mut LocalPlan, readings, samples: Option<f64>| {
-            plan.noise(Some(&report(plan, readings, samples)));
+        let with = |plan: &mut LocalPlan, samples: Option<f64>| {
+            plan.noise(Some(&report(plan, samples)));
             plan.answered(WorkerId(1), 10, Some((ms(100), ms(190))));
             plan.steps(WorkerId(1))
         };
         let mut plan = auto(1000);
-        assert_eq!(with(&mut plan, 3, Some(3_600.0)), 18);
-        assert_eq!(with(&mut plan, 3, Some(400_000.0)), 81);
-        assert_eq!(with(&mut plan, 3, Some(400.0)), 9);
-        assert_eq!(with(&mut plan, 0, Some(3_600.0)), 81);
-        assert_eq!(with(&mut plan, 9, None), 81);
-        assert_eq!(with(&mut plan, 1, Some(3_600.0)), 18);
+        assert_eq!(with(&mut plan, Some(3_600.0)), 18);
+        assert_eq!(with(&mut plan, Some(400_000.0)), 81);
+        assert_eq!(with(&mut plan, Some(400.0)), 9);
+        assert_eq!(with(&mut plan, None), 81);
+        assert_eq!(with(&mut plan, Some(3_600.0)), 18);
         // The bound moves with the estimate, before the worker answers again.
         plan.noise(None);
         assert_eq!(plan.steps(WorkerId(1)), 81);
-        plan.noise(Some(&report(&plan, 1, Some(3_600.0))));
+        plan.noise(Some(&report(&plan, Some(3_600.0))));
         assert_eq!(plan.steps(WorkerId(1)), 18);
         assert_eq!(plan.expected(), Some(ms(270)));
         let mut off = auto(1000).by_noise(false);
-        assert_eq!(with(&mut off, 9, Some(3_600.0)), 81);
+        assert_eq!(with(&mut off, Some(3_600.0)), 81);
         let mut sync = floored(24, 1000).filling_rounds();
-        assert_eq!(with(&mut sync, 3, Some(3_600.0)), 24);
+        assert_eq!(with(&mut sync, Some(3_600.0)), 24);
     }
 
     /// `--min-local-steps`: a fast link's H (1 here) and the first phase are raised to the

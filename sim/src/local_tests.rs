@@ -569,10 +569,7 @@ fn a_crowd_past_its_noise_scale_takes_shorter_phases_to_a_better_model() {
         s.settings.min_workers = 16;
         s.until.rounds = Some(15);
         let r = run(s);
-        let (steps, phases) = r.workers.iter().fold((0, 0), |(s, p), w| {
-            (s + w.local_steps, p + w.gradients_sent)
-        });
-        let per_phase = steps as f64 / phases as f64;
+        let per_phase = r.steps_a_phase().expect("phases");
         eprintln!(
             "by noise {by_noise}: {per_phase:.1} steps a phase, {} rounds in {:.2} s, accuracy {:?}, noise {:?}",
             r.rounds, r.seconds, r.accuracy, r.noise_scale

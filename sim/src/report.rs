@@ -48,6 +48,17 @@ pub struct Report {
     pub workers: Vec<WorkerReport>,
 }
 
+impl Report {
+    /// The mean steps of a local phase over every answer sent (1 a gradient without
+    /// `--local-steps`); `None` before any answer.
+    pub fn steps_a_phase(&self) -> Option<f64> {
+        let (steps, phases) = self.workers.iter().fold((0, 0), |(s, p), w| {
+            (s + w.local_steps, p + w.gradients_sent)
+        });
+        (phases > 0 && steps > 0).then(|| steps as f64 / phases as f64)
+    }
+}
+
 /// One evaluation of the run's model.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Point {

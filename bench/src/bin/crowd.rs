@@ -337,7 +337,7 @@ fn run(
             "sampling_floored": report.sampling_floored,
             "noise_scale": report.noise_scale,
             "deadline_extensions": report.deadline_extensions,
-            "steps_a_phase": steps_a_phase(&report),
+            "steps_a_phase": report.steps_a_phase(),
             "evaluations": report.curve.iter().map(|p| (p.round, p.seconds)).collect::<Vec<_>>(),
             "real_seconds": real_seconds,
         })
@@ -349,14 +349,6 @@ fn run(
         reached,
         real_seconds,
     })
-}
-
-/// The mean steps of a local phase, over the workers that took any (1 per-step).
-fn steps_a_phase(report: &Report) -> Option<f64> {
-    let (steps, phases) = report.workers.iter().fold((0, 0), |(s, p), w| {
-        (s + w.local_steps, p + w.gradients_sent)
-    });
-    (phases > 0 && steps > 0).then(|| steps as f64 / phases as f64)
 }
 
 /// The Markdown table: one row per crowd size (a crowd's columns "–" where only the ideal
