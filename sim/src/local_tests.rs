@@ -451,8 +451,10 @@ fn a_far_worker_takes_a_phase_that_ends_with_the_round() {
 /// (`Coordinator::check_for`): 92 % in 4.00 s of virtual time when written, against 4.75 s
 /// sampling at `P / n` whatever the load; with a newcomer's phase excused from its round
 /// while its replay waits (`Then::Vouch`), 2.98 s; 2.56 s with a core for each worker
-/// (where nothing is floored). The floor's checks are kept: a cheat among them is still struck and
-/// banned, and no honest worker is struck.
+/// (where nothing is floored); since 2026-11-29, with those phases' replays waiting behind
+/// every check that holds or judges an answer, 2.81 s against 2.34 s on 24 cores. The
+/// floor's checks are kept: a cheat among them is still struck and banned, and no honest
+/// worker is struck.
 #[test]
 fn a_busy_core_of_checks_samples_at_the_floor_and_holds_fewer_rounds() {
     let link = Link::symmetric(ms(10), 100.0);
@@ -511,8 +513,11 @@ fn a_busy_core_of_checks_samples_at_the_floor_and_holds_fewer_rounds() {
 /// rounds do not wait for every newcomer's replays one after another: forty rounds took
 /// 1.25 times eight cores' time when written, against 1.37 times when each newcomer's phase
 /// held its round (the rule before 2026-11-28), and 1.21 times with the sampling that
-/// follows probation at the floor while the checks are full. Every honest newcomer still ends its probation and counts, none
-/// is struck; the cheat's answers never count and it is banned.
+/// follows probation at the floor while the checks are full. Since 2026-11-29 a newcomer's
+/// phase is excused whenever a trusted worker can carry the round, its replay waits behind
+/// the checks that hold or judge an answer, and an extension does not send an excused
+/// newcomer the same weights again: 1.07 times. Every honest newcomer still ends its
+/// probation and counts, none is struck; the cheat's answers never count and it is banned.
 #[test]
 fn a_crowd_arriving_at_once_does_not_wait_for_its_probation_in_series() {
     let link = Link::symmetric(ms(10), 100.0);
@@ -541,7 +546,7 @@ fn a_crowd_arriving_at_once_does_not_wait_for_its_probation_in_series() {
         "40 rounds: {:.2} s on one core, {:.2} s on eight ({slower:.3}×); {} and {} probation checks",
         one.seconds, eight.seconds, one.probation_checks, eight.probation_checks
     );
-    assert!(slower < 1.3, "{one:?} {eight:?}");
+    assert!(slower < 1.15, "{one:?} {eight:?}");
 }
 
 /// `--phases-by-noise` (`local.rs`): sixteen workers of 2 ms steps on a home link,

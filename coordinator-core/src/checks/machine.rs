@@ -119,12 +119,16 @@ impl Checks {
             return out;
         };
         let probation = cx.registry.on_probation(worker);
-        // A newcomer's phase that would wait longer than one replay a core does not hold
-        // its sync round: excused at once, its replay only judges its worker
-        // (`Then::Vouch`). While one such phase waits for its verdict, the worker's later
-        // ones are excused unreplayed: that verdict is what its probation waits for.
-        let vouch =
-            probation && cx.rounds && cx.local.is_some() && !self.recomputations.short_wait();
+        // A newcomer's phase does not hold its sync round while a trusted worker's answer
+        // can carry the round, nor when its replay would wait longer than one a core:
+        // excused at once, its replay only judges its worker (`Then::Vouch`), after every
+        // replay that holds or judges an answer. While one such phase waits for its
+        // verdict, the worker's later ones are excused unreplayed: that verdict is what its
+        // probation waits for.
+        let vouch = probation
+            && cx.rounds
+            && cx.local.is_some()
+            && (cx.registry.any_trusted() || !self.recomputations.short_wait());
         if vouch && self.recomputations.vouching(worker) {
             debug!(%worker, round = %gradient.round, "an earlier phase awaits its verdict; excused unreplayed");
             unchecked(cx, worker, &mut out);
@@ -290,8 +294,16 @@ impl Checks {
         let started = self.recomputations.start(held, inputs);
         cx.metrics.recomputing(self.recomputations.len(), 0.0);
         match started {
-            Ok(Some(job)) => out.push(Step::Recompute(Box::new(job))),
-            Ok(None) => {}
+            Ok(started) => {
+                if let Some(job) = started.job {
+                    out.push(Step::Recompute(Box::new(job)));
+                }
+                if let Some(turned) = started.evicted {
+                    // Excused from its round already: its probation waits for a later phase.
+                    debug!(worker = %turned.worker, "a newcomer's phase gave its place to a more urgent check");
+                    cx.metrics.probation_unchecked();
+                }
+            }
             Err(held) if held.then == Then::Judge => {
                 warn!(worker = %held.worker, "no room to recompute a phase that counted");
             }

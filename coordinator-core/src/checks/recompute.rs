@@ -27,10 +27,19 @@
 //! two replays later. A newcomer's phases (probation), and every per-step answer, still
 //! count only once checked.
 //!
-//! At most `cores` jobs run at once; more wait, oldest first, up to [`WAITING_PER_CORE`] a
-//! core. An answer that finds no room is treated as one whose pull could not be audited:
-//! on probation it is dropped unchecked (without a strike), otherwise it goes on unchecked;
-//! both are counted. A verdict for a worker that has left since, or reconnected, is
+//! At most `cores` jobs run at once; more wait, up to [`WAITING_PER_CORE`] a core, in order
+//! of urgency and oldest first within it: a replay that holds its round's answer, then one
+//! whose answer counted already (a cheat's ban waits on it), then a newcomer's phase excused
+//! from its round (it only ends a probation). [`Recomputations::short_wait`] counts only
+//! the first two, so newcomers arriving at once neither push the trusted workers' sampled
+//! phases into holding their rounds (until 2026-11-29 they did: sixteen tabs' rounds waited
+//! 5-15 s more behind their replays, docs/BENCHMARKS.md, "The start of a crowd") nor turn
+//! them away: a full room gives its newest excused phase's place to a check. A held
+//! answer's replay may pass a counted one's: the held ones are those of the rounds still
+//! open, so a cheat's verdict waits at most for the checks its own round holds (with FIFO
+//! between them, the simulator's busy core of 24 workers took 3.41 s to 92 % against 2.81). An answer that
+//! finds no room is treated as one whose pull could not be audited: on probation it is
+//! dropped unchecked (without a strike), otherwise it goes on unchecked; both are counted. A verdict for a worker that has left since, or reconnected, is
 //! dropped: its answer goes nowhere, and a mismatch still strikes the identity.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -39,6 +48,7 @@ use std::time::Duration;
 
 use protocol::WorkerId;
 
+use super::job::Then;
 pub(crate) use super::job::{Held, Inputs};
 pub use super::job::{RecomputeJob, Recomputed};
 pub use super::verdict::Refuted;
@@ -60,6 +70,36 @@ pub(crate) struct Recomputations {
 /// The weight of each job's seconds in [`Recomputations::seconds`].
 const SECONDS_WEIGHT: f64 = 0.2;
 
+/// What [`Recomputations::start`] did with a job.
+#[derive(Debug)]
+pub(crate) struct Started {
+    /// The job to run now: a core was free.
+    pub job: Option<RecomputeJob>,
+    /// A newcomer's excused phase that was waiting, turned out for it (its worker stays on
+    /// probation, and its next phase is replayed instead).
+    pub evicted: Option<Held>,
+}
+
+/// The order jobs wait in, most urgent first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Urgency {
+    /// Its answer holds its round until the verdict.
+    Round,
+    /// Its answer counted already; the verdict judges a trusted worker (a cheat's ban
+    /// comes with it).
+    Judge,
+    /// A newcomer's phase excused from its round: the verdict only ends a probation.
+    Vouch,
+}
+
+fn urgency(held: &Held) -> Urgency {
+    match held.then {
+        Then::Check | Then::Admit => Urgency::Round,
+        Then::Judge => Urgency::Judge,
+        Then::Vouch => Urgency::Vouch,
+    }
+}
+
 impl Recomputations {
     /// At most `cores` jobs at once (at least one).
     pub fn new(cores: usize) -> Self {
@@ -72,11 +112,18 @@ impl Recomputations {
         }
     }
 
-    /// `held` is to be recomputed: the job to run now, if a core is free. `Err(held)`: no
+    /// `held` is to be recomputed: the job to run now, if a core is free, and a newcomer's
+    /// excused phase turned out of the waiting room to make room for it. `Err(held)`: no
     /// room, even to wait.
-    pub fn start(&mut self, held: Held, inputs: Inputs<'_>) -> Result<Option<RecomputeJob>, Held> {
+    pub fn start(&mut self, held: Held, inputs: Inputs<'_>) -> Result<Started, Held> {
+        let mut evicted = None;
         if self.running.len() >= self.cores && self.waiting.len() >= self.cores * WAITING_PER_CORE {
-            return Err(held);
+            // A full room gives way only to a check, and only its newest vouch.
+            let last = self.waiting.back().map(|(_, h)| urgency(h));
+            if urgency(&held) == Urgency::Vouch || last != Some(Urgency::Vouch) {
+                return Err(held);
+            }
+            evicted = self.waiting.pop_back().map(|(_, h)| h);
         }
         self.next += 1;
         let job = RecomputeJob {
@@ -95,11 +142,20 @@ impl Recomputations {
         };
         if self.running.len() < self.cores {
             self.running.insert(job.id, held);
-            Ok(Some(job))
-        } else {
-            self.waiting.push_back((job, held));
-            Ok(None)
+            return Ok(Started {
+                job: Some(job),
+                evicted,
+            });
         }
+        // Behind every job as urgent or more, ahead of the rest: oldest first within each.
+        let rank = urgency(&held);
+        let at = self
+            .waiting
+            .iter()
+            .position(|(_, h)| urgency(h) > rank)
+            .unwrap_or(self.waiting.len());
+        self.waiting.insert(at, (job, held));
+        Ok(Started { job: None, evicted })
     }
 
     /// Job `done` came back: the answer it held (`None` for an unknown job), and the next
@@ -127,12 +183,16 @@ impl Recomputations {
         before - self.waiting.len()
     }
 
-    /// Whether a job asked for now would start within one replay: a core is free, or fewer
-    /// jobs wait than there are cores.
+    /// Whether a check asked for now would start within one replay: a core is free, or
+    /// fewer checks wait than there are cores (newcomers' excused phases wait behind it).
     pub fn short_wait(&self) -> bool {
-        self.running.len() < self.cores || self.waiting.len() < self.cores
+        let ahead = self
+            .waiting
+            .iter()
+            .filter(|(_, h)| urgency(h) != Urgency::Vouch)
+            .count();
+        self.running.len() < self.cores || ahead < self.cores
     }
-
     /// Whether the jobs running and waiting, with `ahead` more to come, would keep every core
     /// busy for `round` or longer, at the jobs' measured seconds (never before one came back).
     pub fn outlast(&self, ahead: usize, round: Duration) -> bool {
@@ -144,7 +204,7 @@ impl Recomputations {
     /// Whether a newcomer's excused phase of `worker`'s waits for its verdict (running or
     /// waiting): its later phases need not be replayed to end its probation.
     pub fn vouching(&self, worker: WorkerId) -> bool {
-        let of = |held: &Held| held.worker == worker && held.then == super::job::Then::Vouch;
+        let of = |held: &Held| held.worker == worker && held.then == Then::Vouch;
         self.running.values().any(of) || self.waiting.iter().any(|(_, held)| of(held))
     }
 
@@ -218,7 +278,11 @@ mod tests {
         let round = std::time::Duration::from_secs(2);
         let mut r = Recomputations::new(2);
         assert!(!r.outlast(100, round), "nothing measured yet");
-        let job = r.start(held(1), inputs()).unwrap().expect("a free core");
+        let job = r
+            .start(held(1), inputs())
+            .unwrap()
+            .job
+            .expect("a free core");
         let took = |job: &RecomputeJob, seconds| Recomputed {
             id: job.id,
             verdict: Ok(Ok(())),
@@ -230,16 +294,28 @@ mod tests {
         // One second a job, two cores, a round of two seconds: four jobs fill it.
         assert!(!r.outlast(3, round));
         assert!(r.outlast(4, round));
-        let _running = r.start(held(2), inputs()).unwrap().expect("a free core");
+        let _running = r
+            .start(held(2), inputs())
+            .unwrap()
+            .job
+            .expect("a free core");
         assert!(r.outlast(3, round), "the job held counts");
         // A job of three seconds moves the mean a fifth of the way: 1.4 s a job.
-        let job = r.start(held(3), inputs()).unwrap().expect("a free core");
+        let job = r
+            .start(held(3), inputs())
+            .unwrap()
+            .job
+            .expect("a free core");
         r.done(&took(&job, 3.0));
         assert!(!r.outlast(1, round), "2 × 1.4 s < 4 s");
         assert!(r.outlast(2, round), "3 × 1.4 s ≥ 4 s");
         // A stale verdict, and a non-finite one, are not measured.
         r.done(&took(&job, 100.0));
-        let job = r.start(held(4), inputs()).unwrap().expect("a free core");
+        let job = r
+            .start(held(4), inputs())
+            .unwrap()
+            .job
+            .expect("a free core");
         r.done(&took(&job, f64::NAN));
         assert!(!r.outlast(1, round));
     }
@@ -250,14 +326,22 @@ mod tests {
         let inputs = || inputs(&net, &train);
         let mut r = Recomputations::new(2);
         assert!(r.short_wait());
-        let first = r.start(held(1), inputs()).unwrap().expect("a free core");
-        let second = r.start(held(2), inputs()).unwrap().expect("a free core");
+        let first = r
+            .start(held(1), inputs())
+            .unwrap()
+            .job
+            .expect("a free core");
+        let second = r
+            .start(held(2), inputs())
+            .unwrap()
+            .job
+            .expect("a free core");
         let room = 2 * WAITING_PER_CORE;
         for w in 0..room {
             // Both cores busy: a job would wait one replay while fewer than two wait.
             assert_eq!(r.short_wait(), w < 2, "{w} waiting");
             assert!(
-                r.start(held(3 + w as u32), inputs()).unwrap().is_none(),
+                r.start(held(3 + w as u32), inputs()).unwrap().job.is_none(),
                 "waits"
             );
         }
@@ -279,5 +363,61 @@ mod tests {
         assert_eq!(held1.map(|h| h.worker), Some(WorkerId(1)));
         let (held3, _) = r.done(&answer(&next));
         assert_eq!(held3.map(|h| h.worker), Some(WorkerId(3)), "oldest first");
+    }
+
+    /// A replay that holds a round waits only behind others that do; one whose answer
+    /// counted already, behind those; a newcomer's excused phase behind everything, and a
+    /// full room turns the newest of those out for a check.
+    #[test]
+    fn newcomers_excused_phases_wait_behind_every_check_that_holds_or_judges_an_answer() {
+        let (net, train) = model_and_data();
+        let inputs = || inputs(&net, &train);
+        let with = |worker, then| Held {
+            then,
+            ..held(worker)
+        };
+        let mut r = Recomputations::new(1);
+        let running = r.start(with(1, Then::Vouch), inputs()).unwrap();
+        let running = running.job.expect("a free core");
+        for w in 2..=5 {
+            let started = r.start(with(w, Then::Vouch), inputs()).unwrap();
+            assert!(started.job.is_none() && started.evicted.is_none());
+        }
+        assert!(
+            r.short_wait(),
+            "only newcomers' phases wait: a check starts next"
+        );
+        r.start(with(7, Then::Judge), inputs()).unwrap();
+        assert!(
+            !r.short_wait(),
+            "a check waits: the next one would wait two replays"
+        );
+        r.start(with(8, Then::Check), inputs()).unwrap();
+        r.start(with(9, Then::Admit), inputs()).unwrap();
+        r.start(with(10, Then::Judge), inputs()).unwrap();
+        // Eight wait: 8, 9 (hold rounds), 7, 10 (judge), 2..=5 (vouch): the room is full.
+        let full = r.start(with(11, Then::Vouch), inputs());
+        assert_eq!(full.err().map(|h| h.worker), Some(WorkerId(11)), "no room");
+        let started = r.start(with(12, Then::Check), inputs()).unwrap();
+        let turned = started
+            .evicted
+            .expect("the newest newcomer's phase gives way");
+        assert_eq!(turned.worker, WorkerId(5));
+        assert!(!r.vouching(WorkerId(5)), "its next phase may be replayed");
+        assert!(r.vouching(WorkerId(2)));
+        let mut order = Vec::new();
+        let mut next = Some(running);
+        while let Some(job) = next {
+            let (held, then) = r.done(&Recomputed {
+                id: job.id,
+                verdict: Ok(Ok(())),
+                seconds: 1.0,
+                branches: Branches::default(),
+                segments: 0,
+            });
+            order.push(held.expect("running").worker.0);
+            next = then;
+        }
+        assert_eq!(order, [1, 8, 9, 12, 7, 10, 2, 3, 4]);
     }
 }

@@ -288,6 +288,11 @@ impl Registry {
         self.workers.len()
     }
 
+    /// Whether a connected worker is past its probation: its answers may carry a round.
+    pub fn any_trusted(&self) -> bool {
+        self.workers.keys().any(|&id| !self.trust.on_probation(id))
+    }
+
     /// Whether `id` is connected.
     pub fn contains(&self, id: WorkerId) -> bool {
         self.workers.contains_key(&id)

@@ -66,6 +66,8 @@ pub struct OpenRound {
     round: Round,
     pending: BTreeSet<WorkerId>,
     answered: BTreeSet<WorkerId>,
+    /// Participants the checks excused: not waited for, not admitted again.
+    excused: BTreeSet<WorkerId>,
     aggregator: Box<dyn Aggregator>,
     spread: Spread,
     loss_sum: f64,
@@ -115,6 +117,7 @@ impl OpenRound {
             round,
             pending: participants.into_iter().collect(),
             answered: BTreeSet::new(),
+            excused: BTreeSet::new(),
             aggregator,
             spread: Spread::default(),
             loss_sum: 0.0,
@@ -143,8 +146,11 @@ impl OpenRound {
         self.deadline
     }
 
+    /// Whether `worker` takes part (or took part, or was excused from it).
     pub fn is_participant(&self, worker: WorkerId) -> bool {
-        self.pending.contains(&worker) || self.answered.contains(&worker)
+        self.pending.contains(&worker)
+            || self.answered.contains(&worker)
+            || self.excused.contains(&worker)
     }
 
     /// Makes `worker` a participant (a skipped worker answering again).
@@ -196,6 +202,16 @@ impl OpenRound {
     /// A participant disconnected: stop waiting for it.
     pub fn remove(&mut self, worker: WorkerId) -> Progress {
         self.pending.remove(&worker);
+        self.progress()
+    }
+
+    /// A participant's answer will not count (excused by the checks): stop waiting for it,
+    /// and do not admit it again at an extension, where it would compute the same weights
+    /// once more and hold the round for another phase.
+    pub fn excuse(&mut self, worker: WorkerId) -> Progress {
+        if self.pending.remove(&worker) {
+            self.excused.insert(worker);
+        }
         self.progress()
     }
 

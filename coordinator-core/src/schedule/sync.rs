@@ -301,7 +301,7 @@ impl Schedule for SyncSchedule {
 
     fn excuse(&mut self, worker: WorkerId) -> Vec<Action> {
         if let Some(round) = self.round.as_mut() {
-            round.remove(worker);
+            round.excuse(worker);
         }
         Vec::new()
     }

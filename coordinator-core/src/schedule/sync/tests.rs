@@ -227,3 +227,31 @@ fn an_excused_participant_is_not_waited_for() {
         [Action::Apply(u)] if u.answered == 1
     ));
 }
+
+#[test]
+fn an_extension_admits_newcomers_but_not_the_participants_it_excused() {
+    let t0 = Instant::now();
+    let mut s = schedule(3, 3);
+    for w in [A, B, C] {
+        s.joined(w, view(0));
+    }
+    s.settle(view(0), t0);
+    let d = WorkerId(4);
+    s.joined(d, view(0));
+    // B's phase was excused (a newcomer's, replayed later); A's answer is in, C's is not.
+    assert!(s.excuse(B).is_empty());
+    s.gradient(A, &Contribution::of(&grad(0, 1.0, 1)), view(0), t0);
+    let deadline = s.deadline().expect("open");
+    assert_eq!(
+        s.tick(deadline),
+        [Action::Extended, Action::Rebalance, Action::Weights(d)],
+        "B is not sent the same weights again"
+    );
+    // C's and the newcomer's answers complete it: B is not waited for.
+    s.gradient(C, &Contribution::of(&grad(0, 1.0, 1)), view(0), deadline);
+    let last = s.gradient(d, &Contribution::of(&grad(0, 1.0, 1)), view(0), deadline);
+    assert!(matches!(
+        last.as_slice(),
+        [Action::Accepted(_), Action::Apply(u)] if u.answered == 3
+    ));
+}
