@@ -6,10 +6,13 @@
 //! exchanging every step, with no checks (the statistical ceiling of N workers with the
 //! same batches: nothing recomputed, no probation).
 //!
+//! With `--torch PYTHON`, first the bar: PyTorch on this whole machine, timed for real on
+//! the same model, corpus and split (`torch.rs`).
+//!
 //! Prints one JSON line per run, then a Markdown table (N, time to the loss, the speedup
-//! S(N) = T(1)/T(N), its share of ideal data parallelism's speedup at that N, the share of
-//! time the volunteers were busy, bytes on the wire per token); `--svg FILE` draws the
-//! validation loss against virtual time, one curve per N. The command behind
+//! S(N) = T(1)/T(N), its share of ideal data parallelism's speedup at that N, its speed
+//! against PyTorch's, the share of time the volunteers were busy, bytes on the wire per
+//! token); `--svg FILE` draws the validation loss against virtual time, one curve per N. The command behind
 //! `docs/BENCHMARKS.md`'s crowd tables:
 //!
 //! `crowd --workers 1,2,4,8 --svg docs/crowd-gpt.svg`
@@ -21,6 +24,9 @@
 //! replayed step takes that long on one of its `--verify-cores`. `--mixed` makes a mixed
 //! crowd: every third volunteer behind 150 ms and 5 Mbit/s, every fourth at half speed, and
 //! every fifth leaving a third of the way into `--max-time` while a newcomer joins.
+
+mod svg;
+mod torch;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -84,6 +90,13 @@ struct Cli {
     /// Draw the curves here (SVG).
     #[arg(long)]
     svg: Option<PathBuf>,
+    /// Time PyTorch on this machine first, with this Python (torch and transformers
+    /// installed): `scripts/parity/gpt_torch_train.py` on the same 0.8M GPT, corpus and split.
+    #[arg(long)]
+    torch: Option<PathBuf>,
+    /// PyTorch's threads [default: every core here].
+    #[arg(long, requires = "torch")]
+    torch_threads: Option<usize>,
     #[arg(long, default_value_t = 42)]
     seed: u64,
 }
@@ -118,6 +131,31 @@ fn main() -> anyhow::Result<()> {
     let split = crowd.load_data(cli.seed)?;
     let net = split.network(&crowd.model)?;
     let batch = crowd.training.batch_size as usize;
+    // First, with nothing beside it: the bar.
+    let pytorch = match &cli.torch {
+        Some(python) => {
+            if net.param_count() != torch::PARAMETERS || crowd.training.batch_size != torch::BATCH {
+                bail!("--torch: PyTorch's script trains the 0.8M GPT at batch 12; --coordinator asks for another");
+            }
+            let threads = cli
+                .torch_threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+            let t = torch::run(python, threads, 25, 2000, cli.target_loss)?;
+            println!(
+                "{}",
+                serde_json::json!({
+                    "pytorch": {
+                        "threads": t.threads,
+                        "reached_s": t.reached,
+                        "steps": t.steps,
+                        "loss": t.loss,
+                    }
+                })
+            );
+            Some(t)
+        }
+        None => None,
+    };
     let native = sim::measured_step(&net, &split.train, batch)?;
     let step = cli
         .tab_step
@@ -172,11 +210,11 @@ fn main() -> anyhow::Result<()> {
         }
         // Drawn after every crowd size: a sweep cut short still leaves its curves.
         if let Some(path) = &cli.svg {
-            std::fs::write(path, svg(&runs, &cli))
+            std::fs::write(path, svg::svg(&runs, &cli))
                 .with_context(|| format!("writing {}", path.display()))?;
         }
     }
-    println!("{}", table(&runs, tokens_per_sample));
+    println!("{}", table(&runs, tokens_per_sample, pytorch.as_ref()));
     if let Some(path) = &cli.svg {
         println!("curves: {}", path.display());
     }
@@ -353,12 +391,13 @@ fn run(
 
 /// The Markdown table: one row per crowd size (a crowd's columns "–" where only the ideal
 /// run was made, `--no-crowd`).
-fn table(runs: &[Run], tokens_per_sample: f64) -> String {
+fn table(runs: &[Run], tokens_per_sample: f64, pytorch: Option<&torch::Torch>) -> String {
     let find = |ideal: bool, n: usize| runs.iter().find(|r| r.ideal == ideal && r.workers == n);
     let time = |ideal: bool, n: usize| find(ideal, n).and_then(|r| r.reached);
     let mut out = String::from(
-        "| N | time to the loss | S(N) | ideal DP: time, S(N) | share of ideal's speedup | busy | bytes per token | noise scale: crowd, ideal DP (samples) | crowd batch | real time |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        "| N | time to the loss | S(N) | ideal DP: time, S(N) | share of ideal's speedup | speed against PyTorch | busy | bytes per token | noise scale: crowd, ideal DP (samples) | crowd batch | real time |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
+    let torch_time = pytorch.and_then(|t| t.reached);
     let first = runs.iter().map(|r| r.workers).min().unwrap_or(1);
     let mut sizes: Vec<usize> = runs.iter().map(|r| r.workers).collect();
     sizes.dedup();
@@ -377,14 +416,16 @@ fn table(runs: &[Run], tokens_per_sample: f64) -> String {
                 .map_or("–".into(), |s| format!("{s:.0}"))
         };
         let of_crowd = |column: &dyn Fn(&Run) -> String| crowd.map_or("–".into(), column);
+        let against = torch_time.zip(reached).map(|(t, c)| t / c);
         let _ = writeln!(
             out,
-            "| {n} | {} | {} | {}, {} | {} | {} | {} | {}, {} | {} | {} |",
+            "| {n} | {} | {} | {}, {} | {} | {} | {} | {} | {}, {} | {} | {} |",
             of_crowd(&|_| f(reached, " s")),
             of_crowd(&|_| f(speedup, "×")),
             f(ideal, " s"),
             f(ideal_speedup, "×"),
             share.map_or("–".into(), |s| format!("{:.0} %", s * 100.0)),
+            against.map_or("–".into(), |a| format!("{a:.2}×")),
             of_crowd(&|r| format!("{:.1} %", r.report.mean_compute_share * 100.0)),
             of_crowd(&|r| format!("{:.0}", r.report.bytes_per_sample / tokens_per_sample)),
             noise(crowd),
@@ -396,101 +437,17 @@ fn table(runs: &[Run], tokens_per_sample: f64) -> String {
             of_crowd(&|r| format!("{:.0} s", r.real_seconds)),
         );
     }
-    out
-}
-
-/// Validation loss against virtual time, one curve per crowd (ideal runs dashed).
-fn svg(runs: &[Run], cli: &Cli) -> String {
-    let (w, h, pad) = (720.0, 420.0, 50.0);
-    let points = runs.iter().flat_map(|r| {
-        r.report
-            .curve
-            .iter()
-            .filter_map(|p| Some((p.seconds, p.loss?)))
-    });
-    let (mut t_max, mut l_min, mut l_max) = (1.0f64, f64::MAX, f64::MIN);
-    for (t, l) in points {
-        t_max = t_max.max(t);
-        l_min = l_min.min(l);
-        l_max = l_max.max(l);
-    }
-    l_min = l_min.min(cli.target_loss) - 0.05;
-    l_max = l_max.min(l_min + 3.0);
-    let x = |t: f64| pad + t / t_max * (w - 2.0 * pad);
-    let y = |l: f64| pad + (l_max - l.min(l_max)) / (l_max - l_min) * (h - 2.0 * pad);
-    let mut out = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-    );
-    let _ = writeln!(
-        out,
-        "<line x1=\"{pad}\" y1=\"{0}\" x2=\"{1}\" y2=\"{0}\" stroke=\"black\"/><line x1=\"{pad}\" y1=\"{pad}\" x2=\"{pad}\" y2=\"{0}\" stroke=\"black\"/>",
-        h - pad,
-        w - pad
-    );
-    let _ = writeln!(
-        out,
-        "<text x=\"{}\" y=\"{}\">virtual seconds (0-{t_max:.0})</text><text x=\"8\" y=\"{}\">loss</text>",
-        w / 2.0 - 60.0,
-        h - 12.0,
-        pad - 10.0
-    );
-    for loss in [l_min + 0.05, (l_min + l_max) / 2.0, l_max] {
+    if let Some(t) = pytorch {
         let _ = writeln!(
             out,
-            "<text x=\"12\" y=\"{:.1}\">{loss:.2}</text>",
-            y(loss) + 4.0
+            "\nPyTorch on this machine ({} threads, timed first): {} ({} steps, loss {:.4})",
+            t.threads,
+            t.reached
+                .map_or("not reached".into(), |s| format!("{s:.2} s to the loss")),
+            t.steps,
+            t.loss
         );
     }
-    let target = y(cli.target_loss);
-    let _ = writeln!(
-        out,
-        "<line x1=\"{pad}\" y1=\"{target}\" x2=\"{}\" y2=\"{target}\" stroke=\"grey\" stroke-dasharray=\"2,4\"/><text x=\"{}\" y=\"{}\">{}</text>",
-        w - pad,
-        w - pad + 4.0,
-        target + 4.0,
-        cli.target_loss
-    );
-    let colours = [
-        "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
-    ];
-    let sizes: Vec<usize> = cli.workers.clone();
-    for r in runs {
-        let i = sizes.iter().position(|&n| n == r.workers).unwrap_or(0);
-        let path: Vec<String> = r
-            .report
-            .curve
-            .iter()
-            .filter_map(|p| Some(format!("{:.1},{:.1}", x(p.seconds), y(p.loss?))))
-            .collect();
-        let dash = if r.ideal {
-            " stroke-dasharray=\"6,3\""
-        } else {
-            ""
-        };
-        let _ = writeln!(
-            out,
-            "<polyline fill=\"none\" stroke=\"{}\"{dash} points=\"{}\"/>",
-            colours[i % colours.len()],
-            path.join(" ")
-        );
-        if !r.ideal {
-            let _ = writeln!(
-                out,
-                "<text x=\"{}\" y=\"{}\" fill=\"{}\">N = {}</text>",
-                w - pad - 60.0,
-                pad + 14.0 * i as f64,
-                colours[i % colours.len()],
-                r.workers
-            );
-        }
-    }
-    let _ = writeln!(
-        out,
-        "<text x=\"{pad}\" y=\"20\">{} behind {}, tabs at {:.0} % of a core; dashed: ideal data parallelism</text>\n</svg>",
-        cli.coordinator,
-        cli.link,
-        cli.tab_share * 100.0
-    );
     out
 }
 
