@@ -416,14 +416,15 @@ fn table(runs: &[Run], tokens_per_sample: f64, pytorch: Option<&torch::Torch>) -
                 .map_or("–".into(), |s| format!("{s:.0}"))
         };
         let of_crowd = |column: &dyn Fn(&Run) -> String| crowd.map_or("–".into(), column);
+        let of_ideal = |column: &dyn Fn(&Run) -> String| find(true, n).map_or("–".into(), column);
         let against = torch_time.zip(reached).map(|(t, c)| t / c);
         let _ = writeln!(
             out,
             "| {n} | {} | {} | {}, {} | {} | {} | {} | {} | {}, {} | {} | {} |",
             of_crowd(&|_| f(reached, " s")),
             of_crowd(&|_| f(speedup, "×")),
-            f(ideal, " s"),
-            f(ideal_speedup, "×"),
+            of_ideal(&|_| f(ideal, " s")),
+            of_ideal(&|_| f(ideal_speedup, "×")),
             share.map_or("–".into(), |s| format!("{:.0} %", s * 100.0)),
             against.map_or("–".into(), |a| format!("{a:.2}×")),
             of_crowd(&|r| format!("{:.1} %", r.report.mean_compute_share * 100.0)),
