@@ -15,7 +15,7 @@
 //! workers sampled at `f` a round waits a replay with probability `1 − (1 − f)ⁿ`: at 5 % and
 //! 4 workers 19 % of rounds take twice as long, at 100 workers nearly all. So such a phase
 //! counts at once and its verdict only judges its worker: a mismatch strikes (and bans) as
-//! before. Only while its replay waits at most one other job a core ([`Recomputations::
+//! before. Only while its replay waits at most one other check a core ([`Recomputations::
 //! short_wait`]): past that the answer is held as any other, so that the checks the sampler
 //! asked for are never dropped for a budget that cannot keep up; the held answers slow the
 //! rounds down to what the cores can check. (Until 2026-11-28 it counted at once only while
@@ -24,8 +24,8 @@
 //! docs/BENCHMARKS.md, "The crowd".) What that gives a cheat who earned trust: the sampled
 //! answers that catch it count too, at most `--ban-after` of them, each within the norm
 //! bound and the robust rule, as its unsampled ones always did, and its ban comes at most
-//! two replays later. A newcomer's phases (probation), and every per-step answer, still
-//! count only once checked.
+//! two replays later, besides the held answers' replays that pass it (below). A newcomer's
+//! phases (probation), and every per-step answer, still count only once checked.
 //!
 //! At most `cores` jobs run at once; more wait, up to [`WAITING_PER_CORE`] a core, in order
 //! of urgency and oldest first within it: a replay that holds its round's answer, then one
@@ -35,11 +35,11 @@
 //! phases into holding their rounds (until 2026-11-29 they did: sixteen tabs' rounds waited
 //! 5-15 s more behind their replays, docs/BENCHMARKS.md, "The start of a crowd") nor turn
 //! them away: a full room gives its newest excused phase's place to a check. A held
-//! answer's replay may pass a counted one's: the held ones are those of the rounds still
-//! open, so a cheat's verdict waits at most for the checks its own round holds (with FIFO
-//! between them, the simulator's busy core of 24 workers took 3.41 s to 92 % against 2.81). An answer that
-//! finds no room is treated as one whose pull could not be audited: on probation it is
-//! dropped unchecked (without a strike), otherwise it goes on unchecked; both are counted. A verdict for a worker that has left since, or reconnected, is
+//! answer's replay may pass a counted one's, since an open round waits on it (with FIFO
+//! between them, the simulator's busy core of 24 workers took 3.41 s to 92 % against 2.81).
+//! An answer that finds no room is treated as one whose pull could not be audited: on
+//! probation it is dropped unchecked (without a strike), otherwise it goes on unchecked;
+//! both are counted. A verdict for a worker that has left since, or reconnected, is
 //! dropped: its answer goes nowhere, and a mismatch still strikes the identity.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -193,6 +193,7 @@ impl Recomputations {
             .count();
         self.running.len() < self.cores || ahead < self.cores
     }
+
     /// Whether the jobs running and waiting, with `ahead` more to come, would keep every core
     /// busy for `round` or longer, at the jobs' measured seconds (never before one came back).
     pub fn outlast(&self, ahead: usize, round: Duration) -> bool {
