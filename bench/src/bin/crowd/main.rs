@@ -12,14 +12,14 @@
 //! Prints one JSON line per run, then a Markdown table (N, time to the loss, the speedup
 //! S(N) = T(1)/T(N), its share of ideal data parallelism's speedup at that N, its speed
 //! against PyTorch's, the share of time the volunteers were busy, bytes on the wire per
-//! token); `--svg FILE` draws the validation loss against virtual time, one curve per N. The command behind
-//! `docs/BENCHMARKS.md`'s crowd tables:
+//! token); `--svg FILE` draws the validation loss against virtual time, one curve per N.
+//! The command behind `docs/BENCHMARKS.md`'s newest crowd table and its plot:
 //!
-//! `crowd --workers 1,2,4,8 --svg docs/crowd-gpt.svg`
+//! `crowd --workers 1,2,4,8,16 --torch PYTHON --svg docs/crowd-gpt.svg`
 //!
 //! A tab is `--tab-share` of one native core of this machine (measured side by side in
-//! headless Chromium: 29-35 % for the 0.8M GPT, docs/BENCHMARKS.md "A tab against a native
-//! core"); the native step is measured here (the median of 30). The coordinator replays a
+//! headless Chromium: 0.54-0.59 for the 0.8M GPT, docs/BENCHMARKS.md "A tab against a
+//! native core"); the native step is measured here (the median of 30). The coordinator replays a
 //! sampled phase in a tab's float order (`model::Order::Unfused`), measured here too: a
 //! replayed step takes that long on one of its `--verify-cores`. `--mixed` makes a mixed
 //! crowd: every third volunteer behind 150 ms and 5 Mbit/s, every fourth at half speed, and
