@@ -49,6 +49,7 @@ counters! {
     bytes_out => "bytes_out", "Bytes of frames queued to workers";
     probation_checks => "probation_checks", "Answers recomputed because their worker was on probation";
     probation_unchecked => "probation_unchecked", "Answers on probation dropped for lack of room to recompute them";
+    sampled_aside => "sampled_aside", "Trusted workers' sampled phases excused from their sync round rather than holding it while their replay waited behind others (still replayed; a mismatch strikes)";
     sampling_floored => "sampling_floored", "Pulls past probation sampled at --verify-fraction rather than their higher decaying rate: the replays already asked for would keep the checks' cores busy for a round of local phases";
     branches_logged => "branches_logged", "Near-tie branches named by the revealed logs of GPU phases";
     branches_forced => "branches_forced", "Logged branches a replay took only because they were logged";

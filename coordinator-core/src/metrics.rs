@@ -183,6 +183,10 @@ impl Metrics {
         self.counters.probation_unchecked += 1;
     }
 
+    pub fn sampled_aside(&mut self) {
+        self.counters.sampled_aside += 1;
+    }
+
     /// A GPU phase was challenged for its states.
     pub fn phase_challenged(&mut self) {
         self.counters.phases_challenged += 1;

@@ -731,6 +731,7 @@ impl Engine {
             probation_checks: status.counters.probation_checks,
             probation_unchecked: status.counters.probation_unchecked,
             sampling_floored: status.counters.sampling_floored,
+            sampled_aside: status.counters.sampled_aside,
             deadline_extensions: status.counters.deadline_extensions,
             replicas_agreed: status.replicas_agreed,
             replicas_disputed: status.replicas_disputed,

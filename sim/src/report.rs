@@ -35,6 +35,8 @@ pub struct Report {
     /// Pulls past probation sampled at the floor rather than their decaying rate, the
     /// checks being full.
     pub sampling_floored: u64,
+    /// Trusted workers' sampled phases excused from their round rather than holding it.
+    pub sampled_aside: u64,
     /// Sync: deadlines that passed without a quorum, and were extended.
     pub deadline_extensions: u64,
     /// `--replicate`: answers that agreed with their partner's, and ones recomputed.

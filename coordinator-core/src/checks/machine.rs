@@ -16,7 +16,10 @@
 //! alone, it lost (its replays queued ahead of the trusted samples that follow probation,
 //! which held their rounds behind them); with those samples at the floor while the checks
 //! are full (`Coordinator::check_for`), sixteen tabs reach 2.0 in 401.7 s against 439.3 s
-//! with the floor alone and 459.4 s with neither.
+//! with the floor alone and 459.4 s with neither. A trusted worker's sampled phase is
+//! treated alike once its replay would wait behind others ([`Then::Aside`]), as long as
+//! another trusted participant carries its round: a round closes on the answers that
+//! count, and never waits for a replay of one answer among many.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -155,19 +158,29 @@ impl Checks {
         // (`recompute.rs`). Only while its replay waits at most one job a core: a budget
         // that cannot keep up holds answers back.
         let after = !probation && cx.local.is_some() && self.recomputations.short_wait();
+        // Past that, in a sync round another trusted participant carries, it is set aside:
+        // excused from its round and replayed only to judge its worker. One answer of a
+        // crowd's round is worth less than the whole crowd's wait for its replay.
+        let aside =
+            !probation && !after && cx.rounds && cx.local.is_some() && cx.carried_without(worker);
         let held = Held {
             worker,
             session,
             gradient: Arc::new(gradient.clone()),
             norm,
             pull: audit.pull,
-            then: match (after, vouch) {
-                (true, _) => Then::Judge,
-                (false, true) => Then::Vouch,
-                (false, false) => Then::Check,
+            then: match (after, aside, vouch) {
+                (true, _, _) => Then::Judge,
+                (false, true, _) => Then::Aside,
+                (false, false, true) => Then::Vouch,
+                (false, false, false) => Then::Check,
             },
         };
-        if vouch {
+        if aside {
+            debug!(%worker, round = %gradient.round, "a sampled phase set aside rather than holding its round");
+            cx.metrics.sampled_aside();
+        }
+        if vouch || aside {
             out.push(Step::Excuse(worker));
         }
         self.hold(cx, held, audit.weights, audit.compression, None, &mut out);
@@ -298,14 +311,24 @@ impl Checks {
                 if let Some(job) = started.job {
                     out.push(Step::Recompute(Box::new(job)));
                 }
-                if let Some(turned) = started.evicted {
-                    // Excused from its round already: its probation waits for a later phase.
-                    debug!(worker = %turned.worker, "a newcomer's phase gave its place to a more urgent check");
-                    cx.metrics.probation_unchecked();
+                match started.evicted {
+                    Some(turned) if turned.then == Then::Vouch => {
+                        // Excused from its round already: its probation waits for a later phase.
+                        debug!(worker = %turned.worker, "a newcomer's phase gave its place to a more urgent check");
+                        cx.metrics.probation_unchecked();
+                    }
+                    Some(turned) => {
+                        warn!(worker = %turned.worker, "a phase set aside gave its place to a more urgent check");
+                    }
+                    None => {}
                 }
             }
             Err(held) if held.then == Then::Judge => {
                 warn!(worker = %held.worker, "no room to recompute a phase that counted");
+            }
+            Err(held) if held.then == Then::Aside => {
+                // Excused from its round already: nothing of it reaches the model.
+                warn!(worker = %held.worker, "no room to recompute a phase set aside");
             }
             Err(held) if held.then == Then::Vouch => {
                 // Excused from its round already: its probation waits for a later phase.
@@ -407,7 +430,7 @@ impl Checks {
                 if !strike {
                     debug!(%worker, "the same work again: dropped, not struck again");
                 }
-                let (message, excuse) = if matches!(then, Then::Judge | Then::Vouch) {
+                let (message, excuse) = if matches!(then, Then::Judge | Then::Aside | Then::Vouch) {
                     // Gone on already (counted, or excused from its round): only its worker
                     // is judged.
                     warn!(%worker, %mismatch, ?then, "a phase that went on does not match its replay");
@@ -447,7 +470,7 @@ impl Checks {
         out: &mut Steps<'g>,
     ) {
         match (current, then) {
-            (false, _) | (true, Then::Judge | Then::Vouch) => {}
+            (false, _) | (true, Then::Judge | Then::Aside | Then::Vouch) => {}
             (true, Then::Check) => self.replicated(cx, worker, gradient, norm, out),
             (true, Then::Admit) => out.push(Step::Admit {
                 worker,

@@ -16,9 +16,14 @@
 //! 4 workers 19 % of rounds take twice as long, at 100 workers nearly all. So such a phase
 //! counts at once and its verdict only judges its worker: a mismatch strikes (and bans) as
 //! before. Only while its replay waits at most one other check a core ([`Recomputations::
-//! short_wait`]): past that the answer is held as any other, so that the checks the sampler
-//! asked for are never dropped for a budget that cannot keep up; the held answers slow the
-//! rounds down to what the cores can check. (Until 2026-11-28 it counted at once only while
+//! short_wait`]): past that, while another trusted participant carries its sync round, it
+//! is set aside (`Then::Aside`, `machine.rs`): excused from the round, and replayed only
+//! to judge its worker; the last trusted answer that could carry its round is held as any
+//! other. Until later on 2026-11-29 every such answer was held, so that the rounds slowed
+//! down to what the cores could check: sixteen tabs then spent a fifth of their time in
+//! rounds held by two sampled phases on the one core (docs/BENCHMARKS.md, "Sampled phases
+//! set aside"). Now the cores' limit falls on the excused phases instead, which a full
+//! room turns away (a sample lost, its answer not counted). (Until 2026-11-28 it counted at once only while
 //! a core was free: eight tabs' sampled phases then queued behind one core often enough
 //! that their rounds waited 17 % of the time, where a core for each took none;
 //! docs/BENCHMARKS.md, "The crowd".) What that gives a cheat who earned trust: the sampled
@@ -29,12 +34,15 @@
 //!
 //! At most `cores` jobs run at once; more wait, up to [`WAITING_PER_CORE`] a core, in order
 //! of urgency and oldest first within it: a replay that holds its round's answer, then one
-//! whose answer counted already (a cheat's ban waits on it), then a newcomer's phase excused
-//! from its round (it only ends a probation). [`Recomputations::short_wait`] counts only
-//! the first two, so newcomers arriving at once neither push the trusted workers' sampled
-//! phases into holding their rounds (until 2026-11-29 they did: sixteen tabs' rounds waited
-//! 5-15 s more behind their replays, docs/BENCHMARKS.md, "The start of a crowd") nor turn
-//! them away: a full room gives its newest excused phase's place to a check. A held
+//! whose answer counted already (a cheat's ban waits on it), then the phases excused from
+//! their rounds, first come, first served: a newcomer's (it only ends a probation) and a
+//! trusted worker's set aside (it only judges its worker; placed with the counted ones, the
+//! simulator's busy core starved its last newcomers, and a cheat among them went unchecked
+//! past the target). [`Recomputations::short_wait`] counts only the first two, so
+//! newcomers arriving at once neither push the trusted workers' sampled phases into
+//! holding their rounds (until 2026-11-29 they did: sixteen tabs' rounds waited 5-15 s more
+//! behind their replays, docs/BENCHMARKS.md, "The start of a crowd") nor turn them away: a
+//! full room gives its newest excused phase's place to a check. A held
 //! answer's replay may pass a counted one's, since an open round waits on it (with FIFO
 //! between them, the simulator's busy core of 24 workers took 3.41 s to 92 % against 2.81).
 //! An answer that finds no room is treated as one whose pull could not be audited: on
@@ -75,8 +83,9 @@ const SECONDS_WEIGHT: f64 = 0.2;
 pub(crate) struct Started {
     /// The job to run now: a core was free.
     pub job: Option<RecomputeJob>,
-    /// A newcomer's excused phase that was waiting, turned out for it (its worker stays on
-    /// probation, and its next phase is replayed instead).
+    /// An excused phase that was waiting, turned out for it: a newcomer's (it stays on
+    /// probation, and its next phase is replayed instead) or one set aside (a sample lost;
+    /// its answer reached nothing).
     pub evicted: Option<Held>,
 }
 
@@ -88,15 +97,17 @@ enum Urgency {
     /// Its answer counted already; the verdict judges a trusted worker (a cheat's ban
     /// comes with it).
     Judge,
-    /// A newcomer's phase excused from its round: the verdict only ends a probation.
-    Vouch,
+    /// A phase excused from its round, whose answer reaches nothing: a newcomer's (the
+    /// verdict only ends a probation) or a trusted worker's set aside (it only judges the
+    /// worker). First come, first replayed, with what the checks above leave of the cores.
+    Excused,
 }
 
 fn urgency(held: &Held) -> Urgency {
     match held.then {
         Then::Check | Then::Admit => Urgency::Round,
         Then::Judge => Urgency::Judge,
-        Then::Vouch => Urgency::Vouch,
+        Then::Vouch | Then::Aside => Urgency::Excused,
     }
 }
 
@@ -112,15 +123,16 @@ impl Recomputations {
         }
     }
 
-    /// `held` is to be recomputed: the job to run now, if a core is free, and a newcomer's
-    /// excused phase turned out of the waiting room to make room for it. `Err(held)`: no
+    /// `held` is to be recomputed: the job to run now, if a core is free, and an excused
+    /// phase turned out of the waiting room to make room for it. `Err(held)`: no
     /// room, even to wait.
     pub fn start(&mut self, held: Held, inputs: Inputs<'_>) -> Result<Started, Held> {
         let mut evicted = None;
         if self.running.len() >= self.cores && self.waiting.len() >= self.cores * WAITING_PER_CORE {
-            // A full room gives way only to a check, and only its newest vouch.
+            // A full room gives way only to a check whose answer holds a round or counted,
+            // and only its newest excused phase.
             let last = self.waiting.back().map(|(_, h)| urgency(h));
-            if urgency(&held) == Urgency::Vouch || last != Some(Urgency::Vouch) {
+            if urgency(&held) == Urgency::Excused || last != Some(Urgency::Excused) {
                 return Err(held);
             }
             evicted = self.waiting.pop_back().map(|(_, h)| h);
@@ -184,12 +196,12 @@ impl Recomputations {
     }
 
     /// Whether a check asked for now would start within one replay: a core is free, or
-    /// fewer checks wait than there are cores (newcomers' excused phases wait behind it).
+    /// fewer checks wait than there are cores (excused phases wait behind it).
     pub fn short_wait(&self) -> bool {
         let ahead = self
             .waiting
             .iter()
-            .filter(|(_, h)| urgency(h) != Urgency::Vouch)
+            .filter(|(_, h)| urgency(h) != Urgency::Excused)
             .count();
         self.running.len() < self.cores || ahead < self.cores
     }
@@ -367,8 +379,9 @@ mod tests {
     }
 
     /// A replay that holds a round waits only behind others that do; one whose answer
-    /// counted already, behind those; a newcomer's excused phase behind everything, and a
-    /// full room turns the newest of those out for a check.
+    /// counted already, behind those; the excused phases (a newcomer's, a trusted one set
+    /// aside) behind everything, first come first served, and a full room turns the newest
+    /// of those out for a check.
     #[test]
     fn newcomers_excused_phases_wait_behind_every_check_that_holds_or_judges_an_answer() {
         let (net, train) = model_and_data();
@@ -381,12 +394,13 @@ mod tests {
         let running = r.start(with(1, Then::Vouch), inputs()).unwrap();
         let running = running.job.expect("a free core");
         for w in 2..=5 {
-            let started = r.start(with(w, Then::Vouch), inputs()).unwrap();
+            let then = if w == 3 { Then::Aside } else { Then::Vouch };
+            let started = r.start(with(w, then), inputs()).unwrap();
             assert!(started.job.is_none() && started.evicted.is_none());
         }
         assert!(
             r.short_wait(),
-            "only newcomers' phases wait: a check starts next"
+            "only excused phases wait: a check starts next"
         );
         r.start(with(7, Then::Judge), inputs()).unwrap();
         assert!(
@@ -396,9 +410,11 @@ mod tests {
         r.start(with(8, Then::Check), inputs()).unwrap();
         r.start(with(9, Then::Admit), inputs()).unwrap();
         r.start(with(10, Then::Judge), inputs()).unwrap();
-        // Eight wait: 8, 9 (hold rounds), 7, 10 (judge), 2..=5 (vouch): the room is full.
+        // Eight wait: 8, 9 (hold rounds), 7, 10 (judge), 2..=5 (excused): the room is full.
         let full = r.start(with(11, Then::Vouch), inputs());
         assert_eq!(full.err().map(|h| h.worker), Some(WorkerId(11)), "no room");
+        let full = r.start(with(13, Then::Aside), inputs());
+        assert_eq!(full.err().map(|h| h.worker), Some(WorkerId(13)), "no room");
         let started = r.start(with(12, Then::Check), inputs()).unwrap();
         let turned = started
             .evicted

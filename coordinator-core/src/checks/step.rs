@@ -91,11 +91,21 @@ pub(crate) struct Context<'a> {
     pub batch_size: u32,
     /// Rounds wait for every answer (sync mode).
     pub rounds: bool,
+    /// The open round's participants whose answers counted or are still waited for.
+    pub counting: Vec<WorkerId>,
     /// Training is over: verdicts judge nobody.
     pub finished: bool,
 }
 
 impl Context<'_> {
+    /// Whether a trusted participant of the open round other than `worker` counts or is
+    /// still waited for: the round has an answer to close on without `worker`'s.
+    pub fn carried_without(&self, worker: WorkerId) -> bool {
+        self.counting
+            .iter()
+            .any(|&w| w != worker && !self.registry.on_probation(w))
+    }
+
     /// Values in one revealed state: the weights and the inner optimizer's tensors.
     pub fn state_len(&self) -> usize {
         state_len(self.trainer, self.local)

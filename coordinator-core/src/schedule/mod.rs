@@ -188,6 +188,11 @@ pub trait Schedule: Send + Debug {
     /// Continues from a checkpoint's [`Schedule::deadline_history`].
     fn restore_deadlines(&mut self, _latencies: &[std::time::Duration]) {}
     fn standing(&self) -> Standing;
+    /// Sync: the open round's participants whose answers counted or are still waited for
+    /// (not excused). None for schedules without rounds.
+    fn counting(&self) -> Vec<WorkerId> {
+        Vec::new()
+    }
     /// Sync: skipped from the quorum.
     fn is_skipped(&self, worker: WorkerId) -> bool;
     /// `worker`'s answer was dropped (it failed verification). Sync: the round stops

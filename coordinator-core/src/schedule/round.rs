@@ -153,6 +153,12 @@ impl OpenRound {
             || self.excused.contains(&worker)
     }
 
+    /// The participants whose answers count or will: answered, or still waited for (not
+    /// excused).
+    pub fn counting(&self) -> impl Iterator<Item = WorkerId> + '_ {
+        self.answered.iter().chain(&self.pending).copied()
+    }
+
     /// Makes `worker` a participant (a skipped worker answering again).
     pub fn admit(&mut self, worker: WorkerId) {
         if !self.answered.contains(&worker) {

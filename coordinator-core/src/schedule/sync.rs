@@ -295,6 +295,12 @@ impl Schedule for SyncSchedule {
         }
     }
 
+    fn counting(&self) -> Vec<WorkerId> {
+        self.round
+            .as_ref()
+            .map_or_else(Vec::new, |r| r.counting().collect())
+    }
+
     fn is_skipped(&self, worker: WorkerId) -> bool {
         self.members.get(&worker).is_some_and(|m| !m.active)
     }

@@ -373,6 +373,7 @@ fn run(
             "probation_checks": report.probation_checks,
             "probation_unchecked": report.probation_unchecked,
             "sampling_floored": report.sampling_floored,
+            "sampled_aside": report.sampled_aside,
             "noise_scale": report.noise_scale,
             "deadline_extensions": report.deadline_extensions,
             "steps_a_phase": report.steps_a_phase(),
