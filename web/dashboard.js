@@ -192,7 +192,8 @@ function efficiency(s) {
 
 // The share of the checks' cores (--verify-cores) spent replaying answers, over the last
 // half minute of pushed statuses: the coordinator's own clock, read from recompute_seconds.
-// Full, rounds wait for replays, and past probation answers are sampled at the floor.
+// Full: sampled phases are set aside from their rounds (or, the last that could carry one,
+// hold it), and past probation answers are sampled at the floor.
 const checkTimes = [];
 function checksLoad(s) {
   const now = performance.now() / 1e3;
@@ -203,8 +204,9 @@ function checksLoad(s) {
   const load = Math.max(0, s.recompute_seconds - r0) / ((now - t0) * s.verify_cores);
   const cores = `${s.verify_cores} core${s.verify_cores > 1 ? "s" : ""}`;
   const floored = s.sampling_floored > 0 ? `, ${s.sampling_floored} pulls sampled at the floor` : "";
-  if (load < 0.9) return `checks ${percent(load)} of ${cores}${floored}`;
-  return `checks ${percent(load)} of ${cores}: full, rounds wait for replays${floored} (raise --verify-cores)`;
+  const aside = s.sampled_aside > 0 ? `, ${s.sampled_aside} sampled phases set aside` : "";
+  if (load < 0.9) return `checks ${percent(load)} of ${cores}${floored}${aside}`;
+  return `checks ${percent(load)} of ${cores}: full${aside}${floored} (raise --verify-cores)`;
 }
 
 // The gradient noise scale against the crowd's batch: whether more volunteers still help.

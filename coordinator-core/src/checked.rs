@@ -21,7 +21,7 @@ impl Coordinator {
     /// The checks, and what they may read and count while they decide.
     pub(crate) fn checks(&mut self) -> (&mut Checks, Context<'_>) {
         let rounds = self.is_sync();
-        let counting = self.schedule.counting();
+        let roster = self.schedule.roster();
         let cx = Context {
             registry: &self.registry,
             metrics: &mut self.metrics,
@@ -30,7 +30,7 @@ impl Coordinator {
             local: self.local.as_ref(),
             batch_size: self.settings.batch_size,
             rounds,
-            counting,
+            roster,
             finished: self.outcome.is_some(),
         };
         (&mut self.checks, cx)

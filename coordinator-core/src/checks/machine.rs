@@ -18,8 +18,10 @@
 //! are full (`Coordinator::check_for`), sixteen tabs reach 2.0 in 401.7 s against 439.3 s
 //! with the floor alone and 459.4 s with neither. A trusted worker's sampled phase is
 //! treated alike once its replay would wait behind others ([`Then::Aside`]), as long as
-//! another trusted participant carries its round: a round closes on the answers that
-//! count, and never waits for a replay of one answer among many.
+//! another trusted participant carries its round, its verdict would come back later than
+//! one participant's share of the round's time, and at most one answer in
+//! [`ASIDE_SHARE`] of the round's is set aside: a crowd's round closes on the answers
+//! that count, and does not wait long for a replay of one answer among many.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,6 +38,7 @@ use super::segment::Revealed;
 use super::step::{Answer, Context, Step};
 use super::verdict::Refuted;
 use super::verify::likely_order;
+use crate::local::LocalPlan;
 use crate::refusal::Refusal;
 use crate::registry::tally::Note;
 use crate::session::SessionId;
@@ -52,7 +55,24 @@ pub(crate) struct Checks {
     pub(crate) recomputations: Recomputations,
     /// GPU phases' commitments, and the challenges open for their states.
     pub(crate) challenges: Challenges,
+    /// The sync round whose sampled phases were last set aside, and how many were.
+    aside: (u64, usize),
 }
+
+/// One participant's share of the round's expected time: what holding the round for one
+/// answer may cost before setting it aside costs less (the answer is worth about that share
+/// of the round's progress, and less past the noise scale).
+fn share_of_round(cx: &Context<'_>) -> Option<Duration> {
+    let round = cx.local.and_then(LocalPlan::expected)?;
+    Some(round / u32::try_from(cx.roster.participants.max(1)).unwrap_or(u32::MAX))
+}
+
+/// At most one answer in this many of a round's participants is set aside
+/// ([`Then::Aside`]): a crowd keeps three quarters of its work however many of its answers
+/// are sampled, and a round of two or three holds as before. Where every answer is sampled
+/// (`--verify-fraction 1`), setting them all aside would drop half of two workers' work
+/// and never slow the rounds to what the cores can check; held, they do.
+pub const ASIDE_SHARE: usize = 4;
 
 type Steps<'g> = Vec<Step<'g>>;
 
@@ -64,6 +84,7 @@ impl Checks {
             replicas: Replicas::default(),
             recomputations: Recomputations::new(cores),
             challenges: Challenges::new(seed),
+            aside: (0, 0),
         }
     }
 
@@ -161,8 +182,13 @@ impl Checks {
         // Past that, in a sync round another trusted participant carries, it is set aside:
         // excused from its round and replayed only to judge its worker. One answer of a
         // crowd's round is worth less than the whole crowd's wait for its replay.
-        let aside =
-            !probation && !after && cx.rounds && cx.local.is_some() && cx.carried_without(worker);
+        let aside = !probation
+            && !after
+            && cx.rounds
+            && cx.local.is_some()
+            && cx.carried_without(worker)
+            && self.room_aside(gradient.round.0, cx.roster.participants)
+            && self.recomputations.outwaits(share_of_round(cx));
         let held = Held {
             worker,
             session,
@@ -179,6 +205,7 @@ impl Checks {
         if aside {
             debug!(%worker, round = %gradient.round, "a sampled phase set aside rather than holding its round");
             cx.metrics.sampled_aside();
+            self.aside = (gradient.round.0, self.set_aside(gradient.round.0) + 1);
         }
         if vouch || aside {
             out.push(Step::Excuse(worker));
@@ -188,6 +215,20 @@ impl Checks {
             self.replicated(cx, worker, Answer::Arrived(gradient), norm, &mut out);
         }
         out
+    }
+
+    /// Sampled phases of `round` set aside so far.
+    fn set_aside(&self, round: u64) -> usize {
+        if self.aside.0 == round {
+            self.aside.1
+        } else {
+            0
+        }
+    }
+
+    /// Whether one more of `round`'s answers may be set aside, of `participants`.
+    fn room_aside(&self, round: u64, participants: usize) -> bool {
+        (self.set_aside(round) + 1) * ASIDE_SHARE <= participants
     }
 
     /// `--replicate`: held until its partners' answers agree (or it is recomputed); else

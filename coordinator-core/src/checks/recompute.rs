@@ -18,8 +18,13 @@
 //! before. Only while its replay waits at most one other check a core ([`Recomputations::
 //! short_wait`]): past that, while another trusted participant carries its sync round, it
 //! is set aside (`Then::Aside`, `machine.rs`): excused from the round, and replayed only
-//! to judge its worker; the last trusted answer that could carry its round is held as any
-//! other. Until later on 2026-11-29 every such answer was held, so that the rounds slowed
+//! to judge its worker, if its verdict would come back later than one participant's
+//! share of the round's time ([`Recomputations::outwaits`]), one answer in four of a round
+//! at most; the last trusted answer that could carry its round, any beyond the quarter,
+//! and any whose replay comes back soon enough are held as any other (a round of two or
+//! three holds them all, as before: with every answer sampled, setting them aside dropped
+//! half of two workers' work, and nothing slowed the rounds to the cores; and a crowd of
+//! quick replays lost answers for no time at all). Until later on 2026-11-29 every such answer was held, so that the rounds slowed
 //! down to what the cores could check: sixteen tabs then spent a fifth of their time in
 //! rounds held by two sampled phases on the one core (docs/BENCHMARKS.md, "Sampled phases
 //! set aside"). Now the cores' limit falls on the excused phases instead, which a full
@@ -206,6 +211,24 @@ impl Recomputations {
         self.running.len() < self.cores || ahead < self.cores
     }
 
+    /// Whether a replay that holds its round, asked for now, would come back later than
+    /// `share` (of a round's time): the jobs that hold rounds and wait before it, a core
+    /// coming free, then its own, at the jobs' measured seconds. Where either is not known
+    /// yet (no verdict came back, no round was timed), it is taken to.
+    pub fn outwaits(&self, share: Option<Duration>) -> bool {
+        let (Some(seconds), Some(share)) = (self.seconds, share) else {
+            return true;
+        };
+        let ahead = self
+            .waiting
+            .iter()
+            .filter(|(_, h)| urgency(h) == Urgency::Round)
+            .count();
+        let busy = usize::from(self.running.len() >= self.cores);
+        let jobs = ahead / self.cores + busy + 1;
+        jobs as f64 * seconds > share.as_secs_f64()
+    }
+
     /// Whether the jobs running and waiting, with `ahead` more to come, would keep every core
     /// busy for `round` or longer, at the jobs' measured seconds (never before one came back).
     pub fn outlast(&self, ahead: usize, round: Duration) -> bool {
@@ -279,6 +302,53 @@ mod tests {
             order: Order::Library,
             segments: None,
         }
+    }
+
+    /// Whether a held answer's verdict would outwait its share of a round: taken to before
+    /// a job came back or a round was timed; then the replays that hold rounds ahead of it
+    /// (not the excused phases behind it), a core coming free, and its own.
+    #[test]
+    fn a_held_replay_outwaits_its_share_of_a_round_by_the_jobs_ahead_of_it() {
+        let (net, train) = model_and_data();
+        let inputs = || inputs(&net, &train);
+        let with = |worker, then| Held {
+            then,
+            ..held(worker)
+        };
+        let ms = std::time::Duration::from_millis;
+        let mut r = Recomputations::new(1);
+        assert!(
+            r.outwaits(Some(ms(1))) && r.outwaits(None),
+            "nothing measured yet"
+        );
+        let first = r
+            .start(held(1), inputs())
+            .unwrap()
+            .job
+            .expect("a free core");
+        let (_, next) = r.done(&Recomputed {
+            id: first.id,
+            verdict: Ok(Ok(())),
+            seconds: 0.1,
+            branches: Branches::default(),
+            segments: 0,
+        });
+        assert!(next.is_none());
+        assert!(!r.outwaits(Some(ms(150))), "a free core: its own 100 ms");
+        assert!(r.outwaits(Some(ms(50))));
+        assert!(r.outwaits(None), "no round timed yet");
+        r.start(with(2, Then::Judge), inputs()).unwrap();
+        r.start(with(3, Then::Vouch), inputs()).unwrap();
+        assert!(
+            !r.outwaits(Some(ms(250))),
+            "a core to come free, then its own: the newcomer's waits behind it"
+        );
+        r.start(with(4, Then::Check), inputs()).unwrap();
+        assert!(
+            r.outwaits(Some(ms(250))),
+            "one that holds a round goes first"
+        );
+        assert!(!r.outwaits(Some(ms(350))));
     }
 
     /// Whether the queue outlasts a round is judged at the jobs' measured seconds: never

@@ -16,6 +16,7 @@ use crate::metrics::Metrics;
 use crate::refusal::Refusal;
 use crate::registry::tally::Note;
 use crate::registry::Registry;
+use crate::schedule::Roster;
 use crate::trainer::Trainer;
 
 /// An answer the checks let through: the one that just arrived (borrowed from the
@@ -91,8 +92,8 @@ pub(crate) struct Context<'a> {
     pub batch_size: u32,
     /// Rounds wait for every answer (sync mode).
     pub rounds: bool,
-    /// The open round's participants whose answers counted or are still waited for.
-    pub counting: Vec<WorkerId>,
+    /// The open sync round's participants.
+    pub roster: Roster,
     /// Training is over: verdicts judge nobody.
     pub finished: bool,
 }
@@ -101,7 +102,8 @@ impl Context<'_> {
     /// Whether a trusted participant of the open round other than `worker` counts or is
     /// still waited for: the round has an answer to close on without `worker`'s.
     pub fn carried_without(&self, worker: WorkerId) -> bool {
-        self.counting
+        self.roster
+            .counting
             .iter()
             .any(|&w| w != worker && !self.registry.on_probation(w))
     }

@@ -158,6 +158,15 @@ pub struct Standing {
     pub round_timeout: Option<Duration>,
 }
 
+/// Who takes part in the open sync round.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Roster {
+    /// Participants, the excused included.
+    pub participants: usize,
+    /// Those whose answers counted or are still waited for (not excused).
+    pub counting: Vec<WorkerId>,
+}
+
 pub trait Schedule: Send + Debug {
     /// A worker was admitted (new, or resuming its identity on a new connection).
     fn joined(&mut self, worker: WorkerId, view: View) -> Vec<Action>;
@@ -188,10 +197,9 @@ pub trait Schedule: Send + Debug {
     /// Continues from a checkpoint's [`Schedule::deadline_history`].
     fn restore_deadlines(&mut self, _latencies: &[std::time::Duration]) {}
     fn standing(&self) -> Standing;
-    /// Sync: the open round's participants whose answers counted or are still waited for
-    /// (not excused). None for schedules without rounds.
-    fn counting(&self) -> Vec<WorkerId> {
-        Vec::new()
+    /// Sync: the open round's participants. Empty for schedules without rounds.
+    fn roster(&self) -> Roster {
+        Roster::default()
     }
     /// Sync: skipped from the quorum.
     fn is_skipped(&self, worker: WorkerId) -> bool;

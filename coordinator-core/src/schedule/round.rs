@@ -153,6 +153,11 @@ impl OpenRound {
             || self.excused.contains(&worker)
     }
 
+    /// Participants: answered, waited for, or excused.
+    pub fn size(&self) -> usize {
+        self.pending.len() + self.answered.len() + self.excused.len()
+    }
+
     /// The participants whose answers count or will: answered, or still waited for (not
     /// excused).
     pub fn counting(&self) -> impl Iterator<Item = WorkerId> + '_ {

@@ -14,7 +14,7 @@ use tracing::{debug, info};
 
 use super::deadline::{DeadlinePolicy, RoundTimeout};
 use super::round::{OpenRound, Progress, RoundError};
-use super::{Action, Contribution, Schedule, Standing, Update, View};
+use super::{Action, Contribution, Roster, Schedule, Standing, Update, View};
 use crate::aggregate::{Aggregator, AggregatorKind};
 
 /// Sync-only state of one connected worker.
@@ -295,10 +295,13 @@ impl Schedule for SyncSchedule {
         }
     }
 
-    fn counting(&self) -> Vec<WorkerId> {
+    fn roster(&self) -> Roster {
         self.round
             .as_ref()
-            .map_or_else(Vec::new, |r| r.counting().collect())
+            .map_or_else(Roster::default, |r| Roster {
+                participants: r.size(),
+                counting: r.counting().collect(),
+            })
     }
 
     fn is_skipped(&self, worker: WorkerId) -> bool {

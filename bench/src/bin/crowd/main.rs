@@ -408,7 +408,11 @@ fn table(runs: &[Run], tokens_per_sample: f64, pytorch: Option<&torch::Torch>) -
         let speedup = time(false, first).zip(reached).map(|(a, b)| a / b);
         let ideal = time(true, n);
         let ideal_speedup = time(true, first).zip(ideal).map(|(a, b)| a / b);
-        let share = speedup.zip(ideal_speedup).map(|(s, i)| s / i);
+        // Of the first size, its own: nothing to say.
+        let share = speedup
+            .zip(ideal_speedup)
+            .filter(|_| n != first)
+            .map(|(s, i)| s / i);
         let f = |v: Option<f64>, unit: &str| {
             v.map_or("not reached".into(), |v| format!("{v:.2}{unit}"))
         };
