@@ -292,6 +292,13 @@ mod tests {
         (net, Arc::new(data.train))
     }
 
+    fn held_then(worker: u32, then: Then) -> Held {
+        Held {
+            then,
+            ..held(worker)
+        }
+    }
+
     fn inputs<'a>(net: &'a Network, train: &'a Arc<model::Dataset>) -> Inputs<'a> {
         Inputs {
             net,
@@ -311,10 +318,6 @@ mod tests {
     fn a_held_replay_outwaits_its_share_of_a_round_by_the_jobs_ahead_of_it() {
         let (net, train) = model_and_data();
         let inputs = || inputs(&net, &train);
-        let with = |worker, then| Held {
-            then,
-            ..held(worker)
-        };
         let ms = std::time::Duration::from_millis;
         let mut r = Recomputations::new(1);
         assert!(
@@ -337,13 +340,13 @@ mod tests {
         assert!(!r.outwaits(Some(ms(150))), "a free core: its own 100 ms");
         assert!(r.outwaits(Some(ms(50))));
         assert!(r.outwaits(None), "no round timed yet");
-        r.start(with(2, Then::Judge), inputs()).unwrap();
-        r.start(with(3, Then::Vouch), inputs()).unwrap();
+        r.start(held_then(2, Then::Judge), inputs()).unwrap();
+        r.start(held_then(3, Then::Vouch), inputs()).unwrap();
         assert!(
             !r.outwaits(Some(ms(250))),
             "a core to come free, then its own: the newcomer's waits behind it"
         );
-        r.start(with(4, Then::Check), inputs()).unwrap();
+        r.start(held_then(4, Then::Check), inputs()).unwrap();
         assert!(
             r.outwaits(Some(ms(250))),
             "one that holds a round goes first"
@@ -456,36 +459,32 @@ mod tests {
     fn newcomers_excused_phases_wait_behind_every_check_that_holds_or_judges_an_answer() {
         let (net, train) = model_and_data();
         let inputs = || inputs(&net, &train);
-        let with = |worker, then| Held {
-            then,
-            ..held(worker)
-        };
         let mut r = Recomputations::new(1);
-        let running = r.start(with(1, Then::Vouch), inputs()).unwrap();
+        let running = r.start(held_then(1, Then::Vouch), inputs()).unwrap();
         let running = running.job.expect("a free core");
         for w in 2..=5 {
             let then = if w == 3 { Then::Aside } else { Then::Vouch };
-            let started = r.start(with(w, then), inputs()).unwrap();
+            let started = r.start(held_then(w, then), inputs()).unwrap();
             assert!(started.job.is_none() && started.evicted.is_none());
         }
         assert!(
             r.short_wait(),
             "only excused phases wait: a check starts next"
         );
-        r.start(with(7, Then::Judge), inputs()).unwrap();
+        r.start(held_then(7, Then::Judge), inputs()).unwrap();
         assert!(
             !r.short_wait(),
             "a check waits: the next one would wait two replays"
         );
-        r.start(with(8, Then::Check), inputs()).unwrap();
-        r.start(with(9, Then::Admit), inputs()).unwrap();
-        r.start(with(10, Then::Judge), inputs()).unwrap();
+        r.start(held_then(8, Then::Check), inputs()).unwrap();
+        r.start(held_then(9, Then::Admit), inputs()).unwrap();
+        r.start(held_then(10, Then::Judge), inputs()).unwrap();
         // Eight wait: 8, 9 (hold rounds), 7, 10 (judge), 2..=5 (excused): the room is full.
-        let full = r.start(with(11, Then::Vouch), inputs());
+        let full = r.start(held_then(11, Then::Vouch), inputs());
         assert_eq!(full.err().map(|h| h.worker), Some(WorkerId(11)), "no room");
-        let full = r.start(with(13, Then::Aside), inputs());
+        let full = r.start(held_then(13, Then::Aside), inputs());
         assert_eq!(full.err().map(|h| h.worker), Some(WorkerId(13)), "no room");
-        let started = r.start(with(12, Then::Check), inputs()).unwrap();
+        let started = r.start(held_then(12, Then::Check), inputs()).unwrap();
         let turned = started
             .evicted
             .expect("the newest newcomer's phase gives way");

@@ -19,6 +19,16 @@ fn held(flags: &[&str], n: usize, cores: &str) -> Swarm {
     swarm
 }
 
+/// Local phases of 4 steps, every one sampled, no probation: trusted from the start.
+const EVERY_PHASE_SAMPLED: [&str; 6] = [
+    "--verify-fraction",
+    "1",
+    "--local-steps",
+    "4",
+    "--probation",
+    "0",
+];
+
 /// Volunteer `i` reads its weights, computes, and uploads its answer, scaled by 1.01 if it
 /// `cheats`.
 fn answer(swarm: &mut Swarm, i: usize, cheats: bool) {
@@ -169,15 +179,7 @@ fn an_answer_on_probation_with_no_room_to_wait_is_dropped_without_a_strike() {
 /// A newcomer's phase (probation) still waits for its verdict.
 #[test]
 fn a_trusted_workers_sampled_phase_counts_at_once_and_is_judged_after() {
-    let flags = [
-        "--verify-fraction",
-        "1",
-        "--local-steps",
-        "4",
-        "--probation",
-        "0",
-    ];
-    let mut swarm = held(&flags, 1, "1");
+    let mut swarm = held(&EVERY_PHASE_SAMPLED, 1, "1");
     answer(&mut swarm, 0, true);
     let s = swarm.c.status().clone();
     assert_eq!(
@@ -222,15 +224,7 @@ fn a_trusted_workers_sampled_phase_counts_at_once_and_is_judged_after() {
 /// struck, and nothing of its answer counts.
 #[test]
 fn a_sampled_phase_behind_other_replays_is_set_aside_while_others_carry_the_round() {
-    let flags = [
-        "--verify-fraction",
-        "1",
-        "--local-steps",
-        "4",
-        "--probation",
-        "0",
-    ];
-    let mut swarm = held(&flags, 4, "1");
+    let mut swarm = held(&EVERY_PHASE_SAMPLED, 4, "1");
     answer(&mut swarm, 0, false);
     answer(&mut swarm, 1, false);
     let s = swarm.c.status().clone();
@@ -276,7 +270,7 @@ fn a_sampled_phase_behind_other_replays_is_set_aside_while_others_carry_the_roun
         .contains(&protocol::ErrorCode::Mismatch));
 
     // Two workers: the last answer that could carry the round is never set aside.
-    let mut pair = held(&flags, 2, "1");
+    let mut pair = held(&EVERY_PHASE_SAMPLED, 2, "1");
     for _ in 0..2 {
         answer(&mut pair, 0, false);
         answer(&mut pair, 1, false);
