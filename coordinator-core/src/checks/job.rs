@@ -122,9 +122,9 @@ pub(crate) enum Then {
     /// judges its worker.
     Judge,
     /// A trusted worker's sampled local phase whose replay would wait behind others while
-    /// another trusted participant carries its sync round: excused from the round at
-    /// once rather than holding it (or counting unchecked); the verdict only judges its
-    /// worker.
+    /// another trusted participant carries its sync round (within `machine.rs`'s bounds):
+    /// excused from the round at once rather than holding it; the verdict only judges
+    /// its worker.
     Aside,
     /// A newcomer's phase that had to wait for a core in a sync round: excused from its
     /// round at once, so that the round does not wait the replays queued before it; the

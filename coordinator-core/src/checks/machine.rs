@@ -180,8 +180,9 @@ impl Checks {
         // that cannot keep up holds answers back.
         let after = !probation && cx.local.is_some() && self.recomputations.short_wait();
         // Past that, in a sync round another trusted participant carries, it is set aside:
-        // excused from its round and replayed only to judge its worker. One answer of a
-        // crowd's round is worth less than the whole crowd's wait for its replay.
+        // excused from its round and replayed only to judge its worker, where its replay
+        // would cost the round more than the answer is worth (one participant's share of
+        // the round's time), one answer in four at most.
         let aside = !probation
             && !after
             && cx.rounds

@@ -24,11 +24,12 @@
 //! and any whose replay comes back soon enough are held as any other (a round of two or
 //! three holds them all, as before: with every answer sampled, setting them aside dropped
 //! half of two workers' work, and nothing slowed the rounds to the cores; and a crowd of
-//! quick replays lost answers for no time at all). Until later on 2026-11-29 every such answer was held, so that the rounds slowed
-//! down to what the cores could check: sixteen tabs then spent a fifth of their time in
-//! rounds held by two sampled phases on the one core (docs/BENCHMARKS.md, "Sampled phases
-//! set aside"). Now the cores' limit falls on the excused phases instead, which a full
-//! room turns away (a sample lost, its answer not counted). (Until 2026-11-28 it counted at once only while
+//! quick replays lost answers for no time at all). Until later on 2026-11-29 every such
+//! answer was held, so that the rounds slowed down to what the cores could check: sixteen
+//! tabs then spent a fifth of their time in rounds held by two sampled phases on the one
+//! core (docs/BENCHMARKS.md, "Sampled phases set aside"). Now the cores' limit falls on the
+//! excused phases instead, which a full room turns away (a sample lost, its answer not
+//! counted). (Until 2026-11-28 it counted at once only while
 //! a core was free: eight tabs' sampled phases then queued behind one core often enough
 //! that their rounds waited 17 % of the time, where a core for each took none;
 //! docs/BENCHMARKS.md, "The crowd".) What that gives a cheat who earned trust: the sampled
