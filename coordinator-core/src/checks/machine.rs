@@ -203,6 +203,16 @@ impl Checks {
                 (false, false, false) => Then::Check,
             },
         };
+        if !probation && !after && cx.rounds && cx.local.is_some() && !aside {
+            debug!(
+                %worker,
+                round = %gradient.round,
+                carried = cx.carried_without(worker),
+                room = self.room_aside(gradient.round.0, cx.roster.participants),
+                outwaits = self.recomputations.outwaits(share_of_round(cx)),
+                "a sampled phase held: it could not be set aside"
+            );
+        }
         if aside {
             debug!(%worker, round = %gradient.round, "a sampled phase set aside rather than holding its round");
             cx.metrics.sampled_aside();
