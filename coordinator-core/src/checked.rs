@@ -21,7 +21,6 @@ impl Coordinator {
     /// The checks, and what they may read and count while they decide.
     pub(crate) fn checks(&mut self) -> (&mut Checks, Context<'_>) {
         let rounds = self.is_sync();
-        let roster = self.schedule.roster();
         let cx = Context {
             registry: &self.registry,
             metrics: &mut self.metrics,
@@ -30,7 +29,7 @@ impl Coordinator {
             local: self.local.as_ref(),
             batch_size: self.settings.batch_size,
             rounds,
-            roster,
+            schedule: &*self.schedule,
             finished: self.outcome.is_some(),
         };
         (&mut self.checks, cx)

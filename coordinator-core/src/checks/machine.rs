@@ -59,12 +59,12 @@ pub(crate) struct Checks {
     aside: (u64, usize),
 }
 
-/// One participant's share of the round's expected time: what holding the round for one
-/// answer may cost before setting it aside costs less (the answer is worth about that share
-/// of the round's progress, and less past the noise scale).
-fn share_of_round(cx: &Context<'_>) -> Option<Duration> {
+/// One of `participants`' share of the round's expected time: what holding the round for
+/// one answer may cost before setting it aside costs less (the answer is worth about that
+/// share of the round's progress, and less past the noise scale).
+fn share_of_round(cx: &Context<'_>, participants: usize) -> Option<Duration> {
     let round = cx.local.and_then(LocalPlan::expected)?;
-    Some(round / u32::try_from(cx.roster.participants.max(1)).unwrap_or(u32::MAX))
+    Some(round / u32::try_from(participants.max(1)).unwrap_or(u32::MAX))
 }
 
 /// At most one answer in this many of a round's participants is set aside
@@ -179,17 +179,13 @@ impl Checks {
         // (`recompute.rs`). Only while its replay waits at most one job a core: a budget
         // that cannot keep up holds answers back.
         let after = !probation && cx.local.is_some() && self.recomputations.short_wait();
-        // Past that, in a sync round another trusted participant carries, it is set aside:
-        // excused from its round and replayed only to judge its worker, where its replay
-        // would cost the round more than the answer is worth (one participant's share of
-        // the round's time), one answer in four at most.
+        // Past that, in a sync round, it may be set aside: excused from its round and
+        // replayed only to judge its worker (`may_set_aside`).
         let aside = !probation
             && !after
             && cx.rounds
             && cx.local.is_some()
-            && cx.carried_without(worker)
-            && self.room_aside(gradient.round.0, cx.roster.participants)
-            && self.recomputations.outwaits(share_of_round(cx));
+            && self.may_set_aside(cx, worker, gradient.round.0);
         let held = Held {
             worker,
             session,
@@ -203,16 +199,6 @@ impl Checks {
                 (false, false, false) => Then::Check,
             },
         };
-        if !probation && !after && cx.rounds && cx.local.is_some() && !aside {
-            debug!(
-                %worker,
-                round = %gradient.round,
-                carried = cx.carried_without(worker),
-                room = self.room_aside(gradient.round.0, cx.roster.participants),
-                outwaits = self.recomputations.outwaits(share_of_round(cx)),
-                "a sampled phase held: it could not be set aside"
-            );
-        }
         if aside {
             debug!(%worker, round = %gradient.round, "a sampled phase set aside rather than holding its round");
             cx.metrics.sampled_aside();
@@ -237,9 +223,25 @@ impl Checks {
         }
     }
 
-    /// Whether one more of `round`'s answers may be set aside, of `participants`.
-    fn room_aside(&self, round: u64, participants: usize) -> bool {
-        (self.set_aside(round) + 1) * ASIDE_SHARE <= participants
+    /// Whether `worker`'s sampled phase of `round`, past the short wait, is set aside: its
+    /// replay would cost the round more than the answer is worth (one participant's share
+    /// of the round's time), another trusted participant carries the round, and fewer than
+    /// one answer in [`ASIDE_SHARE`] of the round's is set aside already. Held otherwise,
+    /// saying which bound held it.
+    fn may_set_aside(&self, cx: &Context<'_>, worker: WorkerId, round: u64) -> bool {
+        let roster = cx.schedule.roster();
+        let carried = roster
+            .counting
+            .iter()
+            .any(|&w| w != worker && !cx.registry.on_probation(w));
+        let room = (self.set_aside(round) + 1) * ASIDE_SHARE <= roster.participants;
+        let share = share_of_round(cx, roster.participants);
+        let outwaits = self.recomputations.outwaits(share);
+        let aside = carried && room && outwaits;
+        if !aside {
+            debug!(%worker, round, carried, room, outwaits, "a sampled phase held: it could not be set aside");
+        }
+        aside
     }
 
     /// `--replicate`: held until its partners' answers agree (or it is recomputed); else

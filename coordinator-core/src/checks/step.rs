@@ -16,7 +16,7 @@ use crate::metrics::Metrics;
 use crate::refusal::Refusal;
 use crate::registry::tally::Note;
 use crate::registry::Registry;
-use crate::schedule::Roster;
+use crate::schedule::Schedule;
 use crate::trainer::Trainer;
 
 /// An answer the checks let through: the one that just arrived (borrowed from the
@@ -92,22 +92,14 @@ pub(crate) struct Context<'a> {
     pub batch_size: u32,
     /// Rounds wait for every answer (sync mode).
     pub rounds: bool,
-    /// The open sync round's participants.
-    pub roster: Roster,
+    /// Who takes part in the open sync round is read from it only where a decision needs
+    /// it ([`Schedule::roster`]), not for every input.
+    pub schedule: &'a dyn Schedule,
     /// Training is over: verdicts judge nobody.
     pub finished: bool,
 }
 
 impl Context<'_> {
-    /// Whether a trusted participant of the open round other than `worker` counts or is
-    /// still waited for: the round has an answer to close on without `worker`'s.
-    pub fn carried_without(&self, worker: WorkerId) -> bool {
-        self.roster
-            .counting
-            .iter()
-            .any(|&w| w != worker && !self.registry.on_probation(w))
-    }
-
     /// Values in one revealed state: the weights and the inner optimizer's tensors.
     pub fn state_len(&self) -> usize {
         state_len(self.trainer, self.local)
