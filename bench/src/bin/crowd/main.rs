@@ -97,6 +97,10 @@ struct Cli {
     /// PyTorch's threads [default: every core here].
     #[arg(long, requires = "torch")]
     torch_threads: Option<usize>,
+    /// PyTorch's steps at most: its learning rate decays over them (the script's recipe), so
+    /// a lower `--target-loss` needs more (2,000 reach about 1.83).
+    #[arg(long, default_value_t = 2000, requires = "torch", value_parser = clap::value_parser!(u32).range(1..))]
+    torch_steps: u32,
     #[arg(long, default_value_t = 42)]
     seed: u64,
 }
@@ -140,7 +144,7 @@ fn main() -> anyhow::Result<()> {
             let threads = cli
                 .torch_threads
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
-            let t = torch::run(python, threads, 25, 2000, cli.target_loss)?;
+            let t = torch::run(python, threads, 25, cli.torch_steps, cli.target_loss)?;
             println!(
                 "{}",
                 serde_json::json!({
