@@ -486,6 +486,22 @@ mod tests {
         assert_eq!(without(flags, IDEAL_DROPS), "--model gpt --batch-size 12");
     }
 
+    /// PyTorch's steps go with `--torch`, 2,000 unless asked, never 0.
+    #[test]
+    fn pytorchs_steps_default_to_its_scripts_and_need_its_python() {
+        assert_eq!(cli(&["--torch", "python3"]).torch_steps, 2000);
+        let more = cli(&["--torch", "python3", "--torch-steps", "4000"]);
+        assert_eq!(more.torch_steps, 4000);
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("crowd").chain(args.iter().copied()))
+        };
+        assert!(
+            parse(&["--torch-steps", "4000"]).is_err(),
+            "without --torch"
+        );
+        assert!(parse(&["--torch", "python3", "--torch-steps", "0"]).is_err());
+    }
+
     #[test]
     fn a_mixed_crowd_has_far_slow_and_leaving_volunteers_and_newcomers() {
         let home = Link::symmetric(Duration::from_millis(50), 10.0);
