@@ -261,6 +261,17 @@ mod tests {
     use model::{Network, Order};
     use protocol::{Compression, Gradient};
 
+    /// `job`'s replay matched, `seconds` after it started.
+    fn matched(job: &RecomputeJob, seconds: f64) -> Recomputed {
+        Recomputed {
+            id: job.id,
+            verdict: Ok(Ok(())),
+            seconds,
+            branches: Branches::default(),
+            segments: 0,
+        }
+    }
+
     fn held(worker: u32) -> Held {
         Held {
             worker: WorkerId(worker),
@@ -330,13 +341,7 @@ mod tests {
             .unwrap()
             .job
             .expect("a free core");
-        let (_, next) = r.done(&Recomputed {
-            id: first.id,
-            verdict: Ok(Ok(())),
-            seconds: 0.1,
-            branches: Branches::default(),
-            segments: 0,
-        });
+        let (_, next) = r.done(&matched(&first, 0.1));
         assert!(next.is_none());
         assert!(!r.outwaits(Some(ms(150))), "a free core: its own 100 ms");
         assert!(r.outwaits(Some(ms(50))));
@@ -370,14 +375,7 @@ mod tests {
             .unwrap()
             .job
             .expect("a free core");
-        let took = |job: &RecomputeJob, seconds| Recomputed {
-            id: job.id,
-            verdict: Ok(Ok(())),
-            seconds,
-            branches: Branches::default(),
-            segments: 0,
-        };
-        r.done(&took(&job, 1.0));
+        r.done(&matched(&job, 1.0));
         // One second a job, two cores, a round of two seconds: four jobs fill it.
         assert!(!r.outlast(3, round));
         assert!(r.outlast(4, round));
@@ -393,17 +391,17 @@ mod tests {
             .unwrap()
             .job
             .expect("a free core");
-        r.done(&took(&job, 3.0));
+        r.done(&matched(&job, 3.0));
         assert!(!r.outlast(1, round), "2 × 1.4 s < 4 s");
         assert!(r.outlast(2, round), "3 × 1.4 s ≥ 4 s");
         // A stale verdict, and a non-finite one, are not measured.
-        r.done(&took(&job, 100.0));
+        r.done(&matched(&job, 100.0));
         let job = r
             .start(held(4), inputs())
             .unwrap()
             .job
             .expect("a free core");
-        r.done(&took(&job, f64::NAN));
+        r.done(&matched(&job, f64::NAN));
         assert!(!r.outlast(1, round));
     }
 
@@ -434,21 +432,18 @@ mod tests {
         }
         assert!(r.start(held(99), inputs()).is_err(), "no room: turned away");
         assert_eq!(r.len(), 2 + room);
-        let answer = |job: &RecomputeJob| Recomputed {
-            id: job.id,
-            verdict: Ok(Ok(())),
-            seconds: 0.5,
-            branches: Branches::default(),
-            segments: 0,
-        };
-        let (held2, next) = r.done(&answer(&second));
+        let (held2, next) = r.done(&matched(&second, 0.5));
         assert_eq!(held2.map(|h| h.worker), Some(WorkerId(2)));
         let next = next.expect("the oldest waiting job runs");
         assert_eq!(next.gradient.samples, 1);
-        assert_eq!(r.done(&answer(&second)).0.map(|h| h.worker), None, "once");
-        let (held1, _) = r.done(&answer(&first));
+        assert_eq!(
+            r.done(&matched(&second, 0.5)).0.map(|h| h.worker),
+            None,
+            "once"
+        );
+        let (held1, _) = r.done(&matched(&first, 0.5));
         assert_eq!(held1.map(|h| h.worker), Some(WorkerId(1)));
-        let (held3, _) = r.done(&answer(&next));
+        let (held3, _) = r.done(&matched(&next, 0.5));
         assert_eq!(held3.map(|h| h.worker), Some(WorkerId(3)), "oldest first");
     }
 
@@ -495,13 +490,7 @@ mod tests {
         let mut order = Vec::new();
         let mut next = Some(running);
         while let Some(job) = next {
-            let (held, then) = r.done(&Recomputed {
-                id: job.id,
-                verdict: Ok(Ok(())),
-                seconds: 1.0,
-                branches: Branches::default(),
-                segments: 0,
-            });
+            let (held, then) = r.done(&matched(&job, 1.0));
             order.push(held.expect("running").worker.0);
             next = then;
         }
