@@ -1,0 +1,307 @@
+//! Would a crowd keep its progress a round if a worker's next phase overlapped the link?
+//! Streaming DiLoCo's overlap (Douillard et al., arXiv 2501.18512), emulated round by round
+//! before anything is built: no link, no checks, no coordinator, every gradient computed for
+//! real. Each of `--workers` workers trains its shard of the crowd's corpus (the
+//! coordinator's shards and batches), and the outer step is the coordinator's optimizer on
+//! the mean answer.
+//!
+//! - `--tau 0`: DiLoCo as the coordinator runs it: every phase starts from the newest
+//!   weights. At four workers it reaches 2.0 in the crowd's rounds (docs/BENCHMARKS.md).
+//! - `--tau τ`: a worker starts its next phase the moment it answers, from its own end
+//!   (`--from end`) or from the weights it was last sent (`--from last`), takes `τ` steps
+//!   while its answer goes up and the aggregate comes down, then mixes the newest weights in
+//!   (`α·own + (1 − α)·newest`, `--alpha`), takes the phase's other `H − τ` steps (its inner
+//!   optimizer's moments go on across the mix) and answers against the newest weights. The
+//!   outer step sees no delay; a round is the phase alone, where without overlap it is the
+//!   phase and the link.
+//!
+//! It prints one JSON line a round (the validation loss) and a last one with the rounds to
+//! `--target-loss`; time is the caller's to put on them: rounds × (phase, or phase + link).
+
+use std::ops::Range;
+
+use anyhow::Context;
+use clap::{Parser, ValueEnum};
+use model::{
+    assign_shards, batch_positions, batch_seed, Dataset, LocalPhase, ModelError, Network,
+    OptimizerKind,
+};
+use serde_json::json;
+
+#[derive(Parser, Debug)]
+struct Cli {
+    /// Workers.
+    #[arg(long, default_value_t = 4)]
+    workers: usize,
+    /// Steps a worker takes before the newest weights land (0: no overlap).
+    #[arg(long, default_value_t = 0)]
+    tau: u32,
+    /// The worker's own weights' share in the mix.
+    #[arg(long, default_value_t = 0.5)]
+    alpha: f32,
+    /// Where the overlapped steps start.
+    #[arg(long, value_enum, default_value_t = From::End)]
+    from: From,
+    /// Stop at this validation loss.
+    #[arg(long, default_value_t = 2.0)]
+    target_loss: f64,
+    /// Stop after this many rounds.
+    #[arg(long, default_value_t = 120)]
+    max_rounds: u64,
+    /// The coordinator's flags, as `crowd` takes them: its model, batch and optimizers, and
+    /// the phase's steps (`--local-steps H`, a number), e.g.
+    /// `--coordinator="--model gpt --batch-size 12 --local-steps 16"`.
+    #[arg(long, default_value = "--model gpt --batch-size 12 --local-steps 16")]
+    coordinator: String,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+}
+
+/// Where a worker's overlapped steps start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum From {
+    /// Its own end, where its last phase ended.
+    End,
+    /// The weights its last phase started from.
+    Last,
+}
+
+/// How a phase overlaps the link.
+#[derive(Debug, Clone, Copy)]
+struct Overlap {
+    tau: u32,
+    alpha: f32,
+    from: From,
+}
+
+/// One worker: its shard, the next batch index, and its last phase's start and end.
+struct Worker {
+    shard: Dataset,
+    first_index: usize,
+    batch: u64,
+    last: Option<(Vec<f32>, Vec<f32>)>,
+}
+
+impl Worker {
+    fn new(train: &Dataset, range: Range<usize>) -> Self {
+        Self {
+            shard: train.slice(range.clone()),
+            first_index: range.start,
+            batch: 0,
+            last: None,
+        }
+    }
+
+    /// Its phase of `steps` steps for the round whose weights are `theta`: its answer,
+    /// `theta` minus where it ended.
+    fn phase(
+        &mut self,
+        net: &Network,
+        theta: &[f32],
+        inner: OptimizerKind,
+        batch: usize,
+        steps: u32,
+        overlap: Overlap,
+    ) -> Result<Vec<f32>, ModelError> {
+        let start = match (&self.last, overlap.tau > 0) {
+            (Some((_, end)), true) if overlap.from == From::End => end.clone(),
+            (Some((start, _)), true) => start.clone(),
+            _ => theta.to_vec(),
+        };
+        let mixes = start.as_slice() != theta;
+        let mut phase = LocalPhase::new(net, &start, inner, steps);
+        for k in 0..steps {
+            if mixes && k == overlap.tau {
+                let (step, mut state) = phase.flat_state();
+                for (x, t) in state.iter_mut().zip(theta) {
+                    *x = overlap.alpha * *x + (1.0 - overlap.alpha) * t;
+                }
+                phase.adopt(&[], step, &state)?;
+            }
+            let positions = batch_positions(self.shard.len(), self.batch, batch);
+            let (x, labels) = self.shard.batch(positions);
+            phase.step(
+                net,
+                x.view(),
+                &labels,
+                batch_seed(self.batch, self.first_index),
+            )?;
+            self.batch += 1;
+        }
+        let end = phase.weights(net).into_owned();
+        let answer = theta.iter().zip(&end).map(|(t, e)| t - e).collect();
+        self.last = Some((theta.to_vec(), end));
+        Ok(answer)
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let seed = cli.seed.to_string();
+    let args = ["coordinator", "--seed", &seed, "--host", "0.0.0.0"]
+        .into_iter()
+        .chain(cli.coordinator.split_whitespace());
+    let parsed = server::config::Cli::try_parse_from(args)
+        .map_err(|e| anyhow::anyhow!("--coordinator: {e}"))?;
+    let config = server::config::Config::try_from(parsed)?;
+    let local = config
+        .training
+        .local
+        .as_ref()
+        .context("--coordinator: local phases (--local-steps) are what this emulates")?;
+    let steps = match local.steps {
+        coordinator_core::LocalSteps::Fixed(h) => h,
+        _ => anyhow::bail!("--coordinator: --local-steps must be a number of steps here"),
+    };
+    let overlap = Overlap {
+        tau: cli.tau,
+        alpha: cli.alpha,
+        from: cli.from,
+    };
+    if overlap.tau >= steps {
+        anyhow::bail!(
+            "--tau {} must be below the phase's {steps} steps",
+            overlap.tau
+        );
+    }
+    let split = config.load_data(cli.seed)?;
+    let net = split.network(&config.model)?;
+    let (inner, batch) = (local.inner, config.training.batch_size as usize);
+    let mut theta: Vec<f32> = net.init(cli.seed);
+    let mut outer = config
+        .training
+        .optimizer
+        .build_masked(theta.len(), net.decayed());
+    let mut workers: Vec<Worker> = assign_shards(cli.workers, split.train.len())
+        .into_iter()
+        .map(|range| Worker::new(&split.train, range))
+        .collect();
+    println!(
+        "{}",
+        json!({"workers": cli.workers, "steps": steps, "tau": overlap.tau, "alpha": overlap.alpha,
+               "from": format!("{:?}", overlap.from), "inner": format!("{inner:?}"),
+               "outer": format!("{:?}", config.training.optimizer), "batch": batch})
+    );
+    let mut reached = None;
+    for round in 1..=cli.max_rounds {
+        let answers = std::thread::scope(|s| {
+            let handles: Vec<_> = workers
+                .iter_mut()
+                .map(|w| {
+                    let (net, theta) = (&net, &theta);
+                    s.spawn(move || w.phase(net, theta, inner, batch, steps, overlap))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a phase panicked"))
+                .collect::<Result<Vec<_>, _>>()
+        })?;
+        let mut mean = vec![0.0f32; theta.len()];
+        for answer in &answers {
+            for (m, v) in mean.iter_mut().zip(answer) {
+                *m += v / answers.len() as f32;
+            }
+        }
+        outer.step(&mut theta, &mean);
+        let loss = model::evaluate(&net, &theta, &split.test)?.loss;
+        println!("{}", json!({"round": round, "loss": loss}));
+        if loss <= cli.target_loss {
+            reached = Some(round);
+            break;
+        }
+    }
+    println!("{}", json!({"reached_round": reached}));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ADAMW: OptimizerKind = OptimizerKind::AdamW {
+        lr: 0.01,
+        beta1: 0.9,
+        beta2: 0.99,
+        eps: 1e-8,
+        weight_decay: 0.1,
+    };
+
+    fn setup() -> (Network, Dataset, Vec<f32>) {
+        let net = Network::mlp(&[4, 8, 3]).expect("an MLP");
+        let pixels = (0..4 * 40).map(|i| (i * 37 % 251) as u8).collect();
+        let labels = (0..40).map(|i| (i * 7 % 3) as u8).collect();
+        let data = Dataset::new(4, pixels, labels).expect("a dataset");
+        let theta = net.init(3);
+        (net, data, theta)
+    }
+
+    /// A plain phase of `steps` from `start` on the worker's batches `first..`: its end.
+    fn plain(net: &Network, w: &Worker, start: &[f32], first: u64, steps: u32) -> Vec<f32> {
+        let mut phase = LocalPhase::new(net, start, ADAMW, steps);
+        for b in first..first + u64::from(steps) {
+            let (x, labels) = w.shard.batch(batch_positions(w.shard.len(), b, 5));
+            phase
+                .step(net, x.view(), &labels, batch_seed(b, w.first_index))
+                .expect("a step");
+        }
+        phase.weights(net).into_owned()
+    }
+
+    fn minus(a: &[f32], b: &[f32]) -> Vec<f32> {
+        a.iter().zip(b).map(|(x, y)| x - y).collect()
+    }
+
+    /// Without overlap a phase is the coordinator's: from the newest weights, answered
+    /// with them minus its end; with it, the mix's ends are the worker's own trajectory
+    /// (`α = 1`) and a phase whose weights are the newest from step `τ` on (`α = 0`).
+    #[test]
+    fn a_phase_is_dilocos_without_overlap_and_mixes_at_tau_with_it() {
+        let (net, data, theta) = setup();
+        let next: Vec<f32> = theta.iter().map(|t| t + 1.0).collect();
+        let none = Overlap {
+            tau: 0,
+            alpha: 0.5,
+            from: From::End,
+        };
+        let mut w = Worker::new(&data, 0..40);
+        let first = w.phase(&net, &theta, ADAMW, 5, 6, none).expect("a phase");
+        let end = plain(&net, &w, &theta, 0, 6);
+        assert_eq!(first, minus(&theta, &end), "DiLoCo's answer");
+        let own = Overlap {
+            tau: 2,
+            alpha: 1.0,
+            from: From::End,
+        };
+        let mut kept = Worker::new(&data, 0..40);
+        kept.phase(&net, &theta, ADAMW, 5, 6, none)
+            .expect("a phase");
+        let answer = kept.phase(&net, &next, ADAMW, 5, 6, own).expect("a phase");
+        assert_eq!(
+            answer,
+            minus(&next, &plain(&net, &w, &end, 6, 6)),
+            "α = 1: the worker's own trajectory, answered against the newest weights"
+        );
+        let newest = Overlap { alpha: 0.0, ..own };
+        let mut mixed = Worker::new(&data, 0..40);
+        mixed
+            .phase(&net, &theta, ADAMW, 5, 6, none)
+            .expect("a phase");
+        let answer = mixed
+            .phase(&net, &next, ADAMW, 5, 6, newest)
+            .expect("a phase");
+        let moved = plain(&net, &w, &next, 8, 4);
+        assert_ne!(
+            answer,
+            minus(&next, &moved),
+            "α = 0 keeps the moments of the steps before the mix"
+        );
+        assert!(
+            answer
+                .iter()
+                .zip(minus(&next, &moved))
+                .all(|(a, b)| (a - b).abs() < 0.2),
+            "but its weights start again from the newest"
+        );
+    }
+}
