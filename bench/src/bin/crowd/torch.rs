@@ -15,8 +15,6 @@ use serde_json::Value;
 
 /// The 0.8M GPT the script trains: the crowd must train the same for the comparison.
 pub const PARAMETERS: usize = 810_880;
-/// Windows a step, in the script and in the crowd.
-pub const BATCH: u32 = 12;
 
 /// PyTorch's run.
 #[derive(Debug)]
