@@ -40,8 +40,8 @@ struct Cli {
     #[arg(long, default_value_t = 0.5)]
     alpha: f32,
     /// Where the overlapped steps start.
-    #[arg(long, value_enum, default_value_t = From::End)]
-    from: From,
+    #[arg(long, value_enum, default_value_t = Start::End)]
+    from: Start,
     /// Stop at this validation loss.
     #[arg(long, default_value_t = 2.0)]
     target_loss: f64,
@@ -59,7 +59,7 @@ struct Cli {
 
 /// Where a worker's overlapped steps start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum From {
+enum Start {
     /// Its own end, where its last phase ended.
     End,
     /// The weights its last phase started from.
@@ -71,7 +71,7 @@ enum From {
 struct Overlap {
     tau: u32,
     alpha: f32,
-    from: From,
+    from: Start,
 }
 
 /// One worker: its shard, the next batch index, and its last phase's start and end.
@@ -104,7 +104,7 @@ impl Worker {
         overlap: Overlap,
     ) -> Result<Vec<f32>, ModelError> {
         let start = match (&self.last, overlap.tau > 0) {
-            (Some((_, end)), true) if overlap.from == From::End => end.clone(),
+            (Some((_, end)), true) if overlap.from == Start::End => end.clone(),
             (Some((start, _)), true) => start.clone(),
             _ => theta.to_vec(),
         };
@@ -262,7 +262,7 @@ mod tests {
         let none = Overlap {
             tau: 0,
             alpha: 0.5,
-            from: From::End,
+            from: Start::End,
         };
         let mut w = Worker::new(&data, 0..40);
         let first = w.phase(&net, &theta, ADAMW, 5, 6, none).expect("a phase");
@@ -271,7 +271,7 @@ mod tests {
         let own = Overlap {
             tau: 2,
             alpha: 1.0,
-            from: From::End,
+            from: Start::End,
         };
         let mut kept = Worker::new(&data, 0..40);
         kept.phase(&net, &theta, ADAMW, 5, 6, none)
