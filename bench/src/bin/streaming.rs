@@ -166,6 +166,10 @@ fn main() -> anyhow::Result<()> {
     }
     let split = config.load_data(cli.seed)?;
     let net = split.network(&config.model)?;
+    if !net.frozen().is_empty() {
+        // The mix takes the phase's trained tensors for the whole weights.
+        anyhow::bail!("--coordinator: a model with frozen layers is not emulated here");
+    }
     let (inner, batch) = (local.inner, config.training.batch_size as usize);
     let mut theta: Vec<f32> = net.init(cli.seed);
     let mut outer = config
