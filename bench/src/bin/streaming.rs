@@ -50,8 +50,12 @@ struct Cli {
     max_rounds: u64,
     /// The coordinator's flags, as `crowd` takes them: its model, batch and optimizers, and
     /// the phase's steps (`--local-steps H`, a number), e.g.
-    /// `--coordinator="--model gpt --batch-size 12 --local-steps 16"`.
-    #[arg(long, default_value = "--model gpt --batch-size 12 --local-steps 16")]
+    /// `--coordinator "--model gpt --batch-size 12 --local-steps 16"`.
+    #[arg(
+        long,
+        default_value = "--model gpt --batch-size 12 --local-steps 16",
+        allow_hyphen_values = true
+    )]
     coordinator: String,
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -74,12 +78,20 @@ struct Overlap {
     from: Start,
 }
 
-/// One worker: its shard, the next batch index, and its last phase's start and end.
+/// What every phase takes: its inner optimizer, its batch and its steps.
+#[derive(Debug, Clone, Copy)]
+struct Recipe {
+    inner: OptimizerKind,
+    batch: usize,
+    steps: u32,
+}
+
+/// One worker: its shard, the next batch index, and where its last phase ended.
 struct Worker {
     shard: Dataset,
     first_index: usize,
     batch: u64,
-    last: Option<(Vec<f32>, Vec<f32>)>,
+    end: Option<Vec<f32>>,
 }
 
 impl Worker {
@@ -88,29 +100,29 @@ impl Worker {
             shard: train.slice(range.clone()),
             first_index: range.start,
             batch: 0,
-            last: None,
+            end: None,
         }
     }
 
-    /// Its phase of `steps` steps for the round whose weights are `theta`: its answer,
-    /// `theta` minus where it ended.
+    /// Its phase for the round whose weights are `theta` (`before`: the round before's, if
+    /// there was one): its answer, `theta` minus where it ended.
     fn phase(
         &mut self,
         net: &Network,
+        recipe: Recipe,
         theta: &[f32],
-        inner: OptimizerKind,
-        batch: usize,
-        steps: u32,
+        before: Option<&[f32]>,
         overlap: Overlap,
     ) -> Result<Vec<f32>, ModelError> {
-        let start = match (&self.last, overlap.tau > 0) {
-            (Some((_, end)), true) if overlap.from == Start::End => end.clone(),
-            (Some((start, _)), true) => start.clone(),
-            _ => theta.to_vec(),
+        let overlapped = match (overlap.tau > 0, overlap.from) {
+            (false, _) => None,
+            (true, Start::End) => self.end.as_deref(),
+            (true, Start::Last) => before,
         };
-        let mixes = start.as_slice() != theta;
-        let mut phase = LocalPhase::new(net, &start, inner, steps);
-        for k in 0..steps {
+        let mixes = overlapped.is_some();
+        let mut phase =
+            LocalPhase::new(net, overlapped.unwrap_or(theta), recipe.inner, recipe.steps);
+        for k in 0..recipe.steps {
             if mixes && k == overlap.tau {
                 let (step, mut state) = phase.flat_state();
                 for (x, t) in state.iter_mut().zip(theta) {
@@ -118,7 +130,7 @@ impl Worker {
                 }
                 phase.adopt(&[], step, &state)?;
             }
-            let positions = batch_positions(self.shard.len(), self.batch, batch);
+            let positions = batch_positions(self.shard.len(), self.batch, recipe.batch);
             let (x, labels) = self.shard.batch(positions);
             phase.step(
                 net,
@@ -130,7 +142,7 @@ impl Worker {
         }
         let end = phase.weights(net).into_owned();
         let answer = theta.iter().zip(&end).map(|(t, e)| t - e).collect();
-        self.last = Some((theta.to_vec(), end));
+        self.end = Some(end);
         Ok(answer)
     }
 }
@@ -170,8 +182,14 @@ fn main() -> anyhow::Result<()> {
         // The mix takes the phase's trained tensors for the whole weights.
         anyhow::bail!("--coordinator: a model with frozen layers is not emulated here");
     }
-    let (inner, batch) = (local.inner, config.training.batch_size as usize);
+    let recipe = Recipe {
+        inner: local.inner,
+        batch: config.training.batch_size as usize,
+        steps,
+    };
     let mut theta: Vec<f32> = net.init(cli.seed);
+    // The round before's weights, where `--from last` starts the overlapped steps.
+    let mut before: Option<Vec<f32>> = None;
     let mut outer = config
         .training
         .optimizer
@@ -183,8 +201,8 @@ fn main() -> anyhow::Result<()> {
     println!(
         "{}",
         json!({"workers": cli.workers, "steps": steps, "tau": overlap.tau, "alpha": overlap.alpha,
-               "from": format!("{:?}", overlap.from), "inner": format!("{inner:?}"),
-               "outer": format!("{:?}", config.training.optimizer), "batch": batch})
+               "from": format!("{:?}", overlap.from), "inner": format!("{:?}", recipe.inner),
+               "outer": format!("{:?}", config.training.optimizer), "batch": recipe.batch})
     );
     let mut reached = None;
     for round in 1..=cli.max_rounds {
@@ -192,8 +210,8 @@ fn main() -> anyhow::Result<()> {
             let handles: Vec<_> = workers
                 .iter_mut()
                 .map(|w| {
-                    let (net, theta) = (&net, &theta);
-                    s.spawn(move || w.phase(net, theta, inner, batch, steps, overlap))
+                    let (net, theta, before) = (&net, &theta, before.as_deref());
+                    s.spawn(move || w.phase(net, recipe, theta, before, overlap))
                 })
                 .collect();
             handles
@@ -207,6 +225,7 @@ fn main() -> anyhow::Result<()> {
                 *m += v / answers.len() as f32;
             }
         }
+        before = Some(theta.clone());
         outer.step(&mut theta, &mean);
         let loss = model::evaluate(&net, &theta, &split.test)?.loss;
         println!("{}", json!({"round": round, "loss": loss}));
@@ -268,8 +287,13 @@ mod tests {
             alpha: 0.5,
             from: Start::End,
         };
+        let recipe = Recipe {
+            inner: ADAMW,
+            batch: 5,
+            steps: 6,
+        };
         let mut w = Worker::new(&data, 0..40);
-        let first = w.phase(&net, &theta, ADAMW, 5, 6, none).expect("a phase");
+        let first = w.phase(&net, recipe, &theta, None, none).expect("a phase");
         let end = plain(&net, &w, &theta, 0, 6);
         assert_eq!(first, minus(&theta, &end), "DiLoCo's answer");
         let own = Overlap {
@@ -278,9 +302,11 @@ mod tests {
             from: Start::End,
         };
         let mut kept = Worker::new(&data, 0..40);
-        kept.phase(&net, &theta, ADAMW, 5, 6, none)
+        kept.phase(&net, recipe, &theta, None, none)
             .expect("a phase");
-        let answer = kept.phase(&net, &next, ADAMW, 5, 6, own).expect("a phase");
+        let answer = kept
+            .phase(&net, recipe, &next, Some(&theta), own)
+            .expect("a phase");
         assert_eq!(
             answer,
             minus(&next, &plain(&net, &w, &end, 6, 6)),
@@ -289,10 +315,10 @@ mod tests {
         let newest = Overlap { alpha: 0.0, ..own };
         let mut mixed = Worker::new(&data, 0..40);
         mixed
-            .phase(&net, &theta, ADAMW, 5, 6, none)
+            .phase(&net, recipe, &theta, None, none)
             .expect("a phase");
         let answer = mixed
-            .phase(&net, &next, ADAMW, 5, 6, newest)
+            .phase(&net, recipe, &next, Some(&theta), newest)
             .expect("a phase");
         let moved = plain(&net, &w, &next, 8, 4);
         assert_ne!(
@@ -306,6 +332,22 @@ mod tests {
                 .zip(minus(&next, &moved))
                 .all(|(a, b)| (a - b).abs() < 0.2),
             "but its weights start again from the newest"
+        );
+        let last = Overlap {
+            from: Start::Last,
+            ..own
+        };
+        let mut again = Worker::new(&data, 0..40);
+        again
+            .phase(&net, recipe, &theta, None, none)
+            .expect("a phase");
+        let answer = again
+            .phase(&net, recipe, &next, Some(&theta), last)
+            .expect("a phase");
+        assert_eq!(
+            answer,
+            minus(&next, &plain(&net, &w, &theta, 6, 6)),
+            "--from last: from the round before's weights"
         );
     }
 }
