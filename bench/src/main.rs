@@ -45,7 +45,8 @@ struct Cli {
     /// Timed rounds, after 2 warm-up rounds.
     #[arg(long, default_value_t = 20)]
     rounds: u64,
-    /// Wire compression the workers ask for: none, f16, int8 or int4 (headline numbers: none).
+    /// Wire compression the workers ask for: none, f16, int8, int4 or int2 (headline numbers:
+    /// none).
     #[arg(long, default_value = "none")]
     compression: String,
     /// Through a cluster of this many edges and a root on a real nats-server (0: one
@@ -77,12 +78,11 @@ fn main() -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let compression = match cli.compression.as_str() {
-        "none" => Compression::None,
-        "f16" => Compression::F16,
-        "int8" => Compression::Int8,
-        "int4" => Compression::Int4,
-        other => bail!("--compression must be none, f16, int8 or int4, not {other:?}"),
+    let Some(compression) = Compression::from_name(&cli.compression) else {
+        bail!(
+            "--compression must be none, f16, int8, int4 or int2, not {:?}",
+            cli.compression
+        );
     };
     let result = if cli.edges > 0 {
         let flags = coordinator_flags(hidden, cli.workers);
@@ -461,7 +461,9 @@ pub(crate) fn matches_reference(
             max_step = max_step.max(match compression {
                 Compression::None => 0.0,
                 Compression::F16 => g_max / 1024.0,
-                Compression::Int8 | Compression::Int4 => g_max / f32::from(compression.levels()),
+                Compression::Int8 | Compression::Int4 | Compression::Int2 => {
+                    g_max / f32::from(compression.levels())
+                }
             });
             for (s, v) in sum.iter_mut().zip(through_wire(&g, compression)) {
                 *s += weight * v;

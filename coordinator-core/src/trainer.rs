@@ -381,7 +381,7 @@ fn slot(compression: Compression) -> usize {
     match compression.for_weights() {
         Compression::None => 0,
         Compression::F16 => 1,
-        Compression::Int8 | Compression::Int4 => 2,
+        Compression::Int8 | Compression::Int4 | Compression::Int2 => 2,
     }
 }
 

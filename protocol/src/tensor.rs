@@ -1,7 +1,9 @@
 //! Tensors on the wire: raw little-endian `f32`, or compressed to `f16`, to `int8` with one
-//! `f32` scale per chunk of [`INT8_CHUNK`] values, or to `int4` with one per [`INT4_CHUNK`].
+//! `f32` scale per chunk of [`INT8_CHUNK`] values, to `int4` with one per [`INT4_CHUNK`], or
+//! to `int2` (three levels) with one per [`INT2_CHUNK`].
 //! A worker asks for a compression in `Hello`; `Welcome` confirms it; its `Weights` and
-//! `Gradient`s then use it (`int4`'s weights go as `int8`: [`Compression::for_weights`]). The
+//! `Gradient`s then use it (`int4`'s and `int2`'s weights go as `int8`:
+//! [`Compression::for_weights`]). The
 //! codec is the same on both sides, so what is lost is exactly the rounding documented here.
 
 use half::slice::HalfFloatSliceExt;
@@ -16,6 +18,9 @@ pub const INT8_CHUNK: usize = 256;
 /// Values per int4 chunk: a finer grain than int8's, since a chunk's largest value sets a step
 /// of a seventh of it. 36 bytes a chunk, 0.5625 a value.
 pub const INT4_CHUNK: usize = 64;
+
+/// Values per int2 chunk: 20 bytes a chunk, 0.3125 a value.
+pub const INT2_CHUNK: usize = 64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Compression {
@@ -32,6 +37,11 @@ pub enum Compression {
     /// scale / 2. For answers only: a worker that asks for it is sent its weights in `int8`
     /// (a weight rounded to a seventh of its chunk's largest would not train).
     Int4,
+    /// `round(x / scale)` in -1..=1 with `scale = max|x|` per chunk of [`INT2_CHUNK`]: a value
+    /// at least half its chunk's largest goes as its sign times the largest, the rest as 0.
+    /// Four values a byte, two bits each (the first in the lowest), 0.3125 bytes a value.
+    /// For answers only, as `int4`.
+    Int2,
 }
 
 impl Compression {
@@ -41,6 +51,7 @@ impl Compression {
             Self::F16 => 1,
             Self::Int8 => 2,
             Self::Int4 => 3,
+            Self::Int2 => 4,
         }
     }
 
@@ -50,6 +61,7 @@ impl Compression {
             1 => Some(Self::F16),
             2 => Some(Self::Int8),
             3 => Some(Self::Int4),
+            4 => Some(Self::Int2),
             _ => None,
         }
     }
@@ -63,19 +75,24 @@ impl Compression {
                 .div_ceil(INT8_CHUNK)
                 .checked_mul(4)?
                 .checked_add(count),
-            Self::Int4 => {
-                let (full, rest) = (count / INT4_CHUNK, count % INT4_CHUNK);
-                let last = if rest == 0 { 0 } else { 4 + rest.div_ceil(2) };
-                full.checked_mul(4 + INT4_CHUNK / 2)?.checked_add(last)
+            Self::Int4 | Self::Int2 => {
+                let (chunk, per_byte) = (self.chunk_len(), self.per_byte());
+                let (full, rest) = (count / chunk, count % chunk);
+                let last = if rest == 0 {
+                    0
+                } else {
+                    4 + rest.div_ceil(per_byte)
+                };
+                full.checked_mul(4 + chunk / per_byte)?.checked_add(last)
             }
         }
     }
 
     /// The encoding this worker's `Weights` (and frozen layers) are sent in: its own, but
-    /// `int8` for `int4`.
+    /// `int8` for `int4` and `int2`.
     pub fn for_weights(self) -> Self {
         match self {
-            Self::Int4 => Self::Int8,
+            Self::Int4 | Self::Int2 => Self::Int8,
             c => c,
         }
     }
@@ -84,8 +101,25 @@ impl Compression {
     pub fn chunk_len(self) -> usize {
         match self {
             Self::Int4 => INT4_CHUNK,
+            Self::Int2 => INT2_CHUNK,
             _ => INT8_CHUNK,
         }
+    }
+
+    /// Values packed into a byte by a scaled encoding.
+    fn per_byte(self) -> usize {
+        match self {
+            Self::Int4 => 2,
+            Self::Int2 => 4,
+            _ => 1,
+        }
+    }
+
+    /// Whether a chunk's steps are coarse enough that its largest value, which travels
+    /// exactly (`levels` times the scale), is what the checks hold to float order: `int4`
+    /// and `int2`, whose half step is a fourteenth or a half of the chunk's largest.
+    pub fn coarse(self) -> bool {
+        matches!(self, Self::Int4 | Self::Int2)
     }
 
     /// The largest level of a scaled encoding (`scale = max|x| / levels`); 0 for the others.
@@ -93,6 +127,7 @@ impl Compression {
         match self {
             Self::Int8 => 127,
             Self::Int4 => 7,
+            Self::Int2 => 1,
             Self::None | Self::F16 => 0,
         }
     }
@@ -103,7 +138,15 @@ impl Compression {
             Self::F16 => "f16",
             Self::Int8 => "int8",
             Self::Int4 => "int4",
+            Self::Int2 => "int2",
         }
+    }
+
+    /// The encoding named `name` ([`Compression::name`]'s inverse).
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::None, Self::F16, Self::Int8, Self::Int4, Self::Int2]
+            .into_iter()
+            .find(|c| c.name() == name)
     }
 }
 
@@ -131,7 +174,7 @@ pub fn encode_payload(out: &mut Vec<u8>, values: &[f32], c: Compression) {
                 }
             }
         }
-        Compression::Int8 | Compression::Int4 => {
+        Compression::Int8 | Compression::Int4 | Compression::Int2 => {
             out.reserve(c.payload_len(values.len()).unwrap_or(0));
             let levels = c.levels();
             for chunk in values.chunks(c.chunk_len()) {
@@ -145,13 +188,17 @@ pub fn encode_payload(out: &mut Vec<u8>, values: &[f32], c: Compression) {
                     0.0
                 };
                 let q = |x: &f32| quantize(*x, inv, levels);
-                if c == Compression::Int8 {
-                    out.extend(chunk.iter().map(q));
-                } else {
-                    out.extend(chunk.chunks(2).map(|pair| {
+                match c {
+                    Compression::Int8 => out.extend(chunk.iter().map(q)),
+                    Compression::Int4 => out.extend(chunk.chunks(2).map(|pair| {
                         let high = pair.get(1).map_or(0, q);
                         (q(&pair[0]) & 0x0f) | (high << 4)
-                    }));
+                    })),
+                    _ => out.extend(chunk.chunks(4).map(|four| {
+                        four.iter()
+                            .enumerate()
+                            .fold(0u8, |b, (i, x)| b | ((q(x) & 0x03) << (2 * i)))
+                    })),
                 }
             }
         }
@@ -255,6 +302,28 @@ pub fn decode_payload_append(raw: &[u8], count: usize, out: &mut Vec<f32>, c: Co
                 let values = block[4..]
                     .iter()
                     .flat_map(|&b| [(b << 4) as i8 >> 4, b as i8 >> 4])
+                    .take(n);
+                out.extend(values.map(|q| f32::from(q) * scale));
+            }
+        }
+        Compression::Int2 => {
+            let mut left = count;
+            for block in raw.chunks(INT2_CHUNK / 4 + 4) {
+                let scale = f32::from_le_bytes([block[0], block[1], block[2], block[3]]);
+                let n = left.min(INT2_CHUNK);
+                left -= n;
+                // Two bits at a time from the lowest, each sign-extended (-2..=1; the
+                // encoder writes -1..=1, as int4's writes -7..=7 of its -8..=7).
+                let values = block[4..]
+                    .iter()
+                    .flat_map(|&b| {
+                        [
+                            (b << 6) as i8 >> 6,
+                            (b << 4) as i8 >> 6,
+                            (b << 2) as i8 >> 6,
+                            b as i8 >> 6,
+                        ]
+                    })
                     .take(n);
                 out.extend(values.map(|q| f32::from(q) * scale));
             }
@@ -432,7 +501,7 @@ mod tests {
             "inf must stay detectable: {back:?}"
         );
         assert!(round_trip(&[f32::NAN], Compression::F16)[0].is_nan());
-        assert_eq!(Compression::from_u8(4), None);
+        assert_eq!(Compression::from_u8(5), None);
     }
 
     /// int4 one value at a time, written plainly: `f32::round`, a clamp, then the nibbles.
@@ -500,6 +569,101 @@ mod tests {
             round_trip(&[7.0, -7.0, 1.0, -3.0, 0.0], c),
             [7.0, -7.0, 1.0, -3.0, 0.0]
         );
+        for bad in [f32::NAN, f32::INFINITY] {
+            let back = round_trip(&[1.0, bad, 2.0], c);
+            assert!(
+                back.iter().any(|v| !v.is_finite()),
+                "{bad} must stay detectable: {back:?}"
+            );
+        }
+    }
+
+    /// int2 one value at a time, written plainly: `f32::round`, a clamp, then two bits each.
+    fn int2_reference(values: &[f32]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for chunk in values.chunks(INT2_CHUNK) {
+            let scale = chunk.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+            out.extend_from_slice(&scale.to_le_bytes());
+            let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+            let level = |x: f32| ((x * inv).round().clamp(-1.0, 1.0) as i8 as u8) & 0x03;
+            for four in chunk.chunks(4) {
+                out.push(
+                    four.iter()
+                        .enumerate()
+                        .fold(0, |b, (i, &x)| b | level(x) << (2 * i)),
+                );
+            }
+        }
+        out
+    }
+
+    /// Byte for byte the reference, on the tie (half the largest) and either side of it,
+    /// on pseudo-random chunks whole and partial; back within half the chunk's largest, the
+    /// largest itself exactly.
+    #[test]
+    fn int2_matches_the_reference_and_rounds_within_half_a_step() {
+        let mut values = Vec::new();
+        for t in [0.5f32, -0.5] {
+            values.extend([1.0, t, t.next_down(), t.next_up(), -0.0, -1.0, 0.25]);
+        }
+        let mut seed = 0x2545_f491_u32;
+        values.extend((0..3 * INT2_CHUNK + 13).map(|i| {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            (seed as f32 / u32::MAX as f32 - 0.5) * 2f32.powi(i as i32 % 40 - 20)
+        }));
+        for len in [0, 1, 3, 4, 5, 63, 64, 65, 127, values.len()] {
+            let values = &values[..len];
+            let mut got = Vec::new();
+            encode_payload(&mut got, values, Compression::Int2);
+            assert_eq!(got, int2_reference(values), "{len} values");
+            assert_eq!(Compression::Int2.payload_len(len), Some(got.len()));
+            let back = round_trip(values, Compression::Int2);
+            assert_eq!(back.len(), len);
+            for (chunk, back) in values.chunks(INT2_CHUNK).zip(back.chunks(INT2_CHUNK)) {
+                let step = chunk.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+                for (a, b) in chunk.iter().zip(back) {
+                    assert!((a - b).abs() <= step / 2.0 * 1.0001, "{a} vs {b} ({step})");
+                    if a.abs() == step {
+                        assert_eq!(a, b, "the largest travels exactly");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn int2_sizes_levels_names_and_non_finite() {
+        let c = Compression::Int2;
+        assert_eq!(c.payload_len(0), Some(0));
+        assert_eq!(c.payload_len(1), Some(5));
+        assert_eq!(c.payload_len(5), Some(6));
+        assert_eq!(c.payload_len(64), Some(20));
+        assert_eq!(c.payload_len(129), Some(2 * 20 + 5));
+        assert_eq!(Compression::from_u8(4), Some(c));
+        assert_eq!(c.for_weights(), Compression::Int8);
+        assert!(c.coarse() && Compression::Int4.coarse() && !Compression::Int8.coarse());
+        for c in [
+            Compression::None,
+            Compression::F16,
+            Compression::Int8,
+            Compression::Int4,
+            Compression::Int2,
+        ] {
+            assert_eq!(Compression::from_name(c.name()), Some(c));
+        }
+        assert_eq!(Compression::from_name("int3"), None);
+        assert_eq!(round_trip(&[0.0; 100], c), vec![0.0; 100]);
+        assert_eq!(
+            round_trip(&[2.0, -2.0, 1.0, -0.9, 0.0], c),
+            [2.0, -2.0, 2.0, 0.0, 0.0]
+        );
+        // Every byte decodes (a hostile answer's `10` is -2 times the scale, as int4's
+        // `1000` is -8): the checks judge what was decoded.
+        let every: Vec<u8> = [1f32.to_le_bytes().to_vec(), (0..=255).collect()].concat();
+        let back = decode_payload(&every[..20], 64, c);
+        assert!(back.iter().all(|v| (-2.0..=1.0).contains(v)));
         for bad in [f32::NAN, f32::INFINITY] {
             let back = round_trip(&[1.0, bad, 2.0], c);
             assert!(

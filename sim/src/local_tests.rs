@@ -45,7 +45,8 @@ fn honest_and_a_cheat(n: usize, link: Link) -> Vec<WorkerSpec> {
 }
 
 /// `--verify-fraction 1`: every phase of every honest worker is replayed, with each inner
-/// optimizer, in sync and async mode, over int8, int4, f16 and f32, and none is ever struck.
+/// optimizer, in sync and async mode, over int8, int4, int2, f16 and f32, and none is ever
+/// struck.
 #[test]
 fn every_local_phase_is_recomputed_and_honest_workers_are_never_struck() {
     let adam = OptimizerKind::Adam {
@@ -63,6 +64,7 @@ fn every_local_phase_is_recomputed_and_honest_workers_are_never_struck() {
         (SGD, None, Compression::Int8),
         (adam, None, Compression::None),
         (adam, None, Compression::Int4),
+        (adam, None, Compression::Int2),
         (momentum, None, Compression::F16),
         (
             SGD,

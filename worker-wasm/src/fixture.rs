@@ -279,8 +279,8 @@ pub fn unpack(mut bytes: &[u8]) -> Vec<Vec<u8>> {
 }
 
 /// An answer as each compression sends it: one `Gradient` of heavy-tailed values over many
-/// magnitudes (with exact ties of int8's and int4's steps, zeros and a partial last chunk),
-/// encoded in f16, int8 and int4. The coordinator replays a tab's phase and encodes it
+/// magnitudes (with exact ties of int8's, int4's and int2's steps, zeros and a partial last
+/// chunk), encoded in f16, int8, int4 and int2. The coordinator replays a tab's phase and encodes it
 /// natively, bit for bit; so the tab must encode it to the same bytes.
 pub fn compressed_answers() -> Vec<Vec<u8>> {
     let mut rng = SplitMix64::new(SEED);
@@ -301,18 +301,27 @@ pub fn compressed_answers() -> Vec<Vec<u8>> {
             (k % 254) as f32 - 126.5
         };
     }
-    [Compression::F16, Compression::Int8, Compression::Int4]
-        .into_iter()
-        .flat_map(|c| {
-            let answer = protocol::Gradient {
-                round: Round(9),
-                samples: 12,
-                loss: 2.5,
-                compute_us: 1234,
-                parts: 1,
-                grads: grads.clone(),
-            };
-            protocol::encode_gradient(&answer, c)
-        })
-        .collect()
+    // A chunk of int2's ties (its largest 1, half of it either way).
+    for (k, v) in grads[512..576].iter_mut().enumerate() {
+        *v = [1.0, 0.5, -0.5, 0.25, -0.0, 0.5f32.next_up()][k % 6];
+    }
+    [
+        Compression::F16,
+        Compression::Int8,
+        Compression::Int4,
+        Compression::Int2,
+    ]
+    .into_iter()
+    .flat_map(|c| {
+        let answer = protocol::Gradient {
+            round: Round(9),
+            samples: 12,
+            loss: 2.5,
+            compute_us: 1234,
+            parts: 1,
+            grads: grads.clone(),
+        };
+        protocol::encode_gradient(&answer, c)
+    })
+    .collect()
 }

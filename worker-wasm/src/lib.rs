@@ -35,7 +35,7 @@ impl BrowserWorker {
     /// samplesPerSec, shardLen, resumeToken, message, retryInMs, refused }` (fields present when
     /// known). `resume_token`, from an earlier `resumeToken` event, keeps the identity across
     /// a page reload (the page keeps it in sessionStorage). `compression` is `"f16"`,
-    /// `"int8"`, `"int4"` (answers only; weights come as int8) or anything else for none
+    /// `"int8"`, `"int4"` or `"int2"` (answers only; weights come as int8) or anything else for none
     /// (exact `f32`). `join_token` is the run's invitation
     /// (the page takes it from the link's `#token=`); refused without a valid one, the
     /// worker says so (`state: "error"`) and stops instead of retrying.
@@ -55,12 +55,10 @@ impl BrowserWorker {
                 on_event,
                 resume_token,
                 join_token.filter(|t| !t.is_empty()),
-                match compression.as_deref() {
-                    Some("f16") => protocol::Compression::F16,
-                    Some("int8") => protocol::Compression::Int8,
-                    Some("int4") => protocol::Compression::Int4,
-                    _ => protocol::Compression::None,
-                },
+                compression
+                    .as_deref()
+                    .and_then(protocol::Compression::from_name)
+                    .unwrap_or_default(),
             )),
         }
     }

@@ -304,7 +304,7 @@ fn wasm_decodes_what_native_encodes_and_encodes_the_same_bytes() {
     }
 }
 
-/// A tab's answer in f16, int8 and int4 is the native encoding byte for byte: the
+/// A tab's answer in f16, int8, int4 and int2 is the native encoding byte for byte: the
 /// coordinator, which replays the phase and encodes it natively, finds the very bytes.
 #[wasm_bindgen_test]
 fn wasm_compresses_an_answer_to_the_native_bytes() {
@@ -313,8 +313,8 @@ fn wasm_compresses_an_answer_to_the_native_bytes() {
     assert_eq!(native.len(), wasm.len());
     assert_eq!(
         native.len(),
-        9,
-        "three chunk frames in each of three compressions"
+        12,
+        "three chunk frames in each of four compressions"
     );
     for (i, (n, w)) in native.iter().zip(&wasm).enumerate() {
         assert!(

@@ -6,10 +6,10 @@
 //! - the worker's own wire compression of its gradient: int8 rounds to half a step of its
 //!   256-value chunk (step = chunk max / 127), int4 to half a step of its 64-value chunk
 //!   (step = chunk max / 7); f16 to 2⁻¹¹ relative (and 3e-8 absolute below f16's normal
-//!   range); f32 not at all. But int4's half step, 7 % of the chunk's largest value, would
-//!   hide a gradient scaled by 1.01, so the largest value of an int4 chunk, which travels
-//!   exactly (it is the chunk's scale times 7), is held to float order alone
-//!   ([`largest_off`]);
+//!   range); f32 not at all. But int4's half step, 7 % of the chunk's largest value (int2's,
+//!   half of it), would hide a gradient scaled by 1.01, so the largest value of an int4 or
+//!   int2 chunk, which travels exactly (it is the chunk's scale times 7, or 1), is held to
+//!   float order alone ([`largest_off`]);
 //! - floating-point order: native workers with FMA differ from one without, and wasm from
 //!   native, by up to 3e-8 on this model; 1e-6 absolute plus 1e-4 relative covers it with
 //!   room.
@@ -319,7 +319,7 @@ pub fn compare_tensors(
     if got.len() != expected.len() || expected.len() != layout.total() {
         return measure(got, expected, compression, 1.0, None).map_or(Ok(()), Err);
     }
-    if compression == Compression::Int4 {
+    if compression.coarse() {
         // The chunks' largest values, held to the same share of the whole answer's norm.
         let chunk = compression.chunk_len();
         let (mut off_sq, mut norm_sq) = (0f64, 0f64);
@@ -420,7 +420,7 @@ impl Wire {
         match self.compression {
             Compression::None => 0.0,
             Compression::F16 => size / 2048.0 + 3e-8,
-            Compression::Int8 | Compression::Int4 => HALF_STEP * self.step,
+            Compression::Int8 | Compression::Int4 | Compression::Int2 => HALF_STEP * self.step,
         }
     }
 }
@@ -538,7 +538,7 @@ fn measure(
             lo.abs().max(hi.abs())
         };
         let wire = Wire::for_chunk(compression, e.iter().enumerate().map(|(i, &v)| size(i, v)));
-        if compression == Compression::Int4 {
+        if compression.coarse() {
             let ranges = e.iter().enumerate().map(|(i, &v)| reach(base + i, v));
             let (off, high, largest) = largest_off(g, ranges);
             let slack = widened.map_or(0.0, |w| {
@@ -1023,16 +1023,23 @@ pub(crate) mod tests {
         }
     }
 
-    /// int4's half step is 7 % of its chunk's largest value, so ×1.01 hides inside it value
-    /// by value; each chunk's largest value, which travels exactly, shows it in every chunk.
+    /// int4's half step is 7 % of its chunk's largest value and int2's half of it, so ×1.01
+    /// hides inside it value by value; each chunk's largest value, which travels exactly,
+    /// shows it in every chunk.
     #[test]
-    fn int4_holds_each_chunks_largest_value_to_float_order() {
+    fn int4_and_int2_hold_each_chunks_largest_value_to_float_order() {
+        for c in [Compression::Int4, Compression::Int2] {
+            coarse_holds_the_largest(c);
+        }
+    }
+
+    fn coarse_holds_the_largest(c: Compression) {
+        let levels = f32::from(c.levels());
         // Heavy-tailed, as a phase's pseudo-gradient is: most values far below their
         // chunk's largest.
         let expected: Vec<f32> = (0..640)
             .map(|i| ((i * 37 % 101) as f32 / 50.0 - 1.0).powi(3) * 0.05)
             .collect();
-        let c = Compression::Int4;
         assert_eq!(compare(&wire(&expected, c), &expected, c), Ok(()));
         assert_eq!(compare_phase(&wire(&expected, c), &expected, c), Ok(()));
         let scaled: Vec<f32> = expected.iter().map(|v| v * 1.01).collect();
@@ -1041,7 +1048,7 @@ pub(crate) mod tests {
         // sit near the edge of a high level: fewer than a phase may have outside)...
         let mut off = 0;
         for (l, e) in lie.chunks(64).zip(expected.chunks(64)) {
-            let step = e.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 7.0;
+            let step = e.iter().fold(0.0f32, |m, v| m.max(v.abs())) / levels;
             let tolerance = |b: f32| HALF_STEP * step * 1.01 + ABS + REL * b.abs();
             off += l
                 .iter()
@@ -1049,10 +1056,10 @@ pub(crate) mod tests {
                 .filter(|(a, b)| (*a - *b).abs() > tolerance(**b))
                 .count();
         }
-        assert!(off <= expected.len() / FLIPS_SHARE, "{off}");
+        assert!(off <= expected.len() / FLIPS_SHARE, "{c:?}: {off}");
         // ...but not at any chunk's largest.
         let err = compare_phase(&lie, &expected, c).expect_err("×1.01");
-        assert_eq!(err.outside, 10, "{err}");
+        assert_eq!(err.outside, 10, "{c:?}: {err}");
         // Named at the first chunk's largest value.
         let top = lie[..64].iter().fold(0.0f32, |m, x| m.max(x.abs()));
         assert!(err.index < 64 && err.got.abs() == top, "{err}");
@@ -1063,7 +1070,7 @@ pub(crate) mod tests {
             .expect("a value");
         let below = (largest + 1) % 64;
         let mut moved = wire(&expected, c);
-        moved[below] += 0.4 * expected[largest].abs() / 7.0 - (moved[below] - expected[below]);
+        moved[below] += 0.4 * expected[largest].abs() / levels - (moved[below] - expected[below]);
         assert_eq!(compare(&moved, &expected, c), Ok(()));
         let mut moved = wire(&expected, c);
         moved[largest] *= 1.001;
