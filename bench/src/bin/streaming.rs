@@ -15,8 +15,14 @@
 //!   outer step sees no delay; a round is the phase alone, where without overlap it is the
 //!   phase and the link.
 //!
-//! It prints one JSON line a round (the validation loss) and a last one with the rounds to
-//! `--target-loss`; time is the caller's to put on them: rounds × (phase, or phase + link).
+//! - `--up-levels L`: answers rounded on the wire as the protocol's scaled encodings round
+//!   them (`int4` is 7, `int2` 1); `--down-levels L`: the weights as the coordinator's chain
+//!   of deltas sends them (each delta at `L`, the sum held through `int8`; the crowd's is 7),
+//!   every phase starting from what the workers hold.
+//!
+//! It prints one JSON line a round (the validation loss, and the megabytes both ways at
+//! those levels) and a last one with the rounds to `--target-loss`; time is the caller's to
+//! put on them: rounds × (phase, or phase + link).
 
 use std::ops::Range;
 
@@ -57,8 +63,33 @@ struct Cli {
         allow_hyphen_values = true
     )]
     coordinator: String,
+    /// The wire: an answer's levels each side of zero per chunk (`scale = max|x| / L`, as
+    /// the protocol's `int4` is 7 over 64 values); 0 sends it exact.
+    #[arg(long, default_value_t = 0)]
+    up_levels: u8,
+    /// The weights' wire: a worker holds `settle(held + Q(W - held))`, the delta `Q` at these
+    /// levels per chunk and the sum through `int8` (the coordinator's chain at 7); 0 sends
+    /// the newest weights exact.
+    #[arg(long, default_value_t = 0)]
+    down_levels: u8,
+    /// Values per chunk that share a scale, both ways.
+    #[arg(long, default_value_t = 64)]
+    chunk: usize,
     #[arg(long, default_value_t = 42)]
     seed: u64,
+}
+
+/// `values` rounded to `levels` steps each side of zero of their chunk's largest (half away
+/// from zero): the protocol's `int4` at 7 over 64, `int8` at 127 over 256.
+fn rounded(values: &[f32], levels: u8, chunk: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(values.len());
+    for c in values.chunks(chunk) {
+        let scale = c.iter().fold(0.0f32, |m, x| m.max(x.abs())) / f32::from(levels);
+        let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        let l = f32::from(levels);
+        out.extend(c.iter().map(|x| (x * inv).round().clamp(-l, l) * scale));
+    }
+    out
 }
 
 /// Where a worker's overlapped steps start.
@@ -205,12 +236,28 @@ fn main() -> anyhow::Result<()> {
                "outer": format!("{:?}", config.training.optimizer), "batch": recipe.batch})
     );
     let mut reached = None;
+    // What the workers hold, where the weights go as deltas.
+    let mut held: Option<Vec<f32>> = None;
+    let mut bytes = 0.0f64;
     for round in 1..=cli.max_rounds {
+        if cli.down_levels > 0 {
+            let next = match &held {
+                None => rounded(&theta, 127, 256),
+                Some(h) => {
+                    let d: Vec<f32> = theta.iter().zip(h).map(|(t, h)| t - h).collect();
+                    let d = rounded(&d, cli.down_levels, cli.chunk);
+                    let sum: Vec<f32> = h.iter().zip(&d).map(|(h, d)| h + d).collect();
+                    rounded(&sum, 127, 256)
+                }
+            };
+            held = Some(next);
+        }
+        let start = held.as_ref().unwrap_or(&theta);
         let answers = std::thread::scope(|s| {
             let handles: Vec<_> = workers
                 .iter_mut()
                 .map(|w| {
-                    let (net, theta, before) = (&net, &theta, before.as_deref());
+                    let (net, theta, before) = (&net, start, before.as_deref());
                     s.spawn(move || w.phase(net, recipe, theta, before, overlap))
                 })
                 .collect();
@@ -219,6 +266,26 @@ fn main() -> anyhow::Result<()> {
                 .map(|h| h.join().expect("a phase panicked"))
                 .collect::<Result<Vec<_>, _>>()
         })?;
+        let answers: Vec<Vec<f32>> = if cli.up_levels > 0 {
+            answers
+                .iter()
+                .map(|a| rounded(a, cli.up_levels, cli.chunk))
+                .collect()
+        } else {
+            answers
+        };
+        let bits = |levels: u8| f64::from(u32::from(levels) * 2 + 1).log2().ceil();
+        bytes += workers.len() as f64
+            * theta.len() as f64
+            * ((if cli.up_levels > 0 {
+                bits(cli.up_levels) / 8.0
+            } else {
+                4.0
+            }) + (if cli.down_levels > 0 {
+                bits(cli.down_levels) / 8.0
+            } else {
+                4.0
+            }));
         let mut mean = vec![0.0f32; theta.len()];
         for answer in &answers {
             for (m, v) in mean.iter_mut().zip(answer) {
@@ -228,7 +295,10 @@ fn main() -> anyhow::Result<()> {
         before = Some(theta.clone());
         outer.step(&mut theta, &mean);
         let loss = model::evaluate(&net, &theta, &split.test)?.loss;
-        println!("{}", json!({"round": round, "loss": loss}));
+        println!(
+            "{}",
+            json!({"round": round, "loss": loss, "mbytes": bytes / 1e6})
+        );
         if loss <= cli.target_loss {
             reached = Some(round);
             break;
@@ -269,6 +339,30 @@ mod tests {
                 .expect("a step");
         }
         phase.weights(net).into_owned()
+    }
+
+    /// The wire's rounding is the protocol's: int4 at 7 levels, int2 at 1, int8 at 127 over
+    /// 256 (away from the encodings' ties, where `f32::round` and the codec agree anyway).
+    #[test]
+    fn rounded_is_the_protocols_scaled_encodings() {
+        use protocol::tensor::{decode_payload, encode_payload};
+        use protocol::Compression;
+        let values: Vec<f32> = (0..1000)
+            .map(|i| ((i * 7919 % 1009) as f32 / 504.5 - 1.0).powi(3) * 0.01)
+            .collect();
+        for (c, levels, chunk) in [
+            (Compression::Int4, 7, 64),
+            (Compression::Int2, 1, 64),
+            (Compression::Int8, 127, 256),
+        ] {
+            let mut raw = Vec::new();
+            encode_payload(&mut raw, &values, c);
+            assert_eq!(
+                rounded(&values, levels, chunk),
+                decode_payload(&raw, values.len(), c),
+                "{c:?}"
+            );
+        }
     }
 
     fn minus(a: &[f32], b: &[f32]) -> Vec<f32> {
