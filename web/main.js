@@ -4,9 +4,10 @@
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 const autostart = params.get("autostart") !== "0";
-// Wire format: answers in int4 and weights in int8 by default (docs/BENCHMARKS.md, "int4
-// answers"); ?compression=int8 for int8 both ways, f16 for half floats, none for exact f32.
-const compression = params.get("compression") ?? "int4";
+// Wire format: answers in int2 (three levels of each 64 values' largest) and weights in int8
+// by default (docs/BENCHMARKS.md, "int2 answers"); ?compression=int4 for int4 answers,
+// int8 for int8 both ways, f16 for half floats, none for exact f32.
+const compression = params.get("compression") ?? "int2";
 // An invitation link carries the run's join token in the fragment (#token=SECRET), which
 // browsers never send to the server in a request.
 const joinToken = new URLSearchParams(location.hash.slice(1)).get("token");

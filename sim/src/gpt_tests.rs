@@ -143,10 +143,11 @@ fn one_hostile_worker_in_five_costs_a_gpt_no_more_than_the_mlp() {
     );
 }
 
-/// Local AdamW phases of 8 steps under outer Nesterov, every answer in int4 (a GPT's
-/// defaults on home links, weights in int8): the same bound, every cheat banned; int4's
-/// step, 7 % of a chunk's largest value, hides none (×1.01 included). (int8 answers under
-/// attack: the per-step test above and the MLP's local phases, `local_tests`.)
+/// Local AdamW phases of 8 steps under outer Nesterov, every answer in int2 (a GPT's
+/// defaults on home links, weights in int8): the same bound, every cheat banned; int2's
+/// step, half a chunk's largest value, hides none (×1.01 included: each chunk's largest is
+/// held to float order). (int8 answers under attack: the per-step test above and the MLP's
+/// local phases, `local_tests`; int4's ×1.01, `checks::verify`.)
 #[test]
 fn one_hostile_worker_in_five_costs_a_gpt_in_local_phases_no_more_than_the_mlp() {
     let settings = Settings {
@@ -172,7 +173,7 @@ fn one_hostile_worker_in_five_costs_a_gpt_in_local_phases_no_more_than_the_mlp()
     let build = |workers: Vec<WorkerSpec>| {
         let workers = workers
             .into_iter()
-            .map(|w| w.with_compression(Compression::Int4))
+            .map(|w| w.with_compression(Compression::Int2))
             .collect();
         gpt_scenario(workers, settings.clone())
     };

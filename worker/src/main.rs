@@ -26,8 +26,10 @@ struct Cli {
     reconnect: bool,
     /// Wire compression for weights and gradients: none (exact f32), f16 (half the bytes),
     /// int8 (a quarter, with a scale per 256 values; costs < 0.1 accuracy points here), or
-    /// int4 (answers in a seventh, a scale per 64 values; weights still come as int8).
-    #[arg(long, value_enum, default_value_t = CompressionChoice::Int4)]
+    /// int4 (answers in a seventh, a scale per 64 values; weights still come as int8), or
+    /// int2, the default (answers as sign times their 64-value chunk's largest, or zero;
+    /// weights as int8; docs/BENCHMARKS.md, "int2 answers").
+    #[arg(long, value_enum, default_value_t = CompressionChoice::Int2)]
     compression: CompressionChoice,
     /// Cores to compute on: each batch is split into this many parts computed on as many
     /// threads, and the answer is still one worker's. 0: every core of this machine.
@@ -44,6 +46,7 @@ enum CompressionChoice {
     F16,
     Int8,
     Int4,
+    Int2,
 }
 
 fn main() -> ExitCode {
@@ -115,6 +118,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             CompressionChoice::F16 => protocol::Compression::F16,
             CompressionChoice::Int8 => protocol::Compression::Int8,
             CompressionChoice::Int4 => protocol::Compression::Int4,
+            CompressionChoice::Int2 => protocol::Compression::Int2,
         },
     };
     if !cli.reconnect {

@@ -80,9 +80,9 @@ struct Cli {
     /// Only the ideal runs.
     #[arg(long, conflicts_with = "no_ideal")]
     no_crowd: bool,
-    /// The compression a volunteer asks for: int4 (a tab's default: answers in int4, weights
-    /// in int8) or int8 (both ways, the default before).
-    #[arg(long, default_value = "int4", value_parser = compression)]
+    /// The compression a volunteer asks for: int2 (a tab's default: answers in three levels,
+    /// weights in int8), int4 (answers in 15 levels, the default before) or int8 (both ways).
+    #[arg(long, default_value = "int2", value_parser = compression)]
     compression: Compression,
     /// A mixed crowd (see above) instead of a uniform one.
     #[arg(long)]
@@ -468,10 +468,9 @@ fn table(runs: &[Run], tokens_per_sample: f64, pytorch: Option<&torch::Torch>) -
 
 /// `--compression`: what a tab may ask for.
 fn compression(name: &str) -> Result<Compression, String> {
-    match name {
-        "int8" => Ok(Compression::Int8),
-        "int4" => Ok(Compression::Int4),
-        other => Err(format!("int8 or int4, not {other:?}")),
+    match Compression::from_name(name) {
+        Some(c @ (Compression::Int8 | Compression::Int4 | Compression::Int2)) => Ok(c),
+        _ => Err(format!("int8, int4 or int2, not {name:?}")),
     }
 }
 
