@@ -279,9 +279,9 @@ pub struct Cli {
     #[arg(long)]
     pub verify_cores: Option<usize>,
 
-    /// Send a worker on int8 or int4 the next weights as their difference from the version it
-    /// holds, in int4 (0.56 bytes a value against int8's 1.02); false: whole, in int8, every
-    /// time.
+    /// Send a worker on int8, int4 or int2 the next weights as their difference from the
+    /// version it holds, in int4 (0.56 bytes a value against int8's 1.02); false: whole, in
+    /// int8, every time.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub weight_deltas: bool,
 
