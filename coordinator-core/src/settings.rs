@@ -3,6 +3,7 @@
 //! simulator write them directly).
 
 use model::{LrSchedule, OptimizerKind};
+use protocol::Compression;
 
 use crate::aggregate::AggregatorKind;
 use crate::local::Local;
@@ -98,6 +99,20 @@ pub struct Settings {
     /// `--phases-by-noise`: under `--local-steps auto`, the noise scale bounds a phase
     /// (`local.rs`).
     pub phases_by_noise: bool,
+}
+
+impl Settings {
+    /// The encoding a worker that asked for `asked` answers in, as `Welcome` confirms it:
+    /// what it asked for, but `int4` for `int2` where each answer is one batch's gradient.
+    /// Three levels were measured on local phases, whose answers a crowd averages (the crowd
+    /// bench: about as many rounds for a fifth fewer bytes); on single gradients they cost
+    /// the default MLP half a point against int4 (docs/BENCHMARKS.md, "int2 answers").
+    pub fn answer_encoding(&self, asked: Compression) -> Compression {
+        match (asked, &self.local) {
+            (Compression::Int2, None) => Compression::Int4,
+            _ => asked,
+        }
+    }
 }
 
 impl Default for Settings {

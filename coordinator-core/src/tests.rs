@@ -659,6 +659,50 @@ fn compression_is_negotiated_per_worker_and_encoded_once_per_version() {
     assert!(worst < 1e-3, "f16 weights within rounding: {worst}");
 }
 
+/// `int2` answers are for local phases: a worker that asks for them where each answer is one
+/// gradient is confirmed `int4` (and registered so, which is what its answers are decoded
+/// and checked as); with local phases, `int2`; any other encoding as asked.
+#[test]
+fn int2_is_confirmed_for_local_phases_and_int4_for_single_gradients() {
+    let welcomed = |h: &mut Harness, asked: protocol::Compression| {
+        let hello = Hello {
+            kind: Some(WorkerKind::Browser),
+            compression: asked,
+            ..Hello::default()
+        };
+        let joined = h.hello(&hello, 0).expect("admitted");
+        let queued = h
+            .mail
+            .borrow_mut()
+            .remove(&joined.session)
+            .unwrap_or_default();
+        let frames: Vec<bytes::Bytes> = queued.iter().flat_map(|m| m.frames().cloned()).collect();
+        let CoordinatorToWorker::Welcome(w) = decode_from_coordinator(&frames[0]).expect("frame")
+        else {
+            panic!("welcome first")
+        };
+        let registered = h.c.registry.compression(joined.worker).expect("joined");
+        assert_eq!(registered, w.compression, "registered as confirmed");
+        w.compression
+    };
+    use protocol::Compression::{Int2, Int4, Int8};
+    let mut single = harness(&["--min-workers", "9"]);
+    assert_eq!(welcomed(&mut single, Int2), Int4);
+    assert_eq!(welcomed(&mut single, Int4), Int4);
+    assert_eq!(welcomed(&mut single, Int8), Int8);
+    let mut phases = harness_of(Settings {
+        local: Some(crate::local::Local {
+            steps: crate::LocalSteps::Fixed(4),
+            inner: model::OptimizerKind::Sgd { lr: 0.05 },
+            segment: 0,
+        }),
+        min_workers: 9,
+        ..settings(&["--verify-fraction", "0"])
+    });
+    assert_eq!(welcomed(&mut phases, Int2), Int2);
+    assert_eq!(welcomed(&mut phases, Int4), Int4);
+}
+
 #[test]
 fn a_gradient_beyond_the_norm_bound_moves_the_model_by_the_bound_and_no_further() {
     let mut h = harness_adaptive(&["--optimizer", "sgd", "--lr", "1", "--min-workers", "2"]);

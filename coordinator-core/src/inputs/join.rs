@@ -37,6 +37,18 @@ impl Coordinator {
         if let Some(outcome) = &self.outcome {
             return Err(crate::coordinator::finished(outcome));
         }
+        // What it answers in is the run's to confirm (`Settings::answer_encoding`).
+        let compression = self.settings.answer_encoding(hello.compression);
+        let confirmed;
+        let hello = if compression == hello.compression {
+            hello
+        } else {
+            confirmed = Hello {
+                compression,
+                ..hello.clone()
+            };
+            &confirmed
+        };
         let admission = self.registry.admit(hello, peer, now)?;
         let id = admission.id;
         if let Some(old) = admission.replaced {
