@@ -648,6 +648,7 @@ pub(crate) mod tests {
             Compression::F16,
             Compression::Int8,
             Compression::Int4,
+            Compression::Int2,
         ] {
             let weights = wire(&params, c.for_weights());
             let claim = |grads: &[f32], batch_index| {
@@ -992,6 +993,7 @@ pub(crate) mod tests {
             Compression::F16,
             Compression::Int8,
             Compression::Int4,
+            Compression::Int2,
         ] {
             let verdict = |grads: &[f32]| {
                 let claim = Claim {
