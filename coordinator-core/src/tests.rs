@@ -607,24 +607,27 @@ fn async_buffer_applies_every_b_gradients_and_hogwild_applies_each() {
     );
 }
 
+/// A browser that asks for `c` joins: the frames queued to it, and what `join` returned.
+fn join_asking(h: &mut Harness, c: protocol::Compression) -> (Vec<bytes::Bytes>, Joined) {
+    let hello = Hello {
+        kind: Some(WorkerKind::Browser),
+        compression: c,
+        ..Hello::default()
+    };
+    let joined = h.hello(&hello, 0).expect("admitted");
+    let queued = h
+        .mail
+        .borrow_mut()
+        .remove(&joined.session)
+        .unwrap_or_default();
+    let frames = queued.iter().flat_map(|m| m.frames().cloned()).collect();
+    (frames, joined)
+}
+
 #[test]
 fn compression_is_negotiated_per_worker_and_encoded_once_per_version() {
     let mut h = harness(&["--min-workers", "3"]);
-    let join = |h: &mut Harness, c: protocol::Compression| {
-        let hello = Hello {
-            kind: Some(WorkerKind::Browser),
-            compression: c,
-            ..Hello::default()
-        };
-        let joined = h.hello(&hello, 0).expect("admitted");
-        let queued = h
-            .mail
-            .borrow_mut()
-            .remove(&joined.session)
-            .unwrap_or_default();
-        let frames: Vec<bytes::Bytes> = queued.iter().flat_map(|m| m.frames().cloned()).collect();
-        (frames, joined)
-    };
+    let join = join_asking;
     let (welcome, _a) = join(&mut h, protocol::Compression::F16);
     let (_, _b) = join(&mut h, protocol::Compression::F16);
     let (_, _c) = join(&mut h, protocol::Compression::Int8);
@@ -665,18 +668,7 @@ fn compression_is_negotiated_per_worker_and_encoded_once_per_version() {
 #[test]
 fn int2_is_confirmed_for_local_phases_and_int4_for_single_gradients() {
     let welcomed = |h: &mut Harness, asked: protocol::Compression| {
-        let hello = Hello {
-            kind: Some(WorkerKind::Browser),
-            compression: asked,
-            ..Hello::default()
-        };
-        let joined = h.hello(&hello, 0).expect("admitted");
-        let queued = h
-            .mail
-            .borrow_mut()
-            .remove(&joined.session)
-            .unwrap_or_default();
-        let frames: Vec<bytes::Bytes> = queued.iter().flat_map(|m| m.frames().cloned()).collect();
+        let (frames, joined) = join_asking(h, asked);
         let CoordinatorToWorker::Welcome(w) = decode_from_coordinator(&frames[0]).expect("frame")
         else {
             panic!("welcome first")

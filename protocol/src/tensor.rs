@@ -45,6 +45,9 @@ pub enum Compression {
 }
 
 impl Compression {
+    /// Every encoding, in the order of their tags.
+    pub const ALL: [Self; 5] = [Self::None, Self::F16, Self::Int8, Self::Int4, Self::Int2];
+
     pub fn to_u8(self) -> u8 {
         match self {
             Self::None => 0,
@@ -144,9 +147,7 @@ impl Compression {
 
     /// The encoding named `name` ([`Compression::name`]'s inverse).
     pub fn from_name(name: &str) -> Option<Self> {
-        [Self::None, Self::F16, Self::Int8, Self::Int4, Self::Int2]
-            .into_iter()
-            .find(|c| c.name() == name)
+        Self::ALL.into_iter().find(|c| c.name() == name)
     }
 }
 
@@ -644,14 +645,9 @@ mod tests {
         assert_eq!(Compression::from_u8(4), Some(c));
         assert_eq!(c.for_weights(), Compression::Int8);
         assert!(c.coarse() && Compression::Int4.coarse() && !Compression::Int8.coarse());
-        for c in [
-            Compression::None,
-            Compression::F16,
-            Compression::Int8,
-            Compression::Int4,
-            Compression::Int2,
-        ] {
+        for c in Compression::ALL {
             assert_eq!(Compression::from_name(c.name()), Some(c));
+            assert_eq!(Compression::from_u8(c.to_u8()), Some(c));
         }
         assert_eq!(Compression::from_name("int3"), None);
         assert_eq!(round_trip(&[0.0; 100], c), vec![0.0; 100]);

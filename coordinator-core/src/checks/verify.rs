@@ -643,13 +643,7 @@ pub(crate) mod tests {
     #[test]
     fn an_honest_gradient_passes_in_every_compression_and_a_cheat_does_not() {
         let (mlp, train, params) = setup();
-        for c in [
-            Compression::None,
-            Compression::F16,
-            Compression::Int8,
-            Compression::Int4,
-            Compression::Int2,
-        ] {
+        for c in Compression::ALL {
             let weights = wire(&params, c.for_weights());
             let claim = |grads: &[f32], batch_index| {
                 let claim = Claim {
@@ -988,13 +982,7 @@ pub(crate) mod tests {
             .range();
         let norm = one[proj.clone()].iter().map(|v| v * v).sum::<f32>().sqrt();
         one[proj.start] += 1e-3 * norm;
-        for c in [
-            Compression::None,
-            Compression::F16,
-            Compression::Int8,
-            Compression::Int4,
-            Compression::Int2,
-        ] {
+        for c in Compression::ALL {
             let verdict = |grads: &[f32]| {
                 let claim = Claim {
                     local: None,
