@@ -293,42 +293,39 @@ pub fn decode_payload_append(raw: &[u8], count: usize, out: &mut Vec<f32>, c: Co
                 out.extend(block[4..].iter().map(|&q| f32::from(q as i8) * scale));
             }
         }
-        Compression::Int4 => {
-            let mut left = count;
-            for block in raw.chunks(INT4_CHUNK / 2 + 4) {
-                let scale = f32::from_le_bytes([block[0], block[1], block[2], block[3]]);
-                let n = left.min(INT4_CHUNK);
-                left -= n;
-                // The low nibble, then the high one, each sign-extended from 4 bits.
-                let values = block[4..]
-                    .iter()
-                    .flat_map(|&b| [(b << 4) as i8 >> 4, b as i8 >> 4])
-                    .take(n);
-                out.extend(values.map(|q| f32::from(q) * scale));
-            }
-        }
-        Compression::Int2 => {
-            let mut left = count;
-            for block in raw.chunks(INT2_CHUNK / 4 + 4) {
-                let scale = f32::from_le_bytes([block[0], block[1], block[2], block[3]]);
-                let n = left.min(INT2_CHUNK);
-                left -= n;
-                // Two bits at a time from the lowest, each sign-extended (-2..=1; the
-                // encoder writes -1..=1, as int4's writes -7..=7 of its -8..=7).
-                let values = block[4..]
-                    .iter()
-                    .flat_map(|&b| {
-                        [
-                            (b << 6) as i8 >> 6,
-                            (b << 4) as i8 >> 6,
-                            (b << 2) as i8 >> 6,
-                            b as i8 >> 6,
-                        ]
-                    })
-                    .take(n);
-                out.extend(values.map(|q| f32::from(q) * scale));
-            }
-        }
+        // The low bits first, each level sign-extended.
+        Compression::Int4 => decode_packed(raw, count, out, INT4_CHUNK, |b| {
+            [(b << 4) as i8 >> 4, b as i8 >> 4]
+        }),
+        // -2..=1 from two bits; the encoder writes -1..=1, as int4's writes -7..=7 of -8..=7.
+        Compression::Int2 => decode_packed(raw, count, out, INT2_CHUNK, |b| {
+            [
+                (b << 6) as i8 >> 6,
+                (b << 4) as i8 >> 6,
+                (b << 2) as i8 >> 6,
+                b as i8 >> 6,
+            ]
+        }),
+    }
+}
+
+/// Decodes chunks of `chunk` levels packed `PER_BYTE` a byte after each chunk's `f32`
+/// scale (int4, int2): `unpack` gives a byte's levels in order; a last partial chunk's
+/// unused levels are dropped.
+fn decode_packed<const PER_BYTE: usize>(
+    raw: &[u8],
+    count: usize,
+    out: &mut Vec<f32>,
+    chunk: usize,
+    unpack: impl Fn(u8) -> [i8; PER_BYTE],
+) {
+    let mut left = count;
+    for block in raw.chunks(chunk / PER_BYTE + 4) {
+        let scale = f32::from_le_bytes([block[0], block[1], block[2], block[3]]);
+        let n = left.min(chunk);
+        left -= n;
+        let levels = block[4..].iter().flat_map(|&b| unpack(b)).take(n);
+        out.extend(levels.map(|q| f32::from(q) * scale));
     }
 }
 
@@ -505,6 +502,18 @@ mod tests {
         assert_eq!(Compression::from_u8(5), None);
     }
 
+    /// `n` pseudo-random values (xorshift from `seed`) over 40 binary orders of magnitude.
+    fn spread(mut seed: u32, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                seed ^= seed << 13;
+                seed ^= seed >> 17;
+                seed ^= seed << 5;
+                (seed as f32 / u32::MAX as f32 - 0.5) * 2f32.powi(i as i32 % 40 - 20)
+            })
+            .collect()
+    }
+
     /// int4 one value at a time, written plainly: `f32::round`, a clamp, then the nibbles.
     fn int4_reference(values: &[f32]) -> Vec<u8> {
         let mut out = Vec::new();
@@ -529,13 +538,7 @@ mod tests {
             let t = k as f32 + 0.5;
             values.extend([7.0, t, t.next_down(), t.next_up(), -0.0]);
         }
-        let mut seed = 0x9e37_79b9_u32;
-        values.extend((0..3 * INT4_CHUNK + 13).map(|i| {
-            seed ^= seed << 13;
-            seed ^= seed >> 17;
-            seed ^= seed << 5;
-            (seed as f32 / u32::MAX as f32 - 0.5) * 2f32.powi(i as i32 % 40 - 20)
-        }));
+        values.extend(spread(0x9e37_79b9, 3 * INT4_CHUNK + 13));
         for len in [0, 1, 2, 63, 64, 65, 127, values.len()] {
             let values = &values[..len];
             let mut got = Vec::new();
@@ -607,13 +610,7 @@ mod tests {
         for t in [0.5f32, -0.5] {
             values.extend([1.0, t, t.next_down(), t.next_up(), -0.0, -1.0, 0.25]);
         }
-        let mut seed = 0x2545_f491_u32;
-        values.extend((0..3 * INT2_CHUNK + 13).map(|i| {
-            seed ^= seed << 13;
-            seed ^= seed >> 17;
-            seed ^= seed << 5;
-            (seed as f32 / u32::MAX as f32 - 0.5) * 2f32.powi(i as i32 % 40 - 20)
-        }));
+        values.extend(spread(0x2545_f491, 3 * INT2_CHUNK + 13));
         for len in [0, 1, 3, 4, 5, 63, 64, 65, 127, values.len()] {
             let values = &values[..len];
             let mut got = Vec::new();
