@@ -20,6 +20,12 @@
 //!   of deltas sends them (each delta at `L`, the sum held through `int8`; the crowd's is 7),
 //!   every phase starting from what the workers hold.
 //!
+//! - `--up-keep K`: sparse answers with error feedback (SparseLoCo, arXiv 2508.15706): of
+//!   each chunk of the answer plus the worker's residual, the `K` largest in magnitude go up
+//!   (rounded at `--up-levels` of the kept ones' largest, if set), and what did not go up is
+//!   the residual carried into the next answer. The bytes count each kept value's level and
+//!   its index in the chunk, and a 2-byte scale a chunk.
+//!
 //! It prints one JSON line a round (the validation loss, and the megabytes both ways at
 //! those levels) and a last one with the rounds to `--target-loss`; time is the caller's to
 //! put on them: rounds × (phase, or phase + link).
@@ -72,6 +78,9 @@ struct Cli {
     /// the newest weights exact.
     #[arg(long, default_value_t = 0)]
     down_levels: u8,
+    /// Sparse answers: the values of each chunk that go up, with error feedback (0: all).
+    #[arg(long, default_value_t = 0)]
+    up_keep: usize,
     /// Values per chunk that share a scale, both ways.
     #[arg(long, default_value_t = 64)]
     chunk: usize,
@@ -88,6 +97,30 @@ fn rounded(values: &[f32], levels: u8, chunk: usize) -> Vec<f32> {
         let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
         let l = f32::from(levels);
         out.extend(c.iter().map(|x| (x * inv).round().clamp(-l, l) * scale));
+    }
+    out
+}
+
+/// The `keep` largest in magnitude of each chunk of `values`, rounded at `levels` of the
+/// kept ones' largest (exact at 0), the others zero: the sparse answer that goes up.
+fn sparse(values: &[f32], keep: usize, levels: u8, chunk: usize) -> Vec<f32> {
+    let mut out = vec![0.0f32; values.len()];
+    let mut order: Vec<usize> = Vec::with_capacity(chunk);
+    for (src, dst) in values.chunks(chunk).zip(out.chunks_mut(chunk)) {
+        order.clear();
+        order.extend(0..src.len());
+        // Ties broken by position, so the choice is a function of the values alone.
+        order.sort_by(|&a, &b| src[b].abs().total_cmp(&src[a].abs()).then(a.cmp(&b)));
+        order.truncate(keep);
+        let kept: Vec<f32> = order.iter().map(|&i| src[i]).collect();
+        let kept = if levels > 0 {
+            rounded(&kept, levels, kept.len().max(1))
+        } else {
+            kept
+        };
+        for (&i, v) in order.iter().zip(kept) {
+            dst[i] = v;
+        }
     }
     out
 }
@@ -123,6 +156,8 @@ struct Worker {
     first_index: usize,
     batch: u64,
     end: Option<Vec<f32>>,
+    /// What its sparse answers have not sent yet (error feedback).
+    residual: Vec<f32>,
 }
 
 impl Worker {
@@ -132,6 +167,7 @@ impl Worker {
             first_index: range.start,
             batch: 0,
             end: None,
+            residual: Vec::new(),
         }
     }
 
@@ -233,7 +269,8 @@ fn main() -> anyhow::Result<()> {
         "{}",
         json!({"workers": cli.workers, "steps": steps, "tau": overlap.tau, "alpha": overlap.alpha,
                "from": format!("{:?}", overlap.from), "inner": format!("{:?}", recipe.inner),
-               "outer": format!("{:?}", config.training.optimizer), "batch": recipe.batch})
+               "outer": format!("{:?}", config.training.optimizer), "batch": recipe.batch,
+               "up_levels": cli.up_levels, "down_levels": cli.down_levels, "up_keep": cli.up_keep})
     );
     let mut reached = None;
     // What the workers hold, where the weights go as deltas.
@@ -266,7 +303,22 @@ fn main() -> anyhow::Result<()> {
                 .map(|h| h.join().expect("a phase panicked"))
                 .collect::<Result<Vec<_>, _>>()
         })?;
-        let answers: Vec<Vec<f32>> = if cli.up_levels > 0 {
+        let answers: Vec<Vec<f32>> = if cli.up_keep > 0 {
+            answers
+                .into_iter()
+                .zip(workers.iter_mut())
+                .map(|(a, w)| {
+                    let carried: Vec<f32> = if w.residual.is_empty() {
+                        a
+                    } else {
+                        a.iter().zip(&w.residual).map(|(a, r)| a + r).collect()
+                    };
+                    let sent = sparse(&carried, cli.up_keep, cli.up_levels, cli.chunk);
+                    w.residual = carried.iter().zip(&sent).map(|(c, s)| c - s).collect();
+                    sent
+                })
+                .collect()
+        } else if cli.up_levels > 0 {
             answers
                 .iter()
                 .map(|a| rounded(a, cli.up_levels, cli.chunk))
@@ -277,7 +329,15 @@ fn main() -> anyhow::Result<()> {
         let bits = |levels: u8| f64::from(u32::from(levels) * 2 + 1).log2().ceil();
         bytes += workers.len() as f64
             * theta.len() as f64
-            * ((if cli.up_levels > 0 {
+            * ((if cli.up_keep > 0 {
+                let kept = cli.up_keep.min(cli.chunk) as f64;
+                let level = if cli.up_levels > 0 {
+                    bits(cli.up_levels)
+                } else {
+                    32.0
+                };
+                (kept * (level + (cli.chunk as f64).log2().ceil()) / 8.0 + 2.0) / cli.chunk as f64
+            } else if cli.up_levels > 0 {
                 bits(cli.up_levels) / 8.0
             } else {
                 4.0
@@ -362,6 +422,42 @@ mod tests {
                 decode_payload(&raw, values.len(), c),
                 "{c:?}"
             );
+        }
+    }
+
+    /// A sparse answer keeps each chunk's `keep` largest, exact at 0 levels and on the
+    /// kept ones' scale otherwise, and nothing else.
+    #[test]
+    fn sparse_keeps_each_chunks_largest() {
+        let values: Vec<f32> = (0..200)
+            .map(|i| ((i * 7919 % 1009) as f32 / 504.5 - 1.0) * 0.01)
+            .collect();
+        let kept = sparse(&values, 4, 0, 64);
+        for (src, out) in values.chunks(64).zip(kept.chunks(64)) {
+            let nonzero: Vec<usize> = (0..src.len()).filter(|&i| out[i] != 0.0).collect();
+            assert_eq!(nonzero.len(), 4.min(src.len()));
+            let least = nonzero
+                .iter()
+                .map(|&i| src[i].abs())
+                .fold(f32::MAX, f32::min);
+            for i in 0..src.len() {
+                if nonzero.contains(&i) {
+                    assert_eq!(out[i], src[i], "kept exactly");
+                } else {
+                    assert!(src[i].abs() <= least, "a larger one left out");
+                }
+            }
+        }
+        let two = sparse(&values, 4, 1, 64);
+        for (src, out) in kept.chunks(64).zip(two.chunks(64)) {
+            let top = src.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+            for (s, o) in src.iter().zip(out) {
+                assert!(
+                    *o == 0.0 || o.abs() == top,
+                    "three levels of the kept ones' largest"
+                );
+                assert!(*s != 0.0 || *o == 0.0, "only kept values go up");
+            }
         }
     }
 
