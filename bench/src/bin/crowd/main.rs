@@ -15,7 +15,7 @@
 //! token); `--svg FILE` draws the validation loss against virtual time, one curve per N.
 //! The command behind `docs/BENCHMARKS.md`'s newest crowd table and its plot:
 //!
-//! `crowd --workers 1,2,4,8,16 --torch PYTHON --svg docs/crowd-gpt-b6.svg`
+//! `crowd --workers 1,2,4,8,16 --torch PYTHON --svg docs/crowd-gpt-int2.svg`
 //!
 //! A tab is `--tab-share` of one native core of this machine (measured side by side in
 //! headless Chromium: 0.54-0.59 for the 0.8M GPT, docs/BENCHMARKS.md "A tab against a
