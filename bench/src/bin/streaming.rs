@@ -101,6 +101,15 @@ fn rounded(values: &[f32], levels: u8, chunk: usize) -> Vec<f32> {
     out
 }
 
+/// The bits a value takes at `levels` each side of zero (its chunk's scale aside); 32 exact.
+fn bits_a_value(levels: u8) -> f64 {
+    if levels == 0 {
+        32.0
+    } else {
+        f64::from(u32::from(levels) * 2 + 1).log2().ceil()
+    }
+}
+
 /// The `keep` largest in magnitude of each chunk of `values`, rounded at `levels` of the
 /// kept ones' largest (exact at 0), the others zero: the sparse answer that goes up.
 fn sparse(values: &[f32], keep: usize, levels: u8, chunk: usize) -> Vec<f32> {
@@ -276,6 +285,15 @@ fn main() -> anyhow::Result<()> {
     // What the workers hold, where the weights go as deltas.
     let mut held: Option<Vec<f32>> = None;
     let mut bytes = 0.0f64;
+    // Bytes a value each way, the same every round.
+    let down_bytes = bits_a_value(cli.down_levels) / 8.0;
+    let up_bytes = if cli.up_keep > 0 {
+        // Each kept value's level and its index in the chunk, and a 2-byte scale a chunk.
+        let (kept, chunk) = (cli.up_keep.min(cli.chunk) as f64, cli.chunk as f64);
+        (kept * (bits_a_value(cli.up_levels) + chunk.log2().ceil()) / 8.0 + 2.0) / chunk
+    } else {
+        bits_a_value(cli.up_levels) / 8.0
+    };
     for round in 1..=cli.max_rounds {
         if cli.down_levels > 0 {
             let next = match &held {
@@ -326,26 +344,7 @@ fn main() -> anyhow::Result<()> {
         } else {
             answers
         };
-        let bits = |levels: u8| f64::from(u32::from(levels) * 2 + 1).log2().ceil();
-        bytes += workers.len() as f64
-            * theta.len() as f64
-            * ((if cli.up_keep > 0 {
-                let kept = cli.up_keep.min(cli.chunk) as f64;
-                let level = if cli.up_levels > 0 {
-                    bits(cli.up_levels)
-                } else {
-                    32.0
-                };
-                (kept * (level + (cli.chunk as f64).log2().ceil()) / 8.0 + 2.0) / cli.chunk as f64
-            } else if cli.up_levels > 0 {
-                bits(cli.up_levels) / 8.0
-            } else {
-                4.0
-            }) + (if cli.down_levels > 0 {
-                bits(cli.down_levels) / 8.0
-            } else {
-                4.0
-            }));
+        bytes += workers.len() as f64 * theta.len() as f64 * (up_bytes + down_bytes);
         let mut mean = vec![0.0f32; theta.len()];
         for answer in &answers {
             for (m, v) in mean.iter_mut().zip(answer) {
@@ -423,6 +422,13 @@ mod tests {
                 "{c:?}"
             );
         }
+    }
+
+    /// The bytes counted are the protocol's: int4 in 4 bits, int2 in 2, int8 in 8, f32 in 32.
+    #[test]
+    fn a_values_bits_are_the_encodings() {
+        let bits: Vec<f64> = [7, 1, 127, 0].into_iter().map(bits_a_value).collect();
+        assert_eq!(bits, [4.0, 2.0, 8.0, 32.0]);
     }
 
     /// A sparse answer keeps each chunk's `keep` largest, exact at 0 levels and on the
