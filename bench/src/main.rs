@@ -445,7 +445,9 @@ pub(crate) fn matches_reference(
     for _ in 0..rounds {
         let seen = match &held {
             Some(held) => {
-                let delta = protocol::delta::delta(&w, held).expect("one layout");
+                // A run of single gradients: its deltas in int4 (`Settings::delta_default`).
+                let delta =
+                    protocol::delta::delta(&w, held, Compression::Int4).expect("one layout");
                 protocol::delta::settle(&protocol::delta::target(held, &delta).expect("one layout"))
             }
             None => through_wire(&w, compression.for_weights()),

@@ -1,7 +1,8 @@
 //! The weights as the workers on `int8` weights hold them (protocol version 12,
-//! [`protocol::delta`]): a chain of versions, each its predecessor plus a delta in `int4`,
-//! settled through `int8`. A worker that holds version `v - 1` of the chain is sent version
-//! `v` as that delta (0.5625 bytes a value); any other (a newcomer, one that missed a
+//! [`protocol::delta`]): a chain of versions, each its predecessor plus a delta in the run's
+//! delta encoding (`int4`, or `int2` for local phases), settled through `int8`. A worker that
+//! holds version `v - 1` of the chain is sent version `v` as that delta (0.5625 or 0.3125
+//! bytes a value); any other (a newcomer, one that missed a
 //! version) is sent the version's key frames, the `int8` encoding of the same target (1.016
 //! bytes a value), and then holds the same values. What a worker holds is what its answer
 //! is replayed on.
@@ -15,7 +16,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use protocol::{delta, encode_weights, encode_weights_delta, Round};
+use protocol::{delta, encode_weights, encode_weights_delta, Compression, Round};
 
 use crate::io::Frames;
 
@@ -40,8 +41,9 @@ struct Link {
 
 #[derive(Debug)]
 pub(crate) struct Chain {
-    /// Whether versions go on from the one before as deltas (`--weight-deltas`).
-    deltas: bool,
+    /// The encoding versions go on from the one before in, as deltas (`--weight-deltas`,
+    /// `--delta-encoding`); `None`: every version whole.
+    deltas: Option<Compression>,
     /// Bumped whenever a version does not follow the last by an update.
     chain: u64,
     /// The latest version made; the one before it is gone once the next is made.
@@ -49,7 +51,7 @@ pub(crate) struct Chain {
 }
 
 impl Chain {
-    pub(crate) fn new(deltas: bool) -> Self {
+    pub(crate) fn new(deltas: Option<Compression>) -> Self {
         Self {
             deltas,
             chain: 0,
@@ -74,20 +76,17 @@ impl Chain {
         let previous = self
             .last
             .take()
-            .filter(|l| self.deltas && l.version.checked_add(1) == Some(version));
+            .filter(|l| l.version.checked_add(1) == Some(version))
+            .zip(self.deltas);
         // Each encoded once: what is held is what the frames decode to.
         let link = match previous {
-            Some(previous) => {
+            Some((previous, encoding)) => {
                 let difference: Vec<f32> = weights
                     .iter()
                     .zip(previous.held.iter())
                     .map(|(w, h)| w - h)
                     .collect();
-                let delta = frames(encode_weights_delta(
-                    Round(version),
-                    &difference,
-                    delta::DELTA_ENCODING,
-                ));
+                let delta = frames(encode_weights_delta(Round(version), &difference, encoding));
                 let sent = decoded(&delta);
                 let target = delta::target(&previous.held, &sent).expect("one layout");
                 let key = frames(encode_weights(
@@ -198,11 +197,17 @@ mod tests {
     }
 
     /// A worker that follows the chain (a delta each version, applied as a worker does) and
-    /// a newcomer at each version (the key) hold what the chain says, bit for bit; the delta
-    /// is the smaller message.
+    /// a newcomer at each version (the key) hold what the chain says, bit for bit, in either
+    /// delta encoding; the delta is the smaller message.
     #[test]
     fn deltas_and_keys_bring_every_worker_to_the_same_weights() {
-        let mut chain = Chain::new(true);
+        for encoding in delta::DELTA_ENCODINGS {
+            follow_the_chain(encoding);
+        }
+    }
+
+    fn follow_the_chain(encoding: Compression) {
+        let mut chain = Chain::new(Some(encoding));
         let (frames, mut holds) = chain.frames_for(0, || weights(0), None);
         let (is_delta, mut follower) = decoded(&frames);
         assert!(!is_delta, "the first version goes whole");
@@ -211,6 +216,13 @@ mod tests {
             let (frames, now) = chain.frames_for(version, || weights(version), Some(holds));
             let (is_delta, delta) = decoded(&frames);
             assert!(is_delta, "version {version}");
+            let mut raw = Vec::new();
+            protocol::tensor::encode_payload(&mut raw, &delta, encoding);
+            assert_eq!(
+                protocol::tensor::decode_payload(&raw, delta.len(), encoding),
+                delta,
+                "{encoding:?}: the delta is on its encoding's levels"
+            );
             follower = delta::settle(&delta::target(&follower, &delta).expect("one layout"));
             let held = chain.held(version, || unreachable!("made"));
             assert_eq!(follower, *held, "version {version}");
@@ -222,10 +234,11 @@ mod tests {
             );
             assert_eq!(newcomer, now);
             let bytes = |f: &Frames| f.iter().map(Bytes::len).sum::<usize>();
-            assert!(bytes(&frames) * 10 < bytes(&key) * 6);
+            let tenths = if encoding == Compression::Int2 { 4 } else { 6 };
+            assert!(bytes(&frames) * 10 < bytes(&key) * tenths, "{encoding:?}");
             holds = now;
         }
-        // Within an int8 step and an int4 step of the weights: the deltas do not drift.
+        // Within an int8 step and a delta's step of the weights: the deltas do not drift.
         let last = weights(19);
         let held = chain.held(19, || unreachable!("made"));
         let error = last
@@ -233,14 +246,14 @@ mod tests {
             .zip(held.iter())
             .map(|(w, h)| (w - h).abs())
             .fold(0f32, f32::max);
-        assert!(error < 1.0 / 127.0, "{error}");
+        assert!(error < 1.0 / 127.0, "{encoding:?}: {error}");
     }
 
     /// A connection that missed a version, or holds a version of a chain since broken, or
     /// nothing, is sent the key; with deltas off every version is the `int8` of the weights.
     #[test]
     fn only_the_version_before_in_the_same_chain_takes_a_delta() {
-        let mut chain = Chain::new(true);
+        let mut chain = Chain::new(Some(Compression::Int2));
         let (_, at_0) = chain.frames_for(0, || weights(0), None);
         let (_, at_1) = chain.frames_for(1, || weights(1), Some(at_0));
         let (frames, _) = chain.frames_for(2, || weights(2), Some(at_0));
@@ -262,7 +275,7 @@ mod tests {
         let (frames, _) = chain.frames_for(5, || weights(5), None);
         assert!(!decoded(&frames).0);
 
-        let mut off = Chain::new(false);
+        let mut off = Chain::new(None);
         let (_, held) = off.frames_for(0, || weights(0), None);
         let (frames, _) = off.frames_for(1, || weights(1), Some(held));
         assert_eq!(decoded(&frames), (false, delta::settle(&weights(1))));

@@ -93,9 +93,11 @@ pub struct Settings {
     pub local: Option<Local>,
     /// `--role edge`: a root applies the updates (`remote.rs`); sync mode only.
     pub edge: bool,
-    /// `--weight-deltas`: a worker on int8 weights that holds the version before is sent
-    /// the next as a delta in int4 (`broadcast.rs`).
-    pub weight_deltas: bool,
+    /// `--weight-deltas` and `--delta-encoding`: a worker on int8 weights that holds the
+    /// version before is sent the next as a delta in this encoding (`broadcast.rs`): `int2`
+    /// by default with local phases, `int4` without ([`Settings::delta_default`]). `None`:
+    /// every version whole.
+    pub weight_deltas: Option<Compression>,
     /// `--phases-by-noise`: under `--local-steps auto`, the noise scale bounds a phase
     /// (`local.rs`).
     pub phases_by_noise: bool,
@@ -111,6 +113,20 @@ impl Settings {
         match (asked, &self.local) {
             (Compression::Int2, None) => Compression::Int4,
             _ => asked,
+        }
+    }
+
+    /// The deltas' encoding unless the operator names one: `int2` for a run of local
+    /// phases, `int4` for one of single gradients, as answers go. Three levels with the
+    /// chain's error feedback cost sixteen tabs of the 0.8M GPT one or two rounds in 45 and
+    /// took 0.17 s off each 1.70 s round: 2.0 1.06-1.08 times sooner (four and eight tabs
+    /// 1.05-1.18, one and two 2-4 % later), a quarter fewer bytes a token
+    /// (docs/BENCHMARKS.md, "int2 deltas").
+    pub fn delta_default(local: bool) -> Compression {
+        if local {
+            Compression::Int2
+        } else {
+            Compression::Int4
         }
     }
 }
@@ -155,7 +171,7 @@ impl Default for Settings {
             audit_seed: None,
             local: None,
             edge: false,
-            weight_deltas: true,
+            weight_deltas: Some(Compression::Int4),
             phases_by_noise: true,
         }
     }

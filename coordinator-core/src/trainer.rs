@@ -73,17 +73,18 @@ impl Trainer {
             seen: [None, None, None],
             trained_frames: [None, None],
             frozen_frames: [None, None, None],
-            chain: Chain::new(false),
+            chain: Chain::new(None),
             published,
         };
         Ok(trainer)
     }
 
-    /// Workers on int8 weights are sent each version as a delta from the one they hold
-    /// when they hold the one before (`--weight-deltas`, [`crate::broadcast`]).
+    /// Workers on int8 weights are sent each version as a delta in `encoding` from the one
+    /// they hold when they hold the one before (`--weight-deltas`, [`crate::broadcast`]);
+    /// `None`: whole.
     #[must_use]
-    pub fn deltas(mut self, on: bool) -> Self {
-        self.chain = Chain::new(on);
+    pub fn deltas(mut self, encoding: Option<Compression>) -> Self {
+        self.chain = Chain::new(encoding);
         self
     }
 
@@ -450,7 +451,7 @@ mod tests {
     #[test]
     fn a_version_after_an_update_or_an_adoption_is_a_delta_and_a_restore_is_not() {
         let (t, ()) = trainer(OptimizerKind::Sgd { lr: 0.1 });
-        let mut t = t.deltas(true);
+        let mut t = t.deltas(Some(Compression::Int4));
         let is_delta = |frames: &Frames| {
             matches!(
                 decode_from_coordinator(&frames[0]).expect("a frame"),

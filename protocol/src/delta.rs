@@ -1,7 +1,8 @@
 //! The broadcast as deltas (version 12). A worker whose weights go as `int8` (it asked for
-//! `int8` or `int4`) holds the weights it last decoded. The next version can come as its
-//! difference from them, in `int4` ([`DELTA_ENCODING`]: 0.5625 bytes a value against
-//! `int8`'s 1.016), in `WeightsDelta` chunks; the worker adds it to what it holds
+//! `int8`, `int4` or `int2`) holds the weights it last decoded. The next version can come as
+//! its difference from them, in one of [`DELTA_ENCODINGS`] (the run's choice: `int4`, 0.5625
+//! bytes a value, or `int2`, 0.3125, against `int8`'s 1.016), in `WeightsDelta` chunks; the
+//! worker decodes each chunk in the encoding it names, adds the delta to what it holds
 //! ([`target`]) and keeps that sum as `int8` would carry it ([`settle`]).
 //!
 //! The coordinator runs the same two functions on the same values, so it knows every
@@ -13,8 +14,9 @@
 
 use crate::tensor::{decode_payload, encode_payload, Compression};
 
-/// The encoding of a `WeightsDelta`'s values.
-pub const DELTA_ENCODING: Compression = Compression::Int4;
+/// The encodings a `WeightsDelta`'s values may come in: `int4` (15 levels of each 64 values'
+/// largest) or `int2` (three).
+pub const DELTA_ENCODINGS: [Compression; 2] = [Compression::Int4, Compression::Int2];
 
 /// The encoding of the weights a chain of deltas keeps (and of its key frames).
 pub const HELD_ENCODING: Compression = Compression::Int8;
@@ -34,61 +36,67 @@ pub fn settle(target: &[f32]) -> Vec<f32> {
 }
 
 /// The delta the coordinator sends, as the worker decodes it: `weights - held` through
-/// [`DELTA_ENCODING`]. `None` if the lengths differ.
-pub fn delta(weights: &[f32], held: &[f32]) -> Option<Vec<f32>> {
+/// `encoding` (one of [`DELTA_ENCODINGS`]). `None` if the lengths differ.
+pub fn delta(weights: &[f32], held: &[f32], encoding: Compression) -> Option<Vec<f32>> {
     if weights.len() != held.len() {
         return None;
     }
     let difference: Vec<f32> = weights.iter().zip(held).map(|(w, h)| w - h).collect();
     let mut raw = Vec::new();
-    encode_payload(&mut raw, &difference, DELTA_ENCODING);
-    Some(decode_payload(&raw, difference.len(), DELTA_ENCODING))
+    encode_payload(&mut raw, &difference, encoding);
+    Some(decode_payload(&raw, difference.len(), encoding))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A slowly moving set of weights followed by a chain of deltas: what is held stays
-    /// within an `int8` step (and an `int4` step of the last change) of the weights, never
-    /// drifting, and a key of the same target decodes to the same values.
+    /// A slowly moving set of weights followed by a chain of deltas in each encoding: what
+    /// is held stays within an `int8` step (and a delta's step of the last change) of the
+    /// weights, never drifting, and a key of the same target decodes to the same values.
     #[test]
     fn a_chain_of_deltas_follows_the_weights_without_drift() {
         let n = 1000;
-        let mut weights: Vec<f32> = (0..n)
-            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 60.0)
-            .collect();
-        let mut held = settle(&weights);
-        for version in 1..200u32 {
-            for (i, w) in weights.iter_mut().enumerate() {
-                *w += 1e-3 * (((i as u32 * 7 + version * 13) % 17) as f32 - 8.0) / 8.0;
-            }
-            let d = delta(&weights, &held).expect("same length");
-            let t = target(&held, &d).expect("same length");
-            held = settle(&t);
-            let mut key = Vec::new();
-            encode_payload(&mut key, &t, HELD_ENCODING);
-            assert_eq!(
-                decode_payload(&key, n, HELD_ENCODING),
-                held,
-                "a key is the same weights"
-            );
-            for chunk in 0..n / 256 {
-                let range = chunk * 256..(chunk * 256 + 256).min(n);
-                let top = weights[range.clone()]
-                    .iter()
-                    .fold(0f32, |m, w| m.max(w.abs()));
-                for i in range {
-                    // Half an int8 step of the target's chunk, plus half an int4 step of
-                    // what was held's distance: the last half int8 step and a change of at
-                    // most 2e-3.
-                    let step = top * 1.01 / 254.0;
-                    let bound = step + (step + 2e-3) / 14.0 + 1e-6;
-                    assert!((held[i] - weights[i]).abs() <= bound, "{version} {i}");
+        for encoding in DELTA_ENCODINGS {
+            let mut weights: Vec<f32> = (0..n)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 60.0)
+                .collect();
+            let mut held = settle(&weights);
+            for version in 1..200u32 {
+                for (i, w) in weights.iter_mut().enumerate() {
+                    *w += 1e-3 * (((i as u32 * 7 + version * 13) % 17) as f32 - 8.0) / 8.0;
+                }
+                let d = delta(&weights, &held, encoding).expect("same length");
+                let t = target(&held, &d).expect("same length");
+                held = settle(&t);
+                let mut key = Vec::new();
+                encode_payload(&mut key, &t, HELD_ENCODING);
+                assert_eq!(
+                    decode_payload(&key, n, HELD_ENCODING),
+                    held,
+                    "a key is the same weights"
+                );
+                for chunk in 0..n / 256 {
+                    let range = chunk * 256..(chunk * 256 + 256).min(n);
+                    let top = weights[range.clone()]
+                        .iter()
+                        .fold(0f32, |m, w| m.max(w.abs()));
+                    for i in range {
+                        // Half an int8 step of the target's chunk, plus half a delta's step
+                        // of what was held's distance: the last half int8 step and a change
+                        // of at most 2e-3 (what each delta leaves is in the next).
+                        let step = top * 1.01 / 254.0;
+                        let levels = f32::from(encoding.levels());
+                        let bound = step + (step + 2e-3) / (2.0 * levels) + 1e-6;
+                        assert!(
+                            (held[i] - weights[i]).abs() <= bound,
+                            "{encoding:?} {version} {i}"
+                        );
+                    }
                 }
             }
+            assert_eq!(delta(&weights, &held[1..], encoding), None);
+            assert_eq!(target(&held, &weights[1..]), None);
         }
-        assert_eq!(delta(&weights, &held[1..]), None);
-        assert_eq!(target(&held, &weights[1..]), None);
     }
 }

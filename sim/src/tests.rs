@@ -109,7 +109,7 @@ fn a_link_costs_what_its_latency_and_bandwidth_say() {
     let link = Link::symmetric(ms(50), 10.0);
     // Whole weights each version: the next pull's, in int8, are the gradient's size.
     let settings = Settings {
-        weight_deltas: false,
+        weight_deltas: None,
         ..sync(1)
     };
     let mut s = scenario(128, honest(1, link, ms(2)), settings);

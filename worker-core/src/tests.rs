@@ -157,11 +157,10 @@ fn a_delta_is_added_to_the_weights_held() {
             .collect();
         let difference: Vec<f32> = next.iter().zip(&held).map(|(n, h)| n - h).collect();
         core.handle(task(round, round)).expect("task");
-        let frames =
-            protocol::encode_weights_delta(Round(round), &difference, delta::DELTA_ENCODING);
+        let frames = protocol::encode_weights_delta(Round(round), &difference, Compression::Int4);
         let answer = send(&mut core, frames).expect("a delta on the version held");
         assert!(!answer.is_empty(), "round {round} answered");
-        let sent = delta::delta(&next, &held).expect("one layout");
+        let sent = delta::delta(&next, &held, Compression::Int4).expect("one layout");
         held = delta::settle(&delta::target(&held, &sent).expect("one layout"));
         let Ok(protocol::WorkerFrame::Gradient(g)) = protocol::decode_worker_frame(&answer[0])
         else {
@@ -179,7 +178,7 @@ fn a_delta_is_added_to_the_weights_held() {
     }
     // Version 5 on 3: not the version held.
     core.handle(task(5, 5)).expect("task");
-    let skip = protocol::encode_weights_delta(Round(5), &[0.0; 6], delta::DELTA_ENCODING);
+    let skip = protocol::encode_weights_delta(Round(5), &[0.0; 6], Compression::Int4);
     assert!(matches!(
         send(&mut core, skip),
         Err(WorkerError::Protocol(_))
@@ -189,7 +188,7 @@ fn a_delta_is_added_to_the_weights_held() {
     plain.handle(task(0, 0)).expect("task");
     assert!(plain.handle(weights(0)).expect("whole").is_some());
     plain.handle(task(1, 1)).expect("task");
-    let delta = protocol::encode_weights_delta(Round(1), &[0.0; 6], delta::DELTA_ENCODING);
+    let delta = protocol::encode_weights_delta(Round(1), &[0.0; 6], Compression::Int4);
     assert!(matches!(
         send(&mut plain, delta),
         Err(WorkerError::Protocol(_))

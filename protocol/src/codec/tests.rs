@@ -258,34 +258,37 @@ fn weights_fast_path_matches_the_message_encoding() {
     );
 }
 
-/// A delta's frames decode to the same chunks as the whole tensor through `int4`, under
-/// their own tag (never taken for the start of a `Weights` message).
+/// A delta's frames decode to the same chunks as the whole tensor through its encoding
+/// (`int4` or `int2`), under their own tag (never taken for the start of a `Weights`
+/// message), in about its share of the key's bytes.
 #[test]
-fn a_delta_travels_in_int4_chunks_under_its_own_tag() {
+fn a_delta_travels_in_its_encodings_chunks_under_its_own_tag() {
     let total = CHUNK_VALUES + 100;
     let delta: Vec<f32> = (0..total).map(|i| (i as f32 * 0.11).cos() * 1e-3).collect();
-    let frames = encode_weights_delta(Round(3), &delta, crate::delta::DELTA_ENCODING);
-    assert_eq!(frames.len(), 2);
-    let mut got = Vec::new();
-    for frame in &frames {
-        assert!(!is_weights_start(frame));
-        let Ok(CoordinatorToWorker::WeightsDelta(w)) = decode_from_coordinator(frame) else {
-            panic!("not a delta")
-        };
-        assert_eq!((w.round, w.total), (Round(3), total as u32));
-        got.extend(w.params);
-    }
-    let held = vec![0.0; total];
-    assert_eq!(Some(got), crate::delta::delta(&delta, &held));
-    let bytes: usize = frames.iter().map(Vec::len).sum();
     let key: usize = encode_weights(Round(3), &delta, Compression::Int8)
         .iter()
         .map(Vec::len)
         .sum();
-    assert!(
-        bytes * 10 < key * 6,
-        "{bytes} bytes against the key's {key}"
-    );
+    for (encoding, tenths) in [(Compression::Int4, 6), (Compression::Int2, 4)] {
+        let frames = encode_weights_delta(Round(3), &delta, encoding);
+        assert_eq!(frames.len(), 2);
+        let mut got = Vec::new();
+        for frame in &frames {
+            assert!(!is_weights_start(frame));
+            let Ok(CoordinatorToWorker::WeightsDelta(w)) = decode_from_coordinator(frame) else {
+                panic!("not a delta")
+            };
+            assert_eq!((w.round, w.total), (Round(3), total as u32));
+            got.extend(w.params);
+        }
+        let held = vec![0.0; total];
+        assert_eq!(Some(got), crate::delta::delta(&delta, &held, encoding));
+        let bytes: usize = frames.iter().map(Vec::len).sum();
+        assert!(
+            bytes * 10 < key * tenths,
+            "{encoding:?}: {bytes} bytes against the key's {key}"
+        );
+    }
 }
 
 #[test]

@@ -280,10 +280,15 @@ pub struct Cli {
     pub verify_cores: Option<usize>,
 
     /// Send a worker on int8, int4 or int2 the next weights as their difference from the
-    /// version it holds, in int4 (0.56 bytes a value against int8's 1.02); false: whole, in
-    /// int8, every time.
+    /// version it holds, in --delta-encoding (0.31 or 0.56 bytes a value against int8's
+    /// 1.02); false: whole, in int8, every time.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub weight_deltas: bool,
+
+    /// The deltas' encoding: int2 (three levels of each 64 values' largest) or int4 (15)
+    /// [default: int2 with --local-steps, int4 without].
+    #[arg(long, value_enum)]
+    pub delta_encoding: Option<DeltaChoice>,
 
     /// Sync: give each shard to groups of R workers of the same compression, which compute
     /// the same batch each round and must agree (BOINC-style redundancy); a disagreement is
@@ -508,6 +513,12 @@ pub struct ExportArgs {
     /// the checkpoint keeps, if the run had one].
     #[arg(long, value_name = "FILE")]
     pub tokenizer: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DeltaChoice {
+    Int2,
+    Int4,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -53,6 +53,8 @@ pub enum ConfigError {
     InnerWithoutLocalSteps,
     #[error("with --local-steps 1 every answer is one batch's gradient, for --optimizer to apply: --inner-optimizer and --inner-lr do not apply")]
     InnerWithOneStep,
+    #[error("--delta-encoding only applies with --weight-deltas true")]
+    DeltaEncodingWithoutDeltas,
     #[error("--inner-lr must be a finite number in (0, 10], got {0}")]
     InnerLearningRate(f32),
     #[error("--batch-size must be between 1 and {max}, got {got}")]

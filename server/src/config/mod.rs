@@ -16,16 +16,17 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use self::aggregator::aggregator;
-use self::cli::RoleChoice;
 pub use self::cli::{
     AggregatorChoice, Cli, Command, ExportArgs, LogFormat, ModeChoice, OptimizerChoice,
 };
+use self::cli::{DeltaChoice, RoleChoice};
 pub use self::duration::parse_duration;
 pub use self::error::ConfigError;
 pub use self::model_choice::ModelChoice;
 use self::optimizer::optimizers;
 pub use coordinator_core::Mode;
 use coordinator_core::Settings;
+use protocol::Compression;
 
 use crate::deadline::RoundTimeout;
 use crate::edge::admission::Origins;
@@ -179,6 +180,13 @@ impl TryFrom<Cli> for Config {
             _ => return Err(ConfigError::TlsPair),
         };
         let model_name = model.name();
+        let weight_deltas = match (cli.weight_deltas, cli.delta_encoding) {
+            (false, Some(_)) => return Err(ConfigError::DeltaEncodingWithoutDeltas),
+            (false, None) => None,
+            (true, Some(DeltaChoice::Int2)) => Some(Compression::Int2),
+            (true, Some(DeltaChoice::Int4)) => Some(Compression::Int4),
+            (true, None) => Some(Settings::delta_default(local.is_some())),
+        };
         Ok(Self {
             host: cli.host,
             port: cli.port,
@@ -206,7 +214,7 @@ impl TryFrom<Cli> for Config {
                 aggregator,
                 verify_fraction: cli.verify_fraction,
                 verify_cores,
-                weight_deltas: cli.weight_deltas,
+                weight_deltas,
                 phases_by_noise: cli.phases_by_noise,
                 probation: cli.probation,
                 new_identities_per_address: cli.new_identities_per_address,

@@ -669,3 +669,34 @@ fn a_gpt_listening_beyond_loopback_takes_local_phases_by_default() {
     );
     assert_eq!(steps(&["--model", "mlp", "--host", "0.0.0.0"]), None);
 }
+
+/// The weights' deltas go in int2 for a run of local phases and in int4 for one of single
+/// gradients, unless `--delta-encoding` names one; it needs the deltas on.
+#[test]
+fn deltas_take_int2_with_phases_and_int4_without() {
+    use protocol::Compression;
+    let deltas = |args: &[&str]| parse(args).expect("valid").training.weight_deltas;
+    assert_eq!(deltas(&[]), Some(Compression::Int4));
+    assert_eq!(deltas(&["--local-steps", "8"]), Some(Compression::Int2));
+    assert_eq!(
+        deltas(&["--model", "gpt", "--host", "0.0.0.0"]),
+        Some(Compression::Int2),
+        "auto phases"
+    );
+    assert_eq!(
+        deltas(&["--local-steps", "8", "--delta-encoding", "int4"]),
+        Some(Compression::Int4)
+    );
+    assert_eq!(
+        deltas(&["--delta-encoding", "int2"]),
+        Some(Compression::Int2)
+    );
+    assert_eq!(deltas(&["--weight-deltas", "false"]), None);
+    let refused =
+        parse(&["--weight-deltas", "false", "--delta-encoding", "int2"]).expect_err("deltas off");
+    assert!(
+        refused.contains("--delta-encoding only applies"),
+        "{refused}"
+    );
+    assert!(parse(&["--delta-encoding", "int8"]).is_err());
+}
