@@ -1,6 +1,7 @@
 //! Tensors on the wire: raw little-endian `f32`, or compressed to `f16`, to `int8` with one
 //! `f32` scale per chunk of [`INT8_CHUNK`] values, to `int4` with one per [`INT4_CHUNK`], or
-//! to `int2` (three levels) with one per [`INT2_CHUNK`].
+//! to `int2` (three levels) with one per [`INT2_CHUNK`], packed by its zeros: the only
+//! encoding whose length depends on the values ([`Compression::is_sized`], [`int2_len`]).
 //! A worker asks for a compression in `Hello`; `Welcome` confirms it; its `Weights` and
 //! `Gradient`s then use it (`int4`'s and `int2`'s weights go as `int8`:
 //! [`Compression::for_weights`]). The
@@ -19,7 +20,8 @@ pub const INT8_CHUNK: usize = 256;
 /// of a seventh of it. 36 bytes a chunk, 0.5625 a value.
 pub const INT4_CHUNK: usize = 64;
 
-/// Values per int2 chunk: 20 bytes a chunk, 0.3125 a value.
+/// Values per int2 chunk: 12 bytes a chunk and a bit for each of its nonzero values, 20 at
+/// most (0.19-0.31 bytes a value).
 pub const INT2_CHUNK: usize = 64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -39,8 +41,12 @@ pub enum Compression {
     Int4,
     /// `round(x / scale)` in -1..=1 with `scale = max|x|` per chunk of [`INT2_CHUNK`]: a value
     /// at least half its chunk's largest goes as its sign times the largest, the rest as 0.
-    /// Four values a byte, two bits each (the first in the lowest), 0.3125 bytes a value.
-    /// For answers only, as `int4`.
+    /// Packed by its zeros (protocol 13): a chunk of `n` values is its scale, a bit for each
+    /// value (`⌈n/8⌉` bytes, the first value in the lowest bit of the first byte: set if it
+    /// is not 0), then a bit for each value that is not, in order (`⌈nonzero/8⌉` bytes: set
+    /// if it is -1), every unused bit 0. A pseudo-gradient's chunk is about four fifths
+    /// zeros: 14 bytes against 20 at most (0.22 bytes a value against 0.3125). For answers
+    /// and deltas only, as `int4`.
     Int2,
 }
 
@@ -69,7 +75,8 @@ impl Compression {
         }
     }
 
-    /// Payload bytes for `count` values.
+    /// Payload bytes for `count` values: exactly, or at most where the length depends on
+    /// the values (`int2`, [`Compression::is_sized`]: every value nonzero).
     pub fn payload_len(self, count: usize) -> Option<usize> {
         match self {
             Self::None => count.checked_mul(4),
@@ -78,7 +85,16 @@ impl Compression {
                 .div_ceil(INT8_CHUNK)
                 .checked_mul(4)?
                 .checked_add(count),
-            Self::Int4 | Self::Int2 => {
+            Self::Int2 => {
+                let (full, rest) = (count / INT2_CHUNK, count % INT2_CHUNK);
+                let last = if rest == 0 {
+                    0
+                } else {
+                    4 + 2 * rest.div_ceil(8)
+                };
+                full.checked_mul(4 + 2 * INT2_CHUNK / 8)?.checked_add(last)
+            }
+            Self::Int4 => {
                 let (chunk, per_byte) = (self.chunk_len(), self.per_byte());
                 let (full, rest) = (count / chunk, count % chunk);
                 let last = if rest == 0 {
@@ -89,6 +105,12 @@ impl Compression {
                 full.checked_mul(4 + chunk / per_byte)?.checked_add(last)
             }
         }
+    }
+
+    /// Whether `count` values always take [`Compression::payload_len`] bytes; if not
+    /// (`int2`), a tensor's payload travels with its length, checked by [`int2_len`].
+    pub fn is_sized(self) -> bool {
+        self != Self::Int2
     }
 
     /// The encoding this worker's `Weights` (and frozen layers) are sent in: its own, but
@@ -109,11 +131,10 @@ impl Compression {
         }
     }
 
-    /// Values packed into a byte by a scaled encoding.
+    /// Values packed into a byte by a scaled encoding of fixed size.
     fn per_byte(self) -> usize {
         match self {
             Self::Int4 => 2,
-            Self::Int2 => 4,
             _ => 1,
         }
     }
@@ -175,7 +196,31 @@ pub fn encode_payload(out: &mut Vec<u8>, values: &[f32], c: Compression) {
                 }
             }
         }
-        Compression::Int8 | Compression::Int4 | Compression::Int2 => {
+        Compression::Int2 => {
+            out.reserve(c.payload_len(values.len()).unwrap_or(0));
+            for chunk in values.chunks(INT2_CHUNK) {
+                let scale = abs_max(chunk);
+                out.extend_from_slice(&scale.to_le_bytes());
+                let inv = if scale > 0.0 && scale.is_finite() {
+                    1.0 / scale
+                } else {
+                    0.0
+                };
+                // Each level as two bits, as int4's are four: 1 is +1, 3 is -1.
+                let (mut mask, mut signs, mut nonzero) = (0u64, 0u64, 0usize);
+                for (i, x) in chunk.iter().enumerate() {
+                    let q = quantize(*x, inv, 1) & 0x03;
+                    if q != 0 {
+                        mask |= 1 << i;
+                        signs |= u64::from(q >> 1) << nonzero;
+                        nonzero += 1;
+                    }
+                }
+                out.extend_from_slice(&mask.to_le_bytes()[..chunk.len().div_ceil(8)]);
+                out.extend_from_slice(&signs.to_le_bytes()[..nonzero.div_ceil(8)]);
+            }
+        }
+        Compression::Int8 | Compression::Int4 => {
             out.reserve(c.payload_len(values.len()).unwrap_or(0));
             let levels = c.levels();
             for chunk in values.chunks(c.chunk_len()) {
@@ -189,17 +234,13 @@ pub fn encode_payload(out: &mut Vec<u8>, values: &[f32], c: Compression) {
                     0.0
                 };
                 let q = |x: &f32| quantize(*x, inv, levels);
-                match c {
-                    Compression::Int8 => out.extend(chunk.iter().map(q)),
-                    Compression::Int4 => out.extend(chunk.chunks(2).map(|pair| {
+                if c == Compression::Int8 {
+                    out.extend(chunk.iter().map(q));
+                } else {
+                    out.extend(chunk.chunks(2).map(|pair| {
                         let high = pair.get(1).map_or(0, q);
                         (q(&pair[0]) & 0x0f) | (high << 4)
-                    })),
-                    _ => out.extend(chunk.chunks(4).map(|four| {
-                        four.iter()
-                            .enumerate()
-                            .fold(0u8, |b, (i, x)| b | ((q(x) & 0x03) << (2 * i)))
-                    })),
+                    }));
                 }
             }
         }
@@ -259,7 +300,41 @@ fn quantize(x: f32, inv: f32, levels: u8) -> u8 {
     }
 }
 
-/// Decodes a payload of `count` values; `raw` must be exactly `c.payload_len(count)` bytes.
+/// The bytes of the `int2` payload of `count` values at the start of `raw`, if it is one:
+/// every chunk whole (its scale, its bits, a sign bit for each bit set) and every unused bit
+/// 0, so a payload has one reading and one length. `None` if `raw` ends first or a bit that
+/// must be 0 is not.
+pub fn int2_len(raw: &[u8], count: usize) -> Option<usize> {
+    let mut pos = 0;
+    let mut left = count;
+    while left > 0 {
+        let n = left.min(INT2_CHUNK);
+        left -= n;
+        let mask_bytes = raw.get(pos + 4..pos + 4 + n.div_ceil(8))?;
+        let mask = bits(mask_bytes);
+        if mask >> (n - 1) >> 1 != 0 {
+            return None;
+        }
+        let nonzero = mask.count_ones() as usize;
+        pos += 4 + mask_bytes.len();
+        let signs = raw.get(pos..pos + nonzero.div_ceil(8))?;
+        if nonzero > 0 && bits(signs) >> (nonzero - 1) >> 1 != 0 {
+            return None;
+        }
+        pos += signs.len();
+    }
+    Some(pos)
+}
+
+/// Up to 8 bytes as one little-endian word.
+fn bits(bytes: &[u8]) -> u64 {
+    let mut word = [0u8; 8];
+    word[..bytes.len()].copy_from_slice(bytes);
+    u64::from_le_bytes(word)
+}
+
+/// Decodes a payload of `count` values; `raw` must be exactly `c.payload_len(count)` bytes
+/// (for `int2`, exactly [`int2_len`]'s).
 pub fn decode_payload(raw: &[u8], count: usize, c: Compression) -> Vec<f32> {
     let mut out = Vec::with_capacity(count);
     decode_payload_append(raw, count, &mut out, c);
@@ -267,7 +342,8 @@ pub fn decode_payload(raw: &[u8], count: usize, c: Compression) -> Vec<f32> {
 }
 
 /// Decodes a payload of `count` values onto the end of `out`, in one pass with no
-/// intermediate buffer; `raw` must be exactly `c.payload_len(count)` bytes.
+/// intermediate buffer; `raw` must be exactly `c.payload_len(count)` bytes (for `int2`, a
+/// payload [`int2_len`] reads whole).
 pub fn decode_payload_append(raw: &[u8], count: usize, out: &mut Vec<f32>, c: Compression) {
     out.reserve(count);
     match c {
@@ -297,20 +373,43 @@ pub fn decode_payload_append(raw: &[u8], count: usize, out: &mut Vec<f32>, c: Co
         Compression::Int4 => decode_packed(raw, count, out, INT4_CHUNK, |b| {
             [(b << 4) as i8 >> 4, b as i8 >> 4]
         }),
-        // -2..=1 from two bits; the encoder writes -1..=1, as int4's writes -7..=7 of -8..=7.
-        Compression::Int2 => decode_packed(raw, count, out, INT2_CHUNK, |b| {
-            [
-                (b << 6) as i8 >> 6,
-                (b << 4) as i8 >> 6,
-                (b << 2) as i8 >> 6,
-                b as i8 >> 6,
-            ]
-        }),
+        Compression::Int2 => decode_int2(raw, count, out),
+    }
+}
+
+/// Decodes `int2` chunks: each value `level * scale`, as int4's are, its level 0 where its
+/// bit is clear and ±1 by its sign bit where it is set.
+fn decode_int2(raw: &[u8], count: usize, out: &mut Vec<f32>) {
+    let (mut pos, mut left) = (0, count);
+    while left > 0 {
+        let n = left.min(INT2_CHUNK);
+        left -= n;
+        let scale = f32::from_le_bytes([raw[pos], raw[pos + 1], raw[pos + 2], raw[pos + 3]]);
+        let mask_len = n.div_ceil(8);
+        let mask = bits(&raw[pos + 4..pos + 4 + mask_len]);
+        pos += 4 + mask_len;
+        let nonzero = mask.count_ones() as usize;
+        let mut signs = bits(&raw[pos..pos + nonzero.div_ceil(8)]);
+        pos += nonzero.div_ceil(8);
+        out.extend((0..n).map(|i| {
+            let level = if mask >> i & 1 == 0 {
+                0.0
+            } else {
+                let negative = signs & 1 == 1;
+                signs >>= 1;
+                if negative {
+                    -1.0
+                } else {
+                    1.0
+                }
+            };
+            level * scale
+        }));
     }
 }
 
 /// Decodes chunks of `chunk` levels packed `PER_BYTE` a byte after each chunk's `f32`
-/// scale (int4, int2): `unpack` gives a byte's levels in order; a last partial chunk's
+/// scale (int4): `unpack` gives a byte's levels in order; a last partial chunk's
 /// unused levels are dropped.
 fn decode_packed<const PER_BYTE: usize>(
     raw: &[u8],
@@ -582,28 +681,41 @@ mod tests {
         }
     }
 
-    /// int2 one value at a time, written plainly: `f32::round`, a clamp, then two bits each.
+    /// int2 one value at a time, written plainly: `f32::round`, a clamp, then a bit for
+    /// each value that is not 0 and a sign bit for each that is.
     fn int2_reference(values: &[f32]) -> Vec<u8> {
         let mut out = Vec::new();
         for chunk in values.chunks(INT2_CHUNK) {
             let scale = chunk.iter().fold(0.0f32, |m, x| m.max(x.abs()));
             out.extend_from_slice(&scale.to_le_bytes());
             let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-            let level = |x: f32| ((x * inv).round().clamp(-1.0, 1.0) as i8 as u8) & 0x03;
-            for four in chunk.chunks(4) {
-                out.push(
-                    four.iter()
-                        .enumerate()
-                        .fold(0, |b, (i, &x)| b | level(x) << (2 * i)),
-                );
+            let levels: Vec<f32> = chunk
+                .iter()
+                .map(|&x| (x * inv).round().clamp(-1.0, 1.0))
+                .collect();
+            let mut mask = vec![0u8; chunk.len().div_ceil(8)];
+            let mut signs = Vec::new();
+            for (i, &level) in levels.iter().enumerate() {
+                if level != 0.0 {
+                    mask[i / 8] |= 1 << (i % 8);
+                    signs.push(level < 0.0);
+                }
             }
+            out.extend(mask);
+            out.extend(signs.chunks(8).map(|eight| {
+                eight
+                    .iter()
+                    .enumerate()
+                    .fold(0u8, |b, (i, &neg)| b | u8::from(neg) << i)
+            }));
         }
         out
     }
 
     /// Byte for byte the reference, on the tie (half the largest) and either side of it,
     /// on pseudo-random chunks whole and partial; back within half the chunk's largest, the
-    /// largest itself exactly.
+    /// largest itself exactly; its length is what [`int2_len`] reads, at most
+    /// [`Compression::payload_len`].
     #[test]
     fn int2_matches_the_reference_and_rounds_within_half_a_step() {
         let mut values = Vec::new();
@@ -611,13 +723,16 @@ mod tests {
             values.extend([1.0, t, t.next_down(), t.next_up(), -0.0, -1.0, 0.25]);
         }
         values.extend(spread(0x2545_f491, 3 * INT2_CHUNK + 13));
+        values.extend([0.0; INT2_CHUNK]);
+        values.extend((0..INT2_CHUNK).map(|i| if i % 2 == 0 { 1.0 } else { -1.0 }));
         for len in [0, 1, 3, 4, 5, 63, 64, 65, 127, values.len()] {
             let values = &values[..len];
             let mut got = Vec::new();
             encode_payload(&mut got, values, Compression::Int2);
             assert_eq!(got, int2_reference(values), "{len} values");
-            assert_eq!(Compression::Int2.payload_len(len), Some(got.len()));
-            let back = round_trip(values, Compression::Int2);
+            assert_eq!(int2_len(&got, len), Some(got.len()), "{len} values");
+            assert!(got.len() <= Compression::Int2.payload_len(len).expect("fits"));
+            let back = decode_payload(&got, len, Compression::Int2);
             assert_eq!(back.len(), len);
             for (chunk, back) in values.chunks(INT2_CHUNK).zip(back.chunks(INT2_CHUNK)) {
                 let step = chunk.iter().fold(0.0f32, |m, x| m.max(x.abs()));
@@ -631,14 +746,41 @@ mod tests {
         }
     }
 
+    /// A chunk of zeros is its scale and its empty bits (12 bytes), one of signs at every
+    /// value the most (20); a pseudo-gradient's four-fifths zeros about 14.
+    #[test]
+    fn int2_is_packed_by_its_zeros() {
+        let len = |values: &[f32]| {
+            let mut raw = Vec::new();
+            encode_payload(&mut raw, values, Compression::Int2);
+            raw.len()
+        };
+        assert_eq!(len(&[0.0; 64]), 12);
+        assert_eq!(len(&[-1.0; 64]), 20);
+        assert_eq!(Compression::Int2.payload_len(64), Some(20));
+        let sparse: Vec<f32> = (0..64)
+            .map(|i| if i % 5 == 0 { 1.0 } else { 0.1 })
+            .collect();
+        assert_eq!(len(&sparse), 12 + 2, "13 values past half the largest");
+        assert_eq!(len(&[1.0, 0.0, 0.0]), 4 + 1 + 1);
+    }
+
+    fn round_trip_int2(values: &[f32]) -> Vec<f32> {
+        let mut out = Vec::new();
+        encode_payload(&mut out, values, Compression::Int2);
+        assert_eq!(int2_len(&out, values.len()), Some(out.len()));
+        decode_payload(&out, values.len(), Compression::Int2)
+    }
+
     #[test]
     fn int2_sizes_levels_names_and_non_finite() {
         let c = Compression::Int2;
         assert_eq!(c.payload_len(0), Some(0));
-        assert_eq!(c.payload_len(1), Some(5));
-        assert_eq!(c.payload_len(5), Some(6));
+        assert_eq!(c.payload_len(1), Some(6));
+        assert_eq!(c.payload_len(9), Some(8));
         assert_eq!(c.payload_len(64), Some(20));
-        assert_eq!(c.payload_len(129), Some(2 * 20 + 5));
+        assert_eq!(c.payload_len(129), Some(2 * 20 + 6));
+        assert!(!c.is_sized() && Compression::ALL.iter().filter(|c| !c.is_sized()).count() == 1);
         assert_eq!(Compression::from_u8(4), Some(c));
         assert_eq!(c.for_weights(), Compression::Int8);
         assert!(c.coarse() && Compression::Int4.coarse() && !Compression::Int8.coarse());
@@ -647,21 +789,57 @@ mod tests {
             assert_eq!(Compression::from_u8(c.to_u8()), Some(c));
         }
         assert_eq!(Compression::from_name("int3"), None);
-        assert_eq!(round_trip(&[0.0; 100], c), vec![0.0; 100]);
+        assert_eq!(round_trip_int2(&[0.0; 100]), vec![0.0; 100]);
         assert_eq!(
-            round_trip(&[2.0, -2.0, 1.0, -0.9, 0.0], c),
+            round_trip_int2(&[2.0, -2.0, 1.0, -0.9, 0.0]),
             [2.0, -2.0, 2.0, 0.0, 0.0]
         );
-        // Every byte decodes (a hostile answer's `10` is -2 times the scale, as int4's
-        // `1000` is -8): the checks judge what was decoded.
-        let every: Vec<u8> = [1f32.to_le_bytes().to_vec(), (0..=255).collect()].concat();
-        let back = decode_payload(&every[..20], 64, c);
-        assert!(back.iter().all(|v| (-2.0..=1.0).contains(v)));
         for bad in [f32::NAN, f32::INFINITY] {
-            let back = round_trip(&[1.0, bad, 2.0], c);
+            let back = round_trip_int2(&[1.0, bad, 2.0]);
             assert!(
                 back.iter().any(|v| !v.is_finite()),
                 "{bad} must stay detectable: {back:?}"
+            );
+        }
+    }
+
+    /// A payload has one reading: one that ends inside a chunk's scale, bits or signs, or
+    /// sets a bit past its values or its signs, is not one; and what a hostile one can say
+    /// is still only -1, 0 or 1 times its scale.
+    #[test]
+    fn int2_payloads_that_are_not_whole_and_canonical_are_not_read() {
+        let scale = 1f32.to_le_bytes();
+        // 10 values: two bytes of bits; values 0 and 9 set, one sign byte (value 9 negative).
+        let good = [&scale[..], &[0b0000_0001, 0b0000_0010], &[0b0000_0010]].concat();
+        assert_eq!(int2_len(&good, 10), Some(good.len()));
+        assert_eq!(
+            decode_payload(&good, 10, Compression::Int2),
+            [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0]
+        );
+        for cut in 0..good.len() {
+            assert_eq!(int2_len(&good[..cut], 10), None, "cut at {cut}");
+        }
+        let past_the_values = [&scale[..], &[0b0000_0001, 0b0000_0110], &[0]].concat();
+        assert_eq!(int2_len(&past_the_values, 10), None);
+        let past_the_signs = [&scale[..], &[0b0000_0001, 0b0000_0010], &[0b0000_0100]].concat();
+        assert_eq!(int2_len(&past_the_signs, 10), None);
+        // A longer buffer is read to the payload's end only: the rest is the caller's.
+        let longer = [&good[..], &[0xff]].concat();
+        assert_eq!(int2_len(&longer, 10), Some(good.len()));
+        // Every mask and sign a chunk can carry decodes to -1, 0 or 1 times its scale.
+        for mask in 0..=255u8 {
+            let n = mask.count_ones() as usize;
+            let signs = if n == 0 {
+                vec![]
+            } else {
+                vec![0xffu8 >> (8 - n)]
+            };
+            let raw = [&2f32.to_le_bytes()[..], &[mask], &signs].concat();
+            assert_eq!(int2_len(&raw, 8), Some(raw.len()));
+            let back = decode_payload(&raw, 8, Compression::Int2);
+            assert!(
+                back.iter().all(|v| [-2.0, 0.0].contains(v)),
+                "{mask}: {back:?}"
             );
         }
     }

@@ -102,6 +102,8 @@ fn rounded(values: &[f32], levels: u8, chunk: usize) -> Vec<f32> {
 }
 
 /// The bits a value takes at `levels` each side of zero (its chunk's scale aside); 32 exact.
+/// Dense: the wire's `int2` (1 level), packed by its zeros since protocol 13, takes fewer
+/// (a bit a value and a sign bit a nonzero one), so at 1 this is its most.
 fn bits_a_value(levels: u8) -> f64 {
     if levels == 0 {
         32.0

@@ -56,7 +56,7 @@ impl Coordinator {
                 plan.answered(worker, steps, timed.then_some((compute, wall)));
             }
         }
-        let bytes = gradient_wire_len(gradient.grads.len(), compression).unwrap_or(0);
+        let bytes = gradient_wire_len(&gradient.grads, compression).unwrap_or(0);
         self.metrics.traffic(bytes as u64, 0);
     }
 }

@@ -45,15 +45,28 @@ pub(super) fn gradient_chunk(
     w.buf
 }
 
-/// The bytes of all the chunk frames [`encode_gradient`] makes for `count` values in `c`,
-/// without encoding them (`None` if `count` does not fit the format).
-pub fn gradient_wire_len(count: usize, c: Compression) -> Option<usize> {
+/// The bytes of all the chunk frames [`encode_gradient`] makes for `values` in `c`, without
+/// encoding them (`None` if they do not fit the format). `int2`'s payload is counted from
+/// the values as a receiver decoded them: a bit for each, and a sign bit for each that is
+/// not 0.
+pub fn gradient_wire_len(values: &[f32], c: Compression) -> Option<usize> {
     // Per chunk: header, round (8), samples (4), loss (4), compute time (4), parts (1),
-    // total (4), offset (4), tensor: compression (1), count (4), payload.
-    let frames = count.div_ceil(CHUNK_VALUES).max(1);
-    frames
-        .checked_mul(HEADER_LEN + 8 + 4 + 4 + 4 + 1 + 4 + 4 + 1 + 4)?
-        .checked_add(c.payload_len(count)?)
+    // total (4), offset (4), tensor: compression (1), count (4), [payload length (4),]
+    // payload.
+    let fields = HEADER_LEN + 8 + 4 + 4 + 4 + 1 + 4 + 4 + 1 + 4 + if c.is_sized() { 0 } else { 4 };
+    let frames = values.len().div_ceil(CHUNK_VALUES).max(1);
+    let payload = if c.is_sized() {
+        c.payload_len(values.len())?
+    } else {
+        values
+            .chunks(crate::tensor::INT2_CHUNK)
+            .map(|chunk| {
+                let nonzero = chunk.iter().filter(|v| **v != 0.0).count();
+                4 + chunk.len().div_ceil(8) + nonzero.div_ceil(8)
+            })
+            .sum()
+    };
+    frames.checked_mul(fields)?.checked_add(payload)
 }
 
 fn total_u32(len: usize) -> u32 {

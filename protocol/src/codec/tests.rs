@@ -339,9 +339,10 @@ fn tensors_travel_in_chunks_that_reassemble_exactly() {
             grads: values.clone(),
         };
         let frames = encode_gradient(&g, c);
+        let decoded = crate::tensor::decode_payload(&raw, total, c);
         assert_eq!(
             frames.iter().map(Vec::len).sum::<usize>(),
-            gradient_wire_len(total, c).expect("fits")
+            gradient_wire_len(&decoded, c).expect("fits")
         );
         let mut got = Vec::new();
         for frame in &frames {
@@ -381,6 +382,71 @@ fn oversized_or_overflowing_chunks_are_refused() {
             Err(DecodeError::InvalidValue { field: f, .. }) => assert_eq!(f, field),
             other => panic!("{field}: {other:?}"),
         }
+    }
+}
+
+/// An int2 gradient chunk's payload carries its length; a frame whose length is past what its
+/// count can take, or says more or fewer bytes than its chunks are, or whose chunks set a bit
+/// past their values, is refused by field before anything is decoded; any prefix is
+/// truncated.
+#[test]
+fn int2_gradient_chunks_are_read_whole_and_canonical_or_refused() {
+    let grads: Vec<f32> = (0..100)
+        .map(|i| if i % 6 == 0 { -1.0 } else { 0.1 })
+        .collect();
+    let g = Gradient {
+        compute_us: 7,
+        parts: 1,
+        round: Round(2),
+        samples: 4,
+        loss: 1.0,
+        grads: grads.clone(),
+    };
+    let frames = encode_gradient(&g, Compression::Int2);
+    let frame = &frames[0];
+    let Ok(WorkerFrame::Gradient(raw)) = decode_worker_frame(frame) else {
+        panic!("a gradient chunk")
+    };
+    let mut got = Vec::new();
+    raw.decode_append(&mut got);
+    let mut want = Vec::new();
+    crate::tensor::encode_payload(&mut want, &grads, Compression::Int2);
+    assert_eq!(
+        got,
+        crate::tensor::decode_payload(&want, 100, Compression::Int2)
+    );
+    // The payload's length sits before its last `want.len()` bytes.
+    let at = frame.len() - want.len() - 4;
+    assert_eq!(frame[at..at + 4], (want.len() as u32).to_le_bytes());
+    let with_len = |len: u32| {
+        let mut f = frame.clone();
+        f[at..at + 4].copy_from_slice(&len.to_le_bytes());
+        f
+    };
+    let field = |f: &[u8]| match decode_worker_frame(f) {
+        Err(DecodeError::InvalidValue { field, .. }) => field,
+        other => panic!("{other:?}"),
+    };
+    let most = Compression::Int2.payload_len(100).expect("fits") as u32;
+    assert_eq!(field(&with_len(most + 1)), "payload length");
+    assert_eq!(field(&with_len(want.len() as u32 - 1)), "int2 payload");
+    let mut longer = with_len(want.len() as u32 + 1);
+    longer.push(0);
+    assert_eq!(field(&longer), "int2 payload");
+    // The first chunk is 14 bytes (its scale, 8 of bits, 2 of its 11 signs); the last has
+    // 36 values: a bit for a 37th, in the fifth byte of its bits.
+    let mut past = frame.clone();
+    let last_mask = at + 4 + 14 + 4 + 4;
+    past[last_mask] |= 1 << 4;
+    assert_eq!(field(&past), "int2 payload");
+    for cut in 0..frame.len() {
+        assert!(
+            matches!(
+                decode_worker_frame(&frame[..cut]),
+                Err(DecodeError::Truncated { .. })
+            ),
+            "cut at {cut}"
+        );
     }
 }
 
@@ -681,12 +747,17 @@ proptest! {
     }
 }
 
+/// The bytes of a gradient's frames follow from its count (and, in `int2`, from the values
+/// as they were decoded: which are 0), without encoding it.
 #[test]
 fn a_gradients_wire_length_is_known_without_encoding_it() {
-    for c in [Compression::None, Compression::F16, Compression::Int8] {
+    for c in Compression::ALL {
         for count in [
             0usize,
             1,
+            63,
+            64,
+            65,
             255,
             256,
             257,
@@ -694,16 +765,28 @@ fn a_gradients_wire_length_is_known_without_encoding_it() {
             CHUNK_VALUES,
             3 * CHUNK_VALUES + 1,
         ] {
+            // Some chunks all zeros, the others a few values past half their largest.
+            let grads: Vec<f32> = (0..count)
+                .map(|i| match (i / 64 % 3, i % 7) {
+                    (0, _) => 0.0,
+                    (_, 0) => -1.0,
+                    (_, 3) => 0.75,
+                    _ => 0.25,
+                })
+                .collect();
             let g = Gradient {
                 compute_us: 0,
                 parts: 1,
                 round: Round(3),
                 samples: 32,
                 loss: 1.5,
-                grads: vec![0.25; count],
+                grads: grads.clone(),
             };
+            let mut raw = Vec::new();
+            crate::tensor::encode_payload(&mut raw, &grads, c);
+            let decoded = crate::tensor::decode_payload(&raw, count, c);
             assert_eq!(
-                gradient_wire_len(count, c),
+                gradient_wire_len(&decoded, c),
                 Some(encode_gradient(&g, c).iter().map(Vec::len).sum()),
                 "{c:?} × {count}"
             );

@@ -2,7 +2,7 @@
 //! and a [`Reader`] that checks every length against the bytes left before taking them.
 
 use super::{DecodeError, HEADER_LEN, MAGIC};
-use crate::tensor::{decode_payload, encode_payload, Compression};
+use crate::tensor::{decode_payload, encode_payload, int2_len, Compression};
 use crate::PROTOCOL_VERSION;
 
 pub(super) struct Writer {
@@ -65,10 +65,20 @@ impl Writer {
         self.tensor(v, c);
     }
 
+    /// A tensor: its encoding, its count, the payload's length where the values set it
+    /// (`int2`), then the payload.
     pub(super) fn tensor(&mut self, v: &[f32], c: Compression) {
         self.u8(c.to_u8());
         self.u32(len_u32(v.len()));
+        let at = self.buf.len();
+        if !c.is_sized() {
+            self.u32(0);
+        }
         encode_payload(&mut self.buf, v, c);
+        if !c.is_sized() {
+            let len = len_u32(self.buf.len() - at - 4);
+            self.buf[at..at + 4].copy_from_slice(&len.to_le_bytes());
+        }
     }
 }
 
@@ -164,15 +174,34 @@ impl<'a> Reader<'a> {
         Ok(decode_payload(raw, count, c))
     }
 
-    /// A tensor's encoding, count and payload bytes, not decoded.
+    /// A tensor's encoding, count and payload bytes, not decoded: a payload whose length
+    /// travels with it (`int2`) is read whole and canonical ([`int2_len`]) before it is
+    /// given out, so decoding it cannot fail.
     pub(super) fn raw_tensor(&mut self) -> Result<(Compression, usize, &'a [u8]), DecodeError> {
         let c = self.compression("tensor encoding")?;
         let count = self.u32()? as usize;
-        let len = c.payload_len(count).ok_or(DecodeError::InvalidValue {
+        let most = c.payload_len(count).ok_or(DecodeError::InvalidValue {
             field: "length",
             value: count as u64,
         })?;
-        Ok((c, count, self.take(len)?))
+        if c.is_sized() {
+            return Ok((c, count, self.take(most)?));
+        }
+        let len = self.u32()? as usize;
+        if len > most {
+            return Err(DecodeError::InvalidValue {
+                field: "payload length",
+                value: len as u64,
+            });
+        }
+        let raw = self.take(len)?;
+        if int2_len(raw, count) != Some(len) {
+            return Err(DecodeError::InvalidValue {
+                field: "int2 payload",
+                value: len as u64,
+            });
+        }
+        Ok((c, count, raw))
     }
 
     pub(super) fn finish(self) -> Result<(), DecodeError> {
