@@ -601,17 +601,31 @@ async fn spawn_coordinator_as(
 
 /// After a run at `--verify-fraction 1` of `rounds` rounds with `workers` honest workers:
 /// every gradient was recomputed, none differed, nobody was banned.
+///
+/// Every answer but a newcomer's phase excused unreplayed: while one of its phases waits
+/// for a core, its next is excused from its round without a replay or a strike
+/// (`checks/machine.rs`), and counted (`probation_unchecked`). How often depends on how
+/// fast this machine replays against how fast the workers compute: none here, one of 50
+/// on CI's slower machine (2026-12-01). Each is still an answer that was not flagged; and
+/// where there were any, every worker's probation ended all the same, each of its phases
+/// replayed.
 pub fn assert_never_flagged(who: &str, s: &Status, rounds: u64, workers: u64, expected: u64) {
+    let c = &s.counters;
     println!(
-        "{who}: verified {} gradients over {rounds} rounds, {} mismatches",
-        s.counters.gradients_verified, s.counters.verification_mismatches
+        "{who}: verified {} of {} gradients over {rounds} rounds ({} excused unreplayed), {} mismatches",
+        c.gradients_verified, c.answered_total, c.probation_unchecked, c.verification_mismatches
     );
     assert_eq!(rounds, expected);
-    assert_eq!(s.counters.verification_mismatches, 0, "{s:?}");
+    assert_eq!(c.verification_mismatches, 0, "{s:?}");
+    // The last round's replays may still be running when the run stops.
     assert!(
-        s.counters.gradients_verified >= workers * (expected - 1),
-        "{s:?}"
+        c.gradients_verified + c.probation_unchecked + workers >= c.answered_total,
+        "every answer replayed but the last round's: {s:?}"
     );
+    assert!(c.answered_total >= expected, "{s:?}");
+    if c.probation_unchecked > 0 {
+        assert_eq!(s.on_probation, 0, "every probation replayed whole: {s:?}");
+    }
     assert!(s.bans.is_empty(), "{s:?}");
 }
 
