@@ -15,11 +15,12 @@
 //! token); `--svg FILE` draws the validation loss against virtual time, one curve per N.
 //! The command behind `docs/BENCHMARKS.md`'s newest crowd table and its plot:
 //!
-//! `crowd --workers 1,2,4,8,16 --torch PYTHON --svg docs/crowd-gpt-int2.svg`
+//! `crowd --workers 1,2,4,8,16 --torch PYTHON --tab-share 0.40 --svg docs/crowd-gpt-packed.svg`
 //!
 //! A tab is `--tab-share` of one native core of this machine (measured side by side in
 //! headless Chromium: 0.54-0.59 for the 0.8M GPT at stop 58, 0.46-0.47 on stop 65's
-//! machine, docs/BENCHMARKS.md "A tab against a native core"); the native step is measured here (the median of 30). The coordinator replays a
+//! machine, 0.36-0.47 on stop 66's, docs/BENCHMARKS.md "A tab against a native core"); the
+//! native step is measured here (the median of 30). The coordinator replays a
 //! sampled phase in a tab's float order (`model::Order::Unfused`), measured here too: a
 //! replayed step takes that long on one of its `--verify-cores`. `--mixed` makes a mixed
 //! crowd: every third volunteer behind 150 ms and 5 Mbit/s, every fourth at half speed, and
@@ -48,8 +49,8 @@ struct Cli {
     link: String,
     /// A tab's speed as a share of one native core here (the 0.8M GPT's step, measured side
     /// by side in headless Chromium: 0.54-0.59 on 2026-11-29, 0.46-0.47 on 2026-11-30's
-    /// machine; docs/BENCHMARKS.md).
-    #[arg(long, default_value_t = 0.55)]
+    /// machine, 0.36-0.47 and a median of 0.40 on 2026-12-01's; docs/BENCHMARKS.md).
+    #[arg(long, default_value_t = 0.40)]
     tab_share: f64,
     /// The time a tab takes a step, instead of the native step measured here over
     /// `--tab-share`: to hold runs of different flags to one speed.
