@@ -101,12 +101,14 @@ pub struct Cli {
     pub weight_decay: Option<f32>,
 
     /// Linear learning-rate warm-up over this many steps, then cosine decay (nanoGPT's
-    /// schedule); not with --local-steps [default: 100 for a gpt, none otherwise].
+    /// schedule); with --local-steps, over this many outer steps, after which the outer
+    /// rate holds unless --lr-decay-steps is given [default: 100 for a gpt's per-step
+    /// exchange, none otherwise].
     #[arg(long)]
     pub warmup: Option<u64>,
 
     /// The cosine decay reaches --min-lr at this step [default: --max-rounds; without it,
-    /// no decay after the warm-up].
+    /// or with --local-steps, no decay after the warm-up].
     #[arg(long)]
     pub lr_decay_steps: Option<u64>,
 

@@ -29,8 +29,8 @@ pub enum ConfigError {
     DecayWithoutAdamW(&'static str),
     #[error("--weight-decay must be in [0, 1) and below 1 / --lr, got {0}")]
     WeightDecay(f32),
-    #[error("--warmup, --lr-decay-steps, --min-lr and --clip apply to the coordinator's step on each gradient, not with --local-steps (a phase's inner steps follow --inner-optimizer)")]
-    ScheduleWithLocalSteps,
+    #[error("--clip applies to the coordinator's step on each gradient, not with --local-steps (a phase's inner steps follow --inner-optimizer)")]
+    ClipWithLocalSteps,
     #[error("--min-lr must be a finite number in [0, --lr], got {0}")]
     MinLr(f32),
     #[error("--lr-decay-steps ({decay}) must be above --warmup ({warmup})")]

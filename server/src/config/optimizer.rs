@@ -92,13 +92,21 @@ pub(super) fn optimizers(cli: &Cli, gpt: bool) -> Result<(Stepping, Option<Local
             weight_decay,
         },
     };
+    // With local phases the schedule counts outer steps (one a round in sync mode), only
+    // when asked ([`schedule`]), and the rate holds at `--lr` after the warm-up unless
+    // `--lr-decay-steps` asks for the decay.
+    let schedule = if per_step {
+        schedule(cli, lr, gpt, 100, cli.max_rounds)?
+    } else {
+        schedule(cli, lr, false, 0, None)?
+    };
     let stepping = Stepping {
         optimizer,
-        schedule: schedule(cli, lr, gpt && per_step)?,
+        schedule,
         clip: clip(cli, gpt && per_step)?,
     };
-    if !per_step && (stepping.schedule.is_some() || stepping.clip.is_some()) {
-        return Err(ConfigError::ScheduleWithLocalSteps);
+    if !per_step && stepping.clip.is_some() {
+        return Err(ConfigError::ClipWithLocalSteps);
     }
     Ok((stepping, local))
 }
@@ -114,8 +122,9 @@ fn inner_choice(cli: &Cli, gpt: bool) -> InnerChoice {
 
 /// Whether a GPT's default is `--local-steps auto`: its coordinator listens beyond loopback
 /// (`--host` is not `localhost`, `127.0.0.1` or `::1`), so its volunteers' links are not
-/// the machine's own, and none of the flags that only apply to a step on each gradient
-/// (`--warmup`, `--lr-decay-steps`, `--min-lr`, `--clip`) asks for that exchange. On a home
+/// the machine's own, and none of the flags of nanoGPT's per-step recipe (`--warmup`,
+/// `--lr-decay-steps`, `--min-lr`, `--clip`) asks for that exchange (with `--local-steps`
+/// given, the first three schedule the outer step instead). On a home
 /// link one step per exchange keeps a volunteer about 5 % busy; `auto` gives each worker
 /// the phase length at which its link takes a tenth of its time. `--local-steps 1` asks for
 /// the per-step exchange anywhere.
@@ -131,14 +140,28 @@ fn remote_default(cli: &Cli) -> bool {
     !loopback && !per_step_asked
 }
 
-/// `--warmup`, `--lr-decay-steps`, `--min-lr`; on by default for a GPT (`default_on`).
-fn schedule(cli: &Cli, lr: f32, default_on: bool) -> Result<Option<LrSchedule>, ConfigError> {
+/// `--warmup`, `--lr-decay-steps`, `--min-lr`; on by default (`default_on`: a GPT's) with
+/// `warmup` steps and a decay over `decay` steps (none: the rate holds after the warm-up).
+///
+/// With phases, `--warmup N` warms the outer rate up over N rounds; off by default.
+/// Nesterov's first outer move is `lr · (1 + μ)` = 1.33 times the first phase's, from
+/// untrained weights: one tab of the 0.8M GPT at the crowd bench's seed 43 went from 4.29
+/// to 4.66 on it and reached 2.0 in 653 s, with `--warmup 4` in 250 s. Not the default:
+/// sixteen tabs at seed 42 took 4-6 rounds more with it (1.08-1.12 times as long;
+/// docs/BENCHMARKS.md, "The outer step's warm-up").
+fn schedule(
+    cli: &Cli,
+    lr: f32,
+    default_on: bool,
+    warmup: u64,
+    decay: Option<u64>,
+) -> Result<Option<LrSchedule>, ConfigError> {
     let given = cli.warmup.is_some() || cli.lr_decay_steps.is_some() || cli.min_lr.is_some();
     if !(given || default_on) {
         return Ok(None);
     }
-    let warmup = cli.warmup.unwrap_or(if default_on { 100 } else { 0 });
-    let decay_steps = cli.lr_decay_steps.or(cli.max_rounds).unwrap_or(u64::MAX);
+    let warmup = cli.warmup.unwrap_or(if default_on { warmup } else { 0 });
+    let decay_steps = cli.lr_decay_steps.or(decay).unwrap_or(u64::MAX);
     if decay_steps <= warmup {
         return Err(ConfigError::DecayBeforeWarmup {
             decay: decay_steps,

@@ -565,7 +565,8 @@ fn a_gpt_steps_as_nanogpt_does() {
     );
     assert_eq!(c.training.lr_schedule.map(|s| s.warmup), Some(5));
     // A GPT's phases step with AdamW (DiLoCo's inner optimizer), its decay the flag's; the
-    // schedule and the clip are the per-step exchange's: no defaults, flags refused.
+    // outer rate holds (no warm-up or decay unless asked, whatever --max-rounds); the clip
+    // is the per-step exchange's: no default, the flag refused.
     let c = parse(&[
         "--model",
         "gpt",
@@ -573,6 +574,8 @@ fn a_gpt_steps_as_nanogpt_does() {
         "8",
         "--weight-decay",
         "0.05",
+        "--max-rounds",
+        "50",
     ])
     .expect("valid");
     assert_eq!((c.training.lr_schedule, c.training.clip_norm), (None, None));
@@ -603,10 +606,6 @@ fn a_gpt_steps_as_nanogpt_does() {
         ),
         (
             &["--model", "gpt", "--local-steps", "8", "--clip", "1"],
-            "not with --local-steps",
-        ),
-        (
-            &["--local-steps", "8", "--warmup", "10"],
             "not with --local-steps",
         ),
         (
@@ -699,4 +698,52 @@ fn deltas_take_int2_with_phases_and_int4_without() {
         "{refused}"
     );
     assert!(parse(&["--delta-encoding", "int8"]).is_err());
+}
+
+#[test]
+fn warmup_with_phases_counts_outer_steps_and_then_holds() {
+    let schedule = |args: &[&str]| parse(args).expect("valid").training.lr_schedule;
+    let gpt_phases = [
+        "--model",
+        "gpt",
+        "--local-steps",
+        "auto",
+        "--max-rounds",
+        "50",
+    ];
+    assert_eq!(schedule(&gpt_phases), None, "off unless asked");
+    let s = schedule(&[&gpt_phases[..], &["--warmup", "4"]].concat()).expect("asked");
+    assert_eq!(
+        (s.warmup, s.decay_steps),
+        (4, u64::MAX),
+        "no decay over --max-rounds"
+    );
+    // The outer rate: 0.7 / 5 on the first round, 0.7 from the fifth on, for good.
+    assert!((s.lr_at(0.7, 0) - 0.7 / 5.0).abs() < 1e-7);
+    assert_eq!(s.lr_at(0.7, 4), 0.7);
+    assert_eq!(s.lr_at(0.7, 1_000_000), 0.7);
+    let s = schedule(
+        &[
+            &gpt_phases[..],
+            &["--warmup", "4", "--lr-decay-steps", "100"],
+        ]
+        .concat(),
+    )
+    .expect("a schedule");
+    assert_eq!((s.warmup, s.decay_steps), (4, 100));
+    assert!(
+        (s.lr_at(0.7, 100) - 0.07).abs() < 1e-7,
+        "down to --min-lr's default"
+    );
+    assert_eq!(
+        schedule(&["--local-steps", "8", "--warmup", "3"]).map(|s| s.warmup),
+        Some(3),
+        "an MLP's phases too"
+    );
+    let refused =
+        parse(&["--model", "gpt", "--local-steps", "8", "--clip", "1"]).expect_err("clip");
+    assert!(
+        refused.contains("--clip applies to the coordinator's step"),
+        "{refused}"
+    );
 }

@@ -261,8 +261,9 @@ fn config(flags: &str, cli: &Cli, remote: bool) -> anyhow::Result<server::config
 }
 
 /// What the ideal runs drop from the crowd's flags: the phases (each of their answers is one
-/// step's gradient), the outer optimizer (theirs is the model's own, AdamW for a GPT), the
-/// checks (they have none) and the evaluation's interval (theirs counts steps, not phases).
+/// step's gradient), the outer optimizer and its schedule (theirs is the model's own, AdamW
+/// for a GPT, with its warm-up and decay over steps), the checks (they have none) and the
+/// evaluation's interval (theirs counts steps, not phases).
 const IDEAL_DROPS: &[&str] = &[
     "--verify-fraction",
     "--probation",
@@ -276,6 +277,9 @@ const IDEAL_DROPS: &[&str] = &[
     "--max-local-epochs",
     "--inner-optimizer",
     "--inner-lr",
+    "--warmup",
+    "--lr-decay-steps",
+    "--min-lr",
     "--eval-interval",
 ];
 
@@ -488,7 +492,7 @@ mod tests {
     fn the_ideal_runs_flags_drop_the_crowds_exchange_checks_and_evaluation() {
         let flags = "--model gpt --local-steps auto --eval-interval=1 --batch-size 12 \
                      --inner-lr 0.002 --max-local-steps=64 --lr 0.7 --verify-fraction 0.1 \
-                     --probation=32 --verify-cores 4";
+                     --probation=32 --verify-cores 4 --warmup 5 --lr-decay-steps=900";
         assert_eq!(without(flags, IDEAL_DROPS), "--model gpt --batch-size 12");
     }
 
