@@ -90,9 +90,10 @@ impl Compression {
                 let last = if rest == 0 {
                     0
                 } else {
-                    4 + 2 * rest.div_ceil(8)
+                    int2_chunk_len(rest, rest)
                 };
-                full.checked_mul(4 + 2 * INT2_CHUNK / 8)?.checked_add(last)
+                full.checked_mul(int2_chunk_len(INT2_CHUNK, INT2_CHUNK))?
+                    .checked_add(last)
             }
             Self::Int4 => {
                 let (chunk, per_byte) = (self.chunk_len(), self.per_byte());
@@ -298,6 +299,21 @@ fn quantize(x: f32, inv: f32, levels: u8) -> u8 {
     } else {
         magnitude
     }
+}
+
+/// The bytes of an `int2` chunk of `n` values of which `nonzero` are not 0: its scale, a
+/// bit a value, a sign bit a nonzero one.
+fn int2_chunk_len(n: usize, nonzero: usize) -> usize {
+    4 + n.div_ceil(8) + nonzero.div_ceil(8)
+}
+
+/// The bytes of the `int2` payload that decodes to `values` (as a receiver decoded them:
+/// each chunk's zeros are its packing's), without encoding them again.
+pub fn int2_packed_len(values: &[f32]) -> usize {
+    values
+        .chunks(INT2_CHUNK)
+        .map(|chunk| int2_chunk_len(chunk.len(), chunk.iter().filter(|v| **v != 0.0).count()))
+        .sum()
 }
 
 /// The bytes of the `int2` payload of `count` values at the start of `raw`, if it is one:

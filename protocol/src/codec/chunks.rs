@@ -58,13 +58,7 @@ pub fn gradient_wire_len(values: &[f32], c: Compression) -> Option<usize> {
     let payload = if c.is_sized() {
         c.payload_len(values.len())?
     } else {
-        values
-            .chunks(crate::tensor::INT2_CHUNK)
-            .map(|chunk| {
-                let nonzero = chunk.iter().filter(|v| **v != 0.0).count();
-                4 + chunk.len().div_ceil(8) + nonzero.div_ceil(8)
-            })
-            .sum()
+        crate::tensor::int2_packed_len(values)
     };
     frames.checked_mul(fields)?.checked_add(payload)
 }

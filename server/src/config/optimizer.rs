@@ -96,9 +96,9 @@ pub(super) fn optimizers(cli: &Cli, gpt: bool) -> Result<(Stepping, Option<Local
     // when asked ([`schedule`]), and the rate holds at `--lr` after the warm-up unless
     // `--lr-decay-steps` asks for the decay.
     let schedule = if per_step {
-        schedule(cli, lr, gpt, 100, cli.max_rounds)?
+        schedule(cli, lr, gpt.then_some(100), cli.max_rounds)?
     } else {
-        schedule(cli, lr, false, 0, None)?
+        schedule(cli, lr, None, None)?
     };
     let stepping = Stepping {
         optimizer,
@@ -140,8 +140,9 @@ fn remote_default(cli: &Cli) -> bool {
     !loopback && !per_step_asked
 }
 
-/// `--warmup`, `--lr-decay-steps`, `--min-lr`; on by default (`default_on`: a GPT's) with
-/// `warmup` steps and a decay over `decay` steps (none: the rate holds after the warm-up).
+/// `--warmup`, `--lr-decay-steps`, `--min-lr`; on by default where there is a `default`
+/// warm-up (a GPT's per-step exchange), and the decay over `decay` steps unless told (none:
+/// the rate holds after the warm-up).
 ///
 /// With phases, `--warmup N` warms the outer rate up over N rounds; off by default.
 /// Nesterov's first outer move is `lr · (1 + μ)` = 1.33 times the first phase's, from
@@ -152,15 +153,14 @@ fn remote_default(cli: &Cli) -> bool {
 fn schedule(
     cli: &Cli,
     lr: f32,
-    default_on: bool,
-    warmup: u64,
+    default: Option<u64>,
     decay: Option<u64>,
 ) -> Result<Option<LrSchedule>, ConfigError> {
     let given = cli.warmup.is_some() || cli.lr_decay_steps.is_some() || cli.min_lr.is_some();
-    if !(given || default_on) {
+    if !given && default.is_none() {
         return Ok(None);
     }
-    let warmup = cli.warmup.unwrap_or(if default_on { warmup } else { 0 });
+    let warmup = cli.warmup.or(default).unwrap_or(0);
     let decay_steps = cli.lr_decay_steps.or(decay).unwrap_or(u64::MAX);
     if decay_steps <= warmup {
         return Err(ConfigError::DecayBeforeWarmup {
