@@ -13,6 +13,10 @@
 //! S(N) = T(1)/T(N), its share of ideal data parallelism's speedup at that N, its speed
 //! against PyTorch's, the share of time the volunteers were busy, bytes on the wire per
 //! token); `--svg FILE` draws the validation loss against virtual time, one curve per N.
+//! `--seed 42,43,44` runs the whole sweep at each seed (each draws its own split, initial
+//! weights, batches and audits) and reports each size's median, with every seed's time
+//! beside it: one seed's time to the loss is that seed's, not the crowd size's (stop 66
+//! measured one tab 2.5 times apart between two seeds at the same speeds).
 //! The command behind `docs/BENCHMARKS.md`'s newest crowd table and its plot:
 //!
 //! `crowd --workers 1,2,4,8,16 --torch PYTHON --tab-share 0.40 --svg docs/crowd-gpt-packed.svg`
@@ -27,9 +31,9 @@
 //! every fifth leaving a third of the way into `--max-time` while a newcomer joins.
 
 mod svg;
+mod table;
 mod torch;
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -106,13 +110,21 @@ struct Cli {
     /// a lower `--target-loss` needs more (2,000 reach about 1.83).
     #[arg(long, default_value_t = 2000, requires = "torch", value_parser = clap::value_parser!(u32).range(1..))]
     torch_steps: u32,
-    #[arg(long, default_value_t = 42)]
-    seed: u64,
+    /// The seed of every run: it draws the split, the initial weights, the batches and the
+    /// audits. Several (`42,43,44`) run the whole sweep at each and report medians.
+    #[arg(
+        long = "seed",
+        value_delimiter = ',',
+        default_value = "42",
+        num_args = 1
+    )]
+    seeds: Vec<u64>,
 }
 
 /// One run's outcome.
 struct Run {
     workers: usize,
+    seed: u64,
     ideal: bool,
     report: Report,
     /// Virtual seconds until the target, if reached.
@@ -136,8 +148,10 @@ fn main() -> anyhow::Result<()> {
         bail!("--workers: crowd sizes of at least 1, like 1,2,4,8");
     }
     let link = Link::parse(&cli.link, Duration::ZERO).map_err(|e| anyhow::anyhow!("--link {e}"))?;
-    let crowd = config(&cli.coordinator, &cli, true)?;
-    let split = crowd.load_data(cli.seed)?;
+    distinct(&cli.seeds)?;
+    let first_seed = cli.seeds[0];
+    let crowd = config(&cli.coordinator, &cli, true, first_seed)?;
+    let split = crowd.load_data(first_seed)?;
     let net = split.network(&crowd.model)?;
     let batch = crowd.training.batch_size as usize;
     // First, with nothing beside it: the bar.
@@ -192,7 +206,7 @@ fn main() -> anyhow::Result<()> {
             "mixed": cli.mixed,
             "compression": cli.compression.name(),
             "train_samples": split.train.len(),
-            "seed": cli.seed,
+            "seeds": cli.seeds,
         })
     );
     let ideal_flags = format!(
@@ -200,43 +214,74 @@ fn main() -> anyhow::Result<()> {
         without(&cli.coordinator, IDEAL_DROPS),
         cli.ideal_eval_interval
     );
-    let ideal = config(&ideal_flags, &cli, false)?;
-    let common = Common {
-        net: &net,
-        split: &split,
-        replay,
-        cli: &cli,
-    };
     let mut runs = Vec::new();
-    for &n in &cli.workers {
-        if !cli.no_crowd {
-            let workers = volunteers(n, link, step, &cli);
-            runs.push(run(n, false, &crowd, &common, workers)?);
-        }
-        if !cli.no_ideal {
-            let free = (0..n)
-                .map(|_| WorkerSpec::new(Link::LOOPBACK, step).with_compression(Compression::None))
-                .collect();
-            runs.push(run(n, true, &ideal, &common, free)?);
-        }
-        // Drawn after every crowd size: a sweep cut short still leaves its curves.
-        if let Some(path) = &cli.svg {
-            std::fs::write(path, svg::svg(&runs, &cli))
-                .with_context(|| format!("writing {}", path.display()))?;
+    for &seed in &cli.seeds {
+        let crowd = config(&cli.coordinator, &cli, true, seed)?;
+        let ideal = config(&ideal_flags, &cli, false, seed)?;
+        // The first seed's split is the one the steps were measured on.
+        let drawn;
+        let split = if seed == first_seed {
+            &split
+        } else {
+            drawn = crowd.load_data(seed)?;
+            &drawn
+        };
+        let common = Common {
+            net: &net,
+            split,
+            replay,
+            cli: &cli,
+            seed,
+        };
+        for &n in &cli.workers {
+            if !cli.no_crowd {
+                let workers = volunteers(n, link, step, &cli);
+                runs.push(run(n, false, &crowd, &common, workers)?);
+            }
+            if !cli.no_ideal {
+                let free = (0..n)
+                    .map(|_| {
+                        WorkerSpec::new(Link::LOOPBACK, step).with_compression(Compression::None)
+                    })
+                    .collect();
+                runs.push(run(n, true, &ideal, &common, free)?);
+            }
+            // Drawn after every crowd size: a sweep cut short still leaves its curves.
+            if let Some(path) = &cli.svg {
+                std::fs::write(path, svg::svg(&runs, &cli))
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
         }
     }
-    println!("{}", table(&runs, tokens_per_sample, pytorch.as_ref()));
+    println!(
+        "{}",
+        table::table(&runs, &cli.seeds, tokens_per_sample, pytorch.as_ref())
+    );
     if let Some(path) = &cli.svg {
         println!("curves: {}", path.display());
     }
     Ok(())
 }
 
+/// `--seed`'s seeds, each once: a seed twice would be the same sweep twice, counted as two.
+fn distinct(seeds: &[u64]) -> anyhow::Result<()> {
+    let mut seen = std::collections::HashSet::new();
+    match seeds.iter().find(|&&s| !seen.insert(s)) {
+        Some(seed) => bail!("--seed: {seed} twice; each seed is a sweep of its own"),
+        None => Ok(()),
+    }
+}
+
 /// The coordinator's configuration from `flags`, as its CLI builds it; the crowd's
 /// listens beyond loopback (its volunteers are strangers), so its defaults are those of
 /// such a run.
-fn config(flags: &str, cli: &Cli, remote: bool) -> anyhow::Result<server::config::Config> {
-    let seed = cli.seed.to_string();
+fn config(
+    flags: &str,
+    cli: &Cli,
+    remote: bool,
+    seed: u64,
+) -> anyhow::Result<server::config::Config> {
+    let seed = seed.to_string();
     let target = cli.target_loss.to_string();
     let host: &[&str] = if remote && !flags.contains("--host") {
         &["--host", "0.0.0.0"]
@@ -332,6 +377,7 @@ struct Common<'a> {
     /// A tab's step, replayed by the coordinator.
     replay: Duration,
     cli: &'a Cli,
+    seed: u64,
 }
 
 fn run(
@@ -346,16 +392,17 @@ fn run(
         split,
         replay,
         cli,
+        seed,
     } = common;
     let mut settings = config.training.clone();
     settings.min_workers = n;
-    settings.audit_seed = Some(cli.seed);
+    settings.audit_seed = Some(seed);
     let scenario = Scenario {
         settings,
         net: net.clone(),
         data: split.data(),
         workers,
-        seed: cli.seed,
+        seed,
         until: Until {
             time: cli.max_time,
             ..Until::default()
@@ -376,6 +423,7 @@ fn run(
         serde_json::json!({
             "workers": n,
             "ideal": ideal,
+            "seed": seed,
             "reached_s": reached,
             "seconds": report.seconds,
             "rounds": report.rounds,
@@ -398,78 +446,12 @@ fn run(
     );
     Ok(Run {
         workers: n,
+        seed,
         ideal,
         report,
         reached,
         real_seconds,
     })
-}
-
-/// The Markdown table: one row per crowd size (a crowd's columns "–" where only the ideal
-/// run was made, `--no-crowd`).
-fn table(runs: &[Run], tokens_per_sample: f64, pytorch: Option<&torch::Torch>) -> String {
-    let find = |ideal: bool, n: usize| runs.iter().find(|r| r.ideal == ideal && r.workers == n);
-    let time = |ideal: bool, n: usize| find(ideal, n).and_then(|r| r.reached);
-    let mut out = String::from(
-        "| N | time to the loss | S(N) | ideal DP: time, S(N) | share of ideal's speedup | speed against PyTorch | busy | bytes per token | noise scale: crowd, ideal DP (samples) | crowd batch | real time |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
-    );
-    let torch_time = pytorch.and_then(|t| t.reached);
-    let first = runs.iter().map(|r| r.workers).min().unwrap_or(1);
-    let mut sizes: Vec<usize> = runs.iter().map(|r| r.workers).collect();
-    sizes.dedup();
-    for n in sizes {
-        let crowd = find(false, n);
-        let reached = crowd.and_then(|r| r.reached);
-        let speedup = time(false, first).zip(reached).map(|(a, b)| a / b);
-        let ideal = time(true, n);
-        let ideal_speedup = time(true, first).zip(ideal).map(|(a, b)| a / b);
-        // Of the first size, its own: nothing to say.
-        let share = speedup
-            .zip(ideal_speedup)
-            .filter(|_| n != first)
-            .map(|(s, i)| s / i);
-        let f = |v: Option<f64>, unit: &str| {
-            v.map_or("not reached".into(), |v| format!("{v:.2}{unit}"))
-        };
-        let noise = |r: Option<&Run>| {
-            r.and_then(|r| r.report.noise_scale?.samples)
-                .map_or("–".into(), |s| format!("{s:.0}"))
-        };
-        let of_crowd = |column: &dyn Fn(&Run) -> String| crowd.map_or("–".into(), column);
-        let of_ideal = |column: &dyn Fn(&Run) -> String| find(true, n).map_or("–".into(), column);
-        let against = torch_time.zip(reached).map(|(t, c)| t / c);
-        let _ = writeln!(
-            out,
-            "| {n} | {} | {} | {}, {} | {} | {} | {} | {} | {}, {} | {} | {} |",
-            of_crowd(&|_| f(reached, " s")),
-            of_crowd(&|_| f(speedup, "×")),
-            of_ideal(&|_| f(ideal, " s")),
-            of_ideal(&|_| f(ideal_speedup, "×")),
-            share.map_or("–".into(), |s| format!("{:.0} %", s * 100.0)),
-            against.map_or("–".into(), |a| format!("{a:.2}×")),
-            of_crowd(&|r| format!("{:.1} %", r.report.mean_compute_share * 100.0)),
-            of_crowd(&|r| format!("{:.0}", r.report.bytes_per_sample / tokens_per_sample)),
-            noise(crowd),
-            noise(find(true, n)),
-            of_crowd(&|r| r
-                .report
-                .noise_scale
-                .map_or("–".into(), |s| format!("{:.0}", s.crowd_batch))),
-            of_crowd(&|r| format!("{:.0} s", r.real_seconds)),
-        );
-    }
-    if let Some(t) = pytorch {
-        let _ = writeln!(
-            out,
-            "\nPyTorch on this machine ({} threads, timed first): {} ({} steps, loss {:.4})",
-            t.threads,
-            t.reached
-                .map_or("not reached".into(), |s| format!("{s:.2} s to the loss")),
-            t.steps,
-            t.loss
-        );
-    }
-    out
 }
 
 /// `--compression`: what a tab may ask for.
@@ -510,6 +492,17 @@ mod tests {
             "without --torch"
         );
         assert!(parse(&["--torch", "python3", "--torch-steps", "0"]).is_err());
+    }
+
+    /// One seed by default, several comma-separated, none twice.
+    #[test]
+    fn seeds_are_one_by_default_and_several_on_asking_each_once() {
+        assert_eq!(cli(&[]).seeds, [42]);
+        assert_eq!(cli(&["--seed", "43"]).seeds, [43]);
+        assert_eq!(cli(&["--seed", "42,43,44"]).seeds, [42, 43, 44]);
+        assert!(distinct(&[42, 43, 44]).is_ok());
+        let twice = distinct(&[42, 43, 42]).expect_err("42 twice");
+        assert!(twice.to_string().contains("42 twice"), "{twice}");
     }
 
     #[test]

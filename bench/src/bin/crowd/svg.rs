@@ -4,8 +4,11 @@ use std::fmt::Write as _;
 
 use crate::{Cli, Run};
 
-/// Validation loss against virtual time, one curve per crowd (ideal runs dashed).
+/// Validation loss against virtual time, one curve per crowd (ideal runs dashed), at the
+/// first seed (every seed's curves together would be unreadable; the table has their medians).
 pub fn svg(runs: &[Run], cli: &Cli) -> String {
+    let seed = cli.seeds[0];
+    let runs: Vec<&Run> = runs.iter().filter(|r| r.seed == seed).collect();
     let (w, h, pad) = (720.0, 420.0, 50.0);
     let points = runs.iter().flat_map(|r| {
         r.report
@@ -59,7 +62,7 @@ pub fn svg(runs: &[Run], cli: &Cli) -> String {
         "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
     ];
     let sizes: Vec<usize> = cli.workers.clone();
-    for r in runs {
+    for r in &runs {
         let i = sizes.iter().position(|&n| n == r.workers).unwrap_or(0);
         let path: Vec<String> = r
             .report
@@ -91,7 +94,7 @@ pub fn svg(runs: &[Run], cli: &Cli) -> String {
     }
     let _ = writeln!(
         out,
-        "<text x=\"{pad}\" y=\"20\">{} behind {}, tabs at {:.0} % of a core; dashed: ideal data parallelism</text>\n</svg>",
+        "<text x=\"{pad}\" y=\"20\">{} behind {}, tabs at {:.0} % of a core, seed {seed}; dashed: ideal data parallelism</text>\n</svg>",
         cli.coordinator,
         cli.link,
         cli.tab_share * 100.0
