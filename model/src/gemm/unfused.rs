@@ -193,8 +193,7 @@ fn pack_a<T: Scalar, S: Data<Elem = T>, const MR: usize>(
     kc: usize,
     out: &mut Vec<T>,
 ) {
-    out.clear();
-    out.resize(kc * MR, T::zero());
+    fit(out, kc * MR, mr < MR);
     let view = a.slice(s![m0..m0 + mr, k0..k0 + kc]);
     if view.strides()[0] == 1 {
         // A transposed (the backward's `xᵀ`): each step's `mr` values are contiguous.
@@ -202,7 +201,7 @@ fn pack_a<T: Scalar, S: Data<Elem = T>, const MR: usize>(
             let column = column
                 .as_slice()
                 .expect("a column of unit stride is contiguous");
-            slot[..mr].copy_from_slice(column);
+            copy::<T, MR>(&mut slot[..mr], column);
         }
         return;
     }
@@ -222,8 +221,7 @@ fn pack_b<T: Scalar, S: Data<Elem = T>, const NR: usize>(
     nc: usize,
     out: &mut Vec<T>,
 ) {
-    out.clear();
-    out.resize(nc.div_ceil(NR) * kc * NR, T::zero());
+    fit(out, nc.div_ceil(NR) * kc * NR, !nc.is_multiple_of(NR));
     let view = b.slice(s![k0..k0 + kc, n0..n0 + nc]);
     if view.strides()[1] == 1 {
         // Each row of B a slice: its strips' parts copied whole.
@@ -231,7 +229,7 @@ fn pack_b<T: Scalar, S: Data<Elem = T>, const NR: usize>(
             let row = row.as_slice().expect("a row of unit stride is contiguous");
             for (strip, part) in row.chunks(NR).enumerate() {
                 let at = strip * kc * NR + p * NR;
-                out[at..at + part.len()].copy_from_slice(part);
+                copy::<T, NR>(&mut out[at..at + part.len()], part);
             }
         }
         return;
@@ -239,6 +237,33 @@ fn pack_b<T: Scalar, S: Data<Elem = T>, const NR: usize>(
     each(view, |p, j, x| {
         out[(j / NR) * kc * NR + p * NR + j % NR] = x;
     });
+}
+
+/// `out` made `len` long for a packing that writes every value of it, or, where the tile is
+/// part-filled (`padded`), zeroed first: the padding's zeros must not be an earlier block's
+/// values. A full tile's buffer is not zeroed again before it is overwritten.
+#[inline(always)]
+fn fit<T: Scalar>(out: &mut Vec<T>, len: usize, padded: bool) {
+    if padded {
+        out.clear();
+    }
+    out.resize(len, T::zero());
+}
+
+/// `dst ← src` (of one length): a whole tile's `N` values as one fixed-size copy, which the
+/// compiler makes a few vector moves, where a copy of a length known only at run time is a
+/// call to `memcpy` (in wasm a `memory.copy`, which V8 runs out of line: 3-5 % of a tab's
+/// step went to such calls, for 8 or 16 values at a time).
+#[inline(always)]
+fn copy<T: Copy, const N: usize>(dst: &mut [T], src: &[T]) {
+    match (<&mut [T; N]>::try_from(&mut *dst), <&[T; N]>::try_from(src)) {
+        (Ok(dst), Ok(src)) => *dst = *src,
+        _ => {
+            for (d, &s) in dst.iter_mut().zip(src) {
+                *d = s;
+            }
+        }
+    }
 }
 
 /// `f(i, j, value)` for every value of `view`, read along whichever axis is contiguous (an
