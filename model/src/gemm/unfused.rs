@@ -252,7 +252,7 @@ fn fit<T: Scalar>(out: &mut Vec<T>, len: usize, padded: bool) {
 
 /// `dst ← src` (of one length): a whole tile's `N` values as one fixed-size copy, which the
 /// compiler makes a few vector moves, where a copy of a length known only at run time is a
-/// call to `memcpy` (in wasm a `memory.copy`, which V8 runs out of line: 3-5 % of a tab's
+/// call to `memcpy` (in wasm a `memory.copy`, which Node's V8 runs out of line: 3-5 % of a tab's
 /// step went to such calls, for 8 or 16 values at a time).
 #[inline(always)]
 fn copy<T: Copy, const N: usize>(dst: &mut [T], src: &[T]) {
