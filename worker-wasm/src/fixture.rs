@@ -325,3 +325,23 @@ pub fn compressed_answers() -> Vec<Vec<u8>> {
     })
     .collect()
 }
+
+/// A GPT of `spec` (65 tokens, as the embedded Shakespeare's characters) and `batch` random
+/// windows of `context + 1` ids.
+pub fn gpt(spec: model::gpt::GptSpec, batch: usize) -> (Network, Vec<f32>, Dataset) {
+    let net = Network::new(NetSpec::gpt(spec), spec.vocab).expect("valid spec");
+    let params: Vec<f32> = net.init(1);
+    let mut rng = SplitMix64::new(1);
+    let width = spec.context + 1;
+    let ids = (0..batch * width)
+        .map(|_| rng.below(spec.vocab) as u8)
+        .collect();
+    let data = Dataset::from_parts(
+        Shape::flat(width),
+        model::Values::U8(ids),
+        vec![0; batch],
+        Normalization::new(vec![0.0], vec![1.0]),
+    )
+    .expect("consistent");
+    (net, params, data)
+}

@@ -9,28 +9,17 @@
 
 #![cfg(target_arch = "wasm32")]
 
+#[path = "../src/fixture.rs"]
+mod fixture;
+
+use model::batch_seed;
 use model::gpt::GptSpec;
-use model::{batch_seed, Dataset, NetSpec, Network, Normalization, Shape, SplitMix64};
 use wasm_bindgen_test::*;
 
 #[wasm_bindgen_test]
 fn gpt_steps_for_a_profile() {
-    let spec = GptSpec::cpu(65);
     let batch = 6;
-    let net = Network::new(NetSpec::gpt(spec), spec.vocab).expect("valid spec");
-    let params: Vec<f32> = net.init(1);
-    let mut rng = SplitMix64::new(1);
-    let width = spec.context + 1;
-    let ids = (0..batch * width)
-        .map(|_| rng.below(spec.vocab) as u8)
-        .collect();
-    let data = Dataset::from_parts(
-        Shape::flat(width),
-        model::Values::U8(ids),
-        vec![0; batch],
-        Normalization::new(vec![0.0], vec![1.0]),
-    )
-    .expect("consistent");
+    let (net, params, data) = fixture::gpt(GptSpec::cpu(65), batch);
     let (x, labels) = data.batch(0..batch);
     let step = || {
         let (loss, _) = net

@@ -10,7 +10,7 @@
 mod fixture;
 
 use model::gpt::GptSpec;
-use model::{batch_seed, Dataset, LocalPhase, NetSpec, Network, Normalization, Shape, SplitMix64};
+use model::{batch_seed, LocalPhase};
 use wasm_bindgen::JsCast;
 use wasm_bindgen_test::*;
 
@@ -61,26 +61,6 @@ fn samples_per_second(preset: &str) {
     );
 }
 
-/// A GPT of `spec` (65 tokens, as the embedded Shakespeare's characters) and `batch` random
-/// windows of `context + 1` ids.
-fn gpt(spec: GptSpec, batch: usize) -> (Network, Vec<f32>, Dataset) {
-    let net = Network::new(NetSpec::gpt(spec), spec.vocab).expect("valid spec");
-    let params: Vec<f32> = net.init(1);
-    let mut rng = SplitMix64::new(1);
-    let width = spec.context + 1;
-    let ids = (0..batch * width)
-        .map(|_| rng.below(spec.vocab) as u8)
-        .collect();
-    let data = Dataset::from_parts(
-        Shape::flat(width),
-        model::Values::U8(ids),
-        vec![0; batch],
-        Normalization::new(vec![0.0], vec![1.0]),
-    )
-    .expect("consistent");
-    (net, params, data)
-}
-
 /// The module's linear memory, in MiB (what a tab's training holds: weights, optimizer
 /// state, activations; the JS heap beside it is small).
 fn wasm_memory_mib() -> f64 {
@@ -96,7 +76,7 @@ fn wasm_memory_mib() -> f64 {
 #[wasm_bindgen_test]
 fn gpt_tokens_per_second_and_memory() {
     let batch = 12;
-    let (net, params, data) = gpt(GptSpec::cpu(65), batch);
+    let (net, params, data) = fixture::gpt(GptSpec::cpu(65), batch);
     let (x, labels) = data.batch(0..batch);
     // Warm-up, untimed, as the native bench's: V8 first compiles a module with its baseline
     // compiler and optimises the functions that turn out hot.
@@ -125,7 +105,7 @@ fn gpt_tokens_per_second_and_memory() {
         wasm_memory_mib()
     );
     let spec = GptSpec::shakespeare_char(65);
-    let (net, params, data) = gpt(spec, batch);
+    let (net, params, data) = fixture::gpt(spec, batch);
     let adamw = fixture::GPT_ADAMW;
     let mut phase = LocalPhase::new(&net, &params, adamw, 2);
     let start = now_ms();
@@ -167,7 +147,7 @@ async fn gpt_on_the_gpu_tokens_per_second() {
             );
             continue;
         }
-        let (net, params, data) = gpt(spec, batch);
+        let (net, params, data) = fixture::gpt(spec, batch);
         let (x, labels) = data.batch(0..batch);
         let step = || gpu.gradient(&net, &params, x.view(), &labels, batch_seed(0, 0));
         let start = now_ms();
