@@ -248,8 +248,9 @@ fn main() -> anyhow::Result<()> {
                     .collect();
                 runs.push(run(n, true, &ideal, &common, free)?);
             }
-            // Drawn after every crowd size: a sweep cut short still leaves its curves.
-            if let Some(path) = &cli.svg {
+            // Drawn after every crowd size of the first seed, the one the plot shows: a sweep
+            // cut short still leaves its curves.
+            if let Some(path) = cli.svg.as_ref().filter(|_| seed == first_seed) {
                 std::fs::write(path, svg::svg(&runs, &cli))
                     .with_context(|| format!("writing {}", path.display()))?;
             }
