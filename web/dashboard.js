@@ -228,7 +228,7 @@ function table(s) {
   const rows = s.worker_list.map((w) => {
     const rejected = Object.entries(w.rejected).map(([k, v]) => `${k} ${v}`).join(", ") || "–";
     const since = w.connected_at_ms ? new Date(w.connected_at_ms).toLocaleTimeString() : "–";
-    return `<tr data-worker="${w.id}"><td>${w.id}</td><td>${w.kind}</td><td>${since}</td><td>${w.gradients}</td>` +
+    return `<tr data-worker="${w.id}"><td>${w.id}</td><td>${w.kind}${w.fused ? " · fused" : ""}</td><td>${since}</td><td>${w.gradients}</td>` +
       `<td>${w.samples_per_sec == null ? "–" : Math.round(w.samples_per_sec)}</td>` +
       `<td>${w.local_steps ?? 1}</td><td>${w.cores === 0 ? "GPU" : (w.cores ?? 1)}</td><td>${percent(w.compute_share)}</td><td>${ago(w.last_seen_ms)}</td>` +
       `<td>${w.compression ?? "–"}</td><td>${rejected}</td><td>${w.strikes}</td>` +

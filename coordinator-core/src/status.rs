@@ -24,6 +24,9 @@ pub enum State {
 pub struct WorkerStatus {
     pub id: u32,
     pub kind: &'static str,
+    /// It said its products fuse each multiply and add (a tab whose relaxed SIMD fuses),
+    /// so its work is replayed fused.
+    pub fused: bool,
     /// How its weights and gradients travel: `none`, `f16` or `int8`.
     pub compression: &'static str,
     /// When this connection joined, and its last gradient, in Unix milliseconds.

@@ -207,6 +207,7 @@ impl Harness {
             join_token: None,
             resume_token: token.map(str::to_owned),
             compression: protocol::Compression::None,
+            fused: false,
         };
         let joined = self.hello(&hello, ms).expect("admitted");
         let mut client = Client {
@@ -786,6 +787,7 @@ fn a_snapshot_restored_into_a_new_coordinator_continues_the_run() {
         join_token: None,
         resume_token: Some(b.token.clone()),
         compression: protocol::Compression::None,
+        fused: false,
     };
     let refused = fresh.hello(&hello, 2).expect_err("banned");
     assert_eq!(refused.code, ErrorCode::Banned, "{refused}");

@@ -23,10 +23,16 @@
 //! for small ones ([`tab_takes_tile`]): there the two are one order, so a tab computes each
 //! product in the faster.
 //!
+//! [`Order::Fused`] is the same order with each multiply and its add fused (one rounding),
+//! `beta · C` added the same way: what a tab computes in a wasm build with relaxed SIMD on a
+//! CPU whose `f32x4.relaxed_madd` fuses ([`relaxed_fuses`]), matrixmultiply's kernel and the
+//! tile alike. On a CPU whose relaxed multiply-add does not fuse, such a tab computes
+//! [`Order::Unfused`].
+//!
 //! The order is a per-thread setting, [`with_order`], rather than a parameter of every
 //! forward and backward pass: only the coordinator's verifier changes it, around one replay.
 
-mod unfused;
+mod tile;
 
 use std::cell::Cell;
 
@@ -44,6 +50,9 @@ pub enum Order {
     Library,
     /// Multiply, then add, in matrixmultiply's order: what wasm computes.
     Unfused,
+    /// The same order with each multiply and add fused, `f32::mul_add`: what a tab computes
+    /// whose relaxed SIMD fuses ([`relaxed_fuses`]).
+    Fused,
 }
 
 /// matrixmultiply's `kc` for `f32` (its `S_KC`): the block of `k` summed from zero.
@@ -87,8 +96,38 @@ pub fn gemm<T, SA, SB>(
         Order::Library if !tab_takes_tile(a.nrows(), a.ncols(), b.ncols()) => {
             general_mat_mul(alpha, a, b, beta, c)
         }
-        Order::Library | Order::Unfused => unfused::gemm(alpha, a, b, beta, c),
+        Order::Library => tile::gemm::<TabMadd, _, _, _>(alpha, a, b, beta, c),
+        Order::Unfused => tile::gemm::<tile::Unfused, _, _, _>(alpha, a, b, beta, c),
+        Order::Fused => tile::gemm::<tile::Fused, _, _, _>(alpha, a, b, beta, c),
     }
+}
+
+/// How a tab's own tile rounds: as matrixmultiply's wasm kernel does in the same build.
+#[cfg(not(all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
+type TabMadd = tile::Unfused;
+#[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+type TabMadd = tile::Relaxed;
+
+/// Whether this build's [`Order::Library`] fuses its products' multiplies and adds the way
+/// [`Order::Fused`] does: in a wasm build with relaxed SIMD, whether this CPU's
+/// `f32x4.relaxed_madd` fuses, found once by a product whose two roundings differ; in any
+/// other build, `false` (natively matrixmultiply may fuse, in an order of its own). A tab
+/// says it in its `Hello`, so that the coordinator replays it in the order it computed.
+pub fn relaxed_fuses() -> bool {
+    #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+    {
+        use std::sync::OnceLock;
+        static FUSES: OnceLock<bool> = OnceLock::new();
+        *FUSES.get_or_init(|| {
+            // (1 + 2⁻¹²)² = 1 + 2⁻¹¹ + 2⁻²⁴: rounded to f32 before the add, the 2⁻²⁴ is lost
+            // and the sum with −(1 + 2⁻¹¹) is 0; fused, it is 2⁻²⁴.
+            let x = std::hint::black_box(1.0f32 + f32::powi(2.0, -12));
+            let minus = std::hint::black_box(-(1.0f32 + f32::powi(2.0, -11)));
+            tile::relaxed_madd(x, x, minus) != 0.0
+        })
+    }
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
+    false
 }
 
 /// Whether a tab's product of `m × k` by `k × n` takes the unfused order's tile rather than
@@ -99,16 +138,11 @@ pub fn gemm<T, SA, SB>(
 /// registers V8 gives it), and small ones (an attention head's 64 × 32 × 64, a batch of 32
 /// rows) up to a fifth slower: its packing is paid per product. Natively, never.
 ///
-/// Never in a build with relaxed SIMD (`-C target-feature=+relaxed-simd`, for measuring
-/// only): there matrixmultiply's kernel fuses where the CPU can, and the tile does not, so
-/// mixing the two would give a tab two orders.
+/// In a build with relaxed SIMD (`-C target-feature=+relaxed-simd`) both take
+/// `f32x4.relaxed_madd`, so they still compute one order: fused on a CPU whose relaxed
+/// multiply-add fuses, unfused on one whose does not.
 pub fn tab_takes_tile(m: usize, k: usize, n: usize) -> bool {
-    cfg!(all(
-        target_arch = "wasm32",
-        not(target_feature = "relaxed-simd")
-    )) && m >= 128
-        && k >= 64
-        && n >= 64
+    cfg!(target_arch = "wasm32") && m >= 128 && k >= 64 && n >= 64
 }
 
 #[cfg(test)]
@@ -123,8 +157,9 @@ mod tests {
     }
 
     /// The naive reference: each value's products summed in order from zero, block by block
-    /// of [`KC`].
+    /// of [`KC`], each product and its add rounded by `madd`, `beta · C` added by it too.
     fn reference(
+        madd: fn(f32, f32, f32) -> f32,
         alpha: f32,
         a: &Array2<f32>,
         b: &Array2<f32>,
@@ -139,13 +174,13 @@ mod tests {
                 for (block, start) in (0..k).step_by(KC).enumerate() {
                     let mut s = 0.0f32;
                     for p in start..(start + KC).min(k) {
-                        s += a[[i, p]] * b[[p, j]];
+                        s = madd(a[[i, p]], b[[p, j]], s);
                     }
                     s *= alpha;
                     value = if block == 0 && beta == 0.0 {
                         s
                     } else if block == 0 {
-                        beta * value + s
+                        madd(beta, value, s)
                     } else {
                         value + s
                     };
@@ -158,6 +193,34 @@ mod tests {
 
     #[test]
     fn unfused_products_equal_the_naive_order_bit_for_bit() {
+        exact_products_equal_the_naive_order(Order::Unfused, |a, b, s| s + a * b);
+    }
+
+    #[test]
+    fn fused_products_equal_the_naive_fused_order_bit_for_bit() {
+        exact_products_equal_the_naive_order(Order::Fused, f32::mul_add);
+    }
+
+    /// Fused and unfused differ (they are two orders, and the coordinator must tell which a
+    /// tab computed in), by rounding only.
+    #[test]
+    fn the_fused_and_unfused_orders_differ_by_rounding() {
+        let mut rng = SplitMix64::new(5);
+        let (a, b) = (random(&mut rng, 64, 300), random(&mut rng, 300, 48));
+        let product = |order| {
+            let mut c = Array2::zeros((64, 48));
+            with_order(order, || gemm(1.0, &a, &b, 0.0, &mut c.view_mut()));
+            c
+        };
+        let (fused, unfused) = (product(Order::Fused), product(Order::Unfused));
+        let differ = fused.iter().zip(&unfused).filter(|(x, y)| x != y).count();
+        assert!(differ > fused.len() / 4, "only {differ} values differ");
+        for (x, y) in fused.iter().zip(&unfused) {
+            assert!((x - y).abs() <= 1e-4, "{x} vs {y}");
+        }
+    }
+
+    fn exact_products_equal_the_naive_order(order: Order, madd: fn(f32, f32, f32) -> f32) {
         let mut rng = SplitMix64::new(7);
         for (m, k, n) in [
             (1, 1, 1),
@@ -174,18 +237,16 @@ mod tests {
             let c0 = random(&mut rng, m, n);
             for (alpha, beta) in [(1.0f32, 0.0f32), (1.0, 1.0), (0.3, 0.0), (0.3, 0.7)] {
                 let mut c = c0.clone();
-                with_order(Order::Unfused, || {
-                    gemm(alpha, &a, &b, beta, &mut c.view_mut())
-                });
-                let want = reference(alpha, &a, &b, beta, &c0);
+                with_order(order, || gemm(alpha, &a, &b, beta, &mut c.view_mut()));
+                let want = reference(madd, alpha, &a, &b, beta, &c0);
                 assert!(
                     c.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits()),
-                    "{m}×{k}×{n}, alpha {alpha}, beta {beta}"
+                    "{order:?} {m}×{k}×{n}, alpha {alpha}, beta {beta}"
                 );
                 // Transposed operands (the backward passes' views) give the same values.
                 let (at, bt) = (a.t().to_owned(), b.t().to_owned());
                 let mut c_t = c0.clone();
-                with_order(Order::Unfused, || {
+                with_order(order, || {
                     gemm(alpha, &at.t(), &bt.t(), beta, &mut c_t.view_mut())
                 });
                 assert_eq!(c_t, c);
@@ -193,7 +254,7 @@ mod tests {
                 let mut wide = Array2::zeros((m, n + 3));
                 wide.slice_mut(ndarray::s![.., 1..n + 1]).assign(&c0);
                 let mut c_t = c0.t().to_owned();
-                with_order(Order::Unfused, || {
+                with_order(order, || {
                     gemm(
                         alpha,
                         &a,

@@ -95,6 +95,7 @@ pub fn encode_from_worker(msg: &WorkerToCoordinator) -> Vec<u8> {
             w.opt_str(h.join_token.as_deref());
             w.opt_str(h.resume_token.as_deref());
             w.u8(h.compression.to_u8());
+            w.u8(h.fused.into());
             w.buf
         }
         WorkerToCoordinator::Gradient(g) => {
@@ -295,6 +296,16 @@ pub fn decode_worker_frame(frame: &[u8]) -> Result<WorkerFrame<'_>, DecodeError>
                 join_token: r.opt_str("join_token")?,
                 resume_token: r.opt_str("resume_token")?,
                 compression: r.compression("compression")?,
+                fused: match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    v => {
+                        return Err(DecodeError::InvalidValue {
+                            field: "fused",
+                            value: v.into(),
+                        })
+                    }
+                },
             })
         }
         TAG_GRADIENT => {

@@ -64,6 +64,10 @@ pub struct Hello {
     pub resume_token: Option<String>,
     /// How this worker wants weights and gradients on the wire.
     pub compression: Compression,
+    /// Its products fuse each multiply and add (one rounding): a tab whose relaxed SIMD's
+    /// `f32x4.relaxed_madd` fuses on its CPU (version 14). The coordinator replays its work
+    /// in that order (`model::Order::Fused`).
+    pub fused: bool,
 }
 
 /// The model a worker must build, in the canonical text form of `model::NetSpec` (e.g.

@@ -163,6 +163,9 @@ impl WorkerCore {
                 join_token,
                 resume_token: None,
                 compression: Compression::None,
+                // Only a wasm build with relaxed SIMD, on a CPU whose multiply-add fuses: what
+                // this worker's products compute, for the coordinator to replay.
+                fused: model::gemm::relaxed_fuses(),
             },
             joined: None,
             resume_token: None,

@@ -196,6 +196,7 @@ pub fn worker_messages() -> Vec<WorkerToCoordinator> {
             join_token: Some("t\u{f6}ken".into()),
             resume_token: None,
             compression: Compression::F16,
+            fused: true,
         }),
         WorkerToCoordinator::Gradient(GradientChunk {
             compute_us: 0,

@@ -1,6 +1,7 @@
 //! A GPT's forward and backward: tokens/s of a worker's batch gradient on windows from the
 //! embedded Shakespeare (character tokens), in the library's float order (a native
-//! worker's) and the unfused one (a tab's wasm, and the verifier's replay of a tab), on one
+//! worker's), the unfused one (a tab's wasm, and the verifier's replay of a tab) and the
+//! fused one (a tab whose relaxed SIMD fuses, and its replay), on one
 //! core or, with `--threads K`, as `worker --threads K` computes it (the batch in K parts on
 //! K threads, added in part order). One JSON line per (preset, order). PyTorch's figure on
 //! the same machine: `scripts/bench/gpt_torch.py`.
@@ -22,7 +23,7 @@ struct Cli {
     /// Seconds measured per line, after one warm-up batch.
     #[arg(long, default_value_t = 10.0)]
     seconds: f64,
-    /// Orders measured: `library` and/or `unfused`.
+    /// Orders measured: `library`, `unfused` and/or `fused`.
     #[arg(long, value_delimiter = ',', default_value = "library,unfused")]
     order: Vec<String>,
     /// Threads computing each batch, as `worker --threads` (1: on this thread).
@@ -54,7 +55,8 @@ fn main() -> anyhow::Result<()> {
             let order = match order.as_str() {
                 "library" => Order::Library,
                 "unfused" => Order::Unfused,
-                other => anyhow::bail!("unknown order {other}"),
+                "fused" => Order::Fused,
+                other => anyhow::bail!("unknown order {other} (library, unfused or fused)"),
             };
             let (mut batches, mut spent) = (0usize, 0.0f64);
             let mut b = 0usize;

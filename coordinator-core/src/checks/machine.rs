@@ -37,7 +37,6 @@ use super::replicas::{Fate, Replicas};
 use super::segment::Revealed;
 use super::step::{Answer, Context, Step};
 use super::verdict::Refuted;
-use super::verify::likely_order;
 use crate::local::LocalPlan;
 use crate::refusal::Refusal;
 use crate::registry::tally::Note;
@@ -347,8 +346,8 @@ impl Checks {
     ) {
         let order = cx
             .registry
-            .kind(held.worker)
-            .map_or(model::Order::Library, likely_order);
+            .order(held.worker)
+            .unwrap_or(model::Order::Library);
         let inputs = Inputs {
             net: cx.trainer.net(),
             train: cx.train,

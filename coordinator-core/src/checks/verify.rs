@@ -94,18 +94,24 @@ pub struct Claim<'a> {
     pub parts: usize,
 }
 
-/// The float order a worker of this kind most likely computes in.
-pub fn likely_order(kind: protocol::WorkerKind) -> Order {
-    match kind {
-        protocol::WorkerKind::Browser => Order::Unfused,
-        protocol::WorkerKind::Native => Order::Library,
+/// The float order a worker of this kind most likely computes in: a tab's unfused, or fused
+/// where it said its products fuse (`Hello::fused`), a native worker's its library's.
+pub fn likely_order(kind: protocol::WorkerKind, fused: bool) -> Order {
+    match (kind, fused) {
+        (protocol::WorkerKind::Browser, false) => Order::Unfused,
+        (protocol::WorkerKind::Browser, true) => Order::Fused,
+        (protocol::WorkerKind::Native, _) => Order::Library,
     }
 }
 
+/// The order tried second where the first did not match: a tab that said it fuses may have
+/// computed unfused (and one that did not say may fuse: an older page), and a native worker
+/// may be a tab that said otherwise.
 fn other(order: Order) -> Order {
     match order {
         Order::Library => Order::Unfused,
         Order::Unfused => Order::Library,
+        Order::Fused => Order::Unfused,
     }
 }
 
@@ -839,6 +845,53 @@ pub(crate) mod tests {
                 assert!(verify(&mlp, &train, &claim(&scaled))
                     .expect("computes")
                     .is_err());
+            }
+        }
+    }
+
+    /// A tab whose relaxed SIMD fuses computes its phase fused (`Order::Fused`), which is
+    /// another phase than the unfused one: replayed in the order its `Hello` named it is the
+    /// coordinator's bit for bit; a tab that said it fuses and computed unfused is matched by
+    /// the order tried second; scaled by 1.01 either is refused.
+    #[test]
+    fn a_fused_tabs_phase_is_replayed_in_its_order() {
+        let (mlp, train, params) = setup();
+        let local = protocol::LocalPhase {
+            steps: 40,
+            optimizer: model::OptimizerKind::Sgd { lr: 0.1 },
+            segment: 0,
+        };
+        let batches = Batches {
+            shard: 100..400,
+            first: 7,
+            size: 32,
+            parts: 1,
+        };
+        let phase = |order| {
+            with_order(order, || replay(&mlp, &train, &batches, local, &params))
+                .expect("replays")
+                .delta
+        };
+        let (fused, unfused) = (phase(Order::Fused), phase(Order::Unfused));
+        assert!(
+            fused.iter().zip(&unfused).any(|(a, b)| a != b),
+            "two orders, two phases"
+        );
+        assert_eq!(
+            likely_order(protocol::WorkerKind::Browser, true),
+            Order::Fused
+        );
+        for honest in [&fused, &unfused] {
+            let scaled: Vec<f32> = honest.iter().map(|v| v * 1.01).collect();
+            for (grads, matches) in [(honest, true), (&scaled, false)] {
+                let says_fused = Claim {
+                    local: Some(local),
+                    order: likely_order(protocol::WorkerKind::Browser, true),
+                    parts: 1,
+                    ..claim(&params, grads, 7)
+                };
+                let verdict = verify(&mlp, &train, &says_fused).expect("computes");
+                assert_eq!(verdict.is_ok(), matches, "{verdict:?}");
             }
         }
     }

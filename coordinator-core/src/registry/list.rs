@@ -54,6 +54,7 @@ impl Registry {
                     WorkerKind::Browser => "browser",
                     WorkerKind::Native => "native",
                 },
+                fused: w.fused,
                 compression: w.compression.name(),
                 connected_at_ms: unix_ms(w.connected_at),
                 last_seen_ms: w.last_seen.map(unix_ms),

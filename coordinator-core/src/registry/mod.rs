@@ -37,6 +37,8 @@ pub mod trust;
 #[derive(Debug)]
 struct Worker {
     kind: WorkerKind,
+    /// It said in Hello that its products fuse (a tab whose relaxed SIMD fuses).
+    fused: bool,
     session: SessionId,
     /// Negotiated in Hello: how its weights and gradients travel.
     compression: Compression,
@@ -239,6 +241,7 @@ impl Registry {
             id,
             Worker {
                 kind,
+                fused: hello.fused,
                 session,
                 compression: hello.compression,
                 shard: None,
@@ -305,6 +308,14 @@ impl Registry {
     /// What `id` said it is in its `Hello` (a hint, never trusted).
     pub fn kind(&self, id: WorkerId) -> Option<WorkerKind> {
         self.workers.get(&id).map(|w| w.kind)
+    }
+
+    /// The float order `id` most likely computes in, by what its `Hello` said (a hint: the
+    /// checks try another order where this one does not match).
+    pub fn order(&self, id: WorkerId) -> Option<model::Order> {
+        self.workers
+            .get(&id)
+            .map(|w| crate::checks::verify::likely_order(w.kind, w.fused))
     }
 
     pub fn compression(&self, id: WorkerId) -> Option<Compression> {

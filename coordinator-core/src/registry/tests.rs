@@ -22,7 +22,32 @@ fn hello(join: Option<&str>, resume: Option<&str>) -> Hello {
         join_token: join.map(str::to_owned),
         resume_token: resume.map(str::to_owned),
         compression: Compression::Int8,
+        fused: false,
     }
+}
+
+/// What a worker's `Hello` said sets the order its work is replayed in first, and the
+/// worker table says whether it fuses.
+#[test]
+fn a_tab_that_says_it_fuses_is_replayed_fused() {
+    let mut r = Registry::new(None, 4, 3);
+    let admit = |r: &mut Registry, kind, fused| {
+        let hello = Hello {
+            kind: Some(kind),
+            fused,
+            ..hello(None, None)
+        };
+        r.admit(&hello, LOCAL, t()).expect("in").id
+    };
+    let fused = admit(&mut r, WorkerKind::Browser, true);
+    let unfused = admit(&mut r, WorkerKind::Browser, false);
+    let native = admit(&mut r, WorkerKind::Native, false);
+    assert_eq!(r.order(fused), Some(model::Order::Fused));
+    assert_eq!(r.order(unfused), Some(model::Order::Unfused));
+    assert_eq!(r.order(native), Some(model::Order::Library));
+    let table = r.list(|_| false, |_| None, t());
+    let said: Vec<bool> = table.iter().map(|w| w.fused).collect();
+    assert_eq!(said, [true, false, false]);
 }
 
 #[test]

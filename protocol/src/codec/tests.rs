@@ -18,12 +18,14 @@ fn all_worker_messages() -> Vec<WorkerToCoordinator> {
             join_token: Some("sesame".into()),
             resume_token: Some("r-\u{e9}t\u{e9}".into()),
             compression: Compression::F16,
+            fused: true,
         }),
         WorkerToCoordinator::Hello(Hello {
             kind: Some(WorkerKind::Native),
             join_token: None,
             resume_token: Some(String::new()),
             compression: Compression::Int8,
+            fused: false,
         }),
         WorkerToCoordinator::Gradient(GradientChunk {
             compute_us: 123_456,
@@ -523,6 +525,20 @@ fn hand_written_bad_frames_are_rejected_with_the_right_error() {
     assert!(matches!(
         decode_from_worker(&bad_kind),
         Err(DecodeError::InvalidValue { field: "kind", .. })
+    ));
+
+    // The last byte says whether the worker's products fuse: 0 or 1, nothing else; a Hello
+    // of version 13, without it, is short.
+    let mut bad_fused = good.clone();
+    *bad_fused.last_mut().expect("a Hello's bytes") = 2;
+    assert!(matches!(
+        decode_from_worker(&bad_fused),
+        Err(DecodeError::InvalidValue { field: "fused", .. })
+    ));
+    let short = &good[..good.len() - 1];
+    assert!(matches!(
+        decode_from_worker(short),
+        Err(DecodeError::Truncated { .. })
     ));
 
     let [v0, v1] = PROTOCOL_VERSION.to_le_bytes();
