@@ -81,11 +81,26 @@ setup_chromium() {
     fi
 }
 
-# Builds the browser worker into web/pkg, which the coordinator serves. Incremental: about a
-# second when nothing changed. wasm-opt is off (worker-wasm/Cargo.toml) and --mode no-install
-# makes a missing tool fail at once instead of compiling for minutes.
+# Builds the browser worker into web/pkg, and again with relaxed SIMD into web/pkg-relaxed
+# (in its own target directory, so that neither build's cache spoils the other's), both of
+# which the coordinator serves: a browser that validates relaxed SIMD takes the second
+# (web/wasm.js). Incremental: about a second each when nothing changed. wasm-opt is off
+# (worker-wasm/Cargo.toml) and --mode no-install makes a missing tool fail at once instead
+# of compiling for minutes.
 build_web_pkg() {
-    say "building the browser worker (web/pkg)"
+    say "building the browser worker (web/pkg, and web/pkg-relaxed with relaxed SIMD)"
     wasm-pack --log-level warn build --mode no-install --target web --release \
         --out-dir ../web/pkg worker-wasm
+    with_relaxed_simd wasm-pack --log-level warn build --mode no-install --target web \
+        --release --out-dir ../web/pkg-relaxed worker-wasm
+}
+
+# Runs a command with the wasm build's relaxed SIMD on (`f32x4.relaxed_madd`, which the
+# tab's products take: model/src/gemm.rs), in target/relaxed.
+with_relaxed_simd() {
+    local root
+    root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+    CARGO_TARGET_DIR="$root/target/relaxed" \
+        CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+simd128,+relaxed-simd" \
+        "$@"
 }

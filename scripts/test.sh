@@ -7,7 +7,8 @@
 #                          open no browser: real sockets, the real binary, TLS, a real
 #                          nats-server. For iterating; under 5 minutes warm.
 #   scripts/test.sh        everything (what CI runs): also the shared core built for wasm32,
-#                          the wasm worker's tests in headless Chromium and the integration
+#                          the wasm worker's tests in headless Chromium (in both builds, with
+#                          and without relaxed SIMD) and the integration
 #                          tests in real Chromium tabs. Under 20 minutes warm.
 #
 # Tests run under cargo-nextest (.config/nextest.toml), and every run ends with its ten
@@ -80,6 +81,7 @@ if [ "$tier" = fast ]; then
 fi
 
 cargo clippy --locked --target wasm32-unknown-unknown -p worker-wasm -- -D warnings
+with_relaxed_simd cargo clippy --locked --target wasm32-unknown-unknown -p worker-wasm -- -D warnings
 
 say "the shared core builds for wasm32 (no I/O, nothing async)"
 cargo check --locked --target wasm32-unknown-unknown -p protocol -p model -p worker-core
@@ -92,6 +94,10 @@ export WASM_BINDGEN_TEST_TIMEOUT=120
 wasm_start=$(date +%s)
 (cd worker-wasm && wasm-pack --log-level warn test --mode no-install --headless --chrome \
     --chromedriver /usr/bin/chromedriver --test web --test gpu -- --nocapture)
+say "the wasm tests again in the build with relaxed SIMD (a tab whose multiply-adds fuse = native fused, bit for bit)"
+# In the release profile, so that its dependencies are the ones web/pkg-relaxed is built from.
+(cd worker-wasm && with_relaxed_simd wasm-pack --log-level warn test --mode no-install --release \
+    --headless --chrome --chromedriver /usr/bin/chromedriver --test web -- --nocapture)
 say "the wasm tests took $(( $(date +%s) - wasm_start )) s"
 
 build_web_pkg

@@ -29,6 +29,11 @@ fn main() {
         .any(|(rel, _)| rel == "pkg/worker_wasm_bg.wasm");
     writeln!(out, "/// web/pkg held the built wasm worker at build time.\npub const PKG_BUILT: bool = {built};")
         .expect("write to a String");
+    let relaxed = files
+        .iter()
+        .any(|(rel, _)| rel == "pkg-relaxed/worker_wasm_bg.wasm");
+    writeln!(out, "/// web/pkg-relaxed held its build with relaxed SIMD.\npub const RELAXED_BUILT: bool = {relaxed};")
+        .expect("write to a String");
     if !built {
         println!("cargo:warning=web/pkg is not built: the coordinator will serve the page without its wasm worker. Build it with scripts/run.sh, or: wasm-pack build --target web --release --out-dir ../web/pkg worker-wasm");
     }

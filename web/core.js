@@ -4,11 +4,13 @@
 // Messages in: {id, spec, weights, x, labels, seed, start, end, batch}.
 // Messages out: {id, loss, grads} | {id, error} | {ready: true} | {failed: message}.
 
+import { loadWasm } from "./wasm.js";
+
 let PartWorker = null;
 let part = null;
-const ready = import("./pkg/worker_wasm.js")
-  .then(async (wasm) => {
-    await wasm.default();
+// The build the training Web Worker loaded: the same query (?relaxed=0) decides.
+const ready = loadWasm(self.location.search)
+  .then(({ wasm }) => {
     PartWorker = wasm.PartWorker;
     postMessage({ ready: true });
   })

@@ -83,7 +83,10 @@ function showDevice() {
 }
 let workerId = null;
 let running = false;
-const worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
+// The page's query goes to the Web Worker: ?relaxed=0 keeps the build without relaxed SIMD.
+const worker = new Worker(new URL(`./worker.js${location.search}`, import.meta.url), {
+  type: "module",
+});
 
 // A browser never tells a page why its WebSocket was refused: ask the coordinator what it
 // would answer this page (origin, connections from this address, shutting down).

@@ -12,8 +12,9 @@ let BrowserWorker = null;
 // error event without a reason. The coordinator says why a package file is missing.
 const ready = (async () => {
   try {
-    const wasm = await import("./pkg/worker_wasm.js");
-    await wasm.default();
+    // The page's query (?relaxed=0) is this Web Worker's too, and its helpers'.
+    const { loadWasm } = await import("./wasm.js");
+    const { wasm } = await loadWasm(self.location.search);
     BrowserWorker = wasm.BrowserWorker;
   } catch (err) {
     postMessage({ state: "error", message: await whyNotLoaded(err) });
@@ -34,7 +35,10 @@ class Helpers {
 
   resize(count) {
     while (this.workers.length < count) {
-      const helper = new Worker(new URL("./core.js", import.meta.url), { type: "module" });
+      // The same query as this Web Worker's, so that a helper loads the same build.
+      const helper = new Worker(new URL(`./core.js${self.location.search}`, import.meta.url), {
+        type: "module",
+      });
       const mine = new Set();
       helper.onmessage = ({ data: m }) => {
         if (m.id == null) return;

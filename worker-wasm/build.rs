@@ -12,9 +12,14 @@ use model::Order;
 fn main() {
     println!("cargo:rerun-if-changed=src/fixture.rs");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    // Each reference twice: in the library's float order (fused multiply-adds on a CPU with
-    // FMA) and unfused, wasm's order, which the browser must match bit for bit.
-    for (order, suffix) in [(Order::Library, ""), (Order::Unfused, "_unfused")] {
+    // Each reference three times: in the library's float order (fused multiply-adds on a CPU
+    // with FMA), unfused (a tab's order) and fused in the tab's order (a tab whose relaxed
+    // SIMD fuses), which the browser must match bit for bit.
+    for (order, suffix) in [
+        (Order::Library, ""),
+        (Order::Unfused, "_unfused"),
+        (Order::Fused, "_fused"),
+    ] {
         model::with_order(order, || {
             for preset in fixture::PRESETS {
                 let (loss, grads) = fixture::gradient(preset);

@@ -525,7 +525,7 @@ async fn until_message(tab: &Browser, needle: &str) -> String {
 async fn a_page_without_its_wasm_package_says_why_it_cannot_train() {
     let web = tempfile::tempdir().expect("temp dir");
     let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web");
-    for file in ["index.html", "main.js", "worker.js", "style.css"] {
+    for file in ["index.html", "main.js", "worker.js", "wasm.js", "style.css"] {
         std::fs::copy(source.join(file), web.path().join(file)).expect("copy the page");
     }
     let server = start_server(&["--web-dir", web.path().to_str().expect("utf-8")]).await;
@@ -570,8 +570,11 @@ async fn a_refused_socket_is_explained_on_the_page() {
     stop(server).await;
 }
 
-/// At `--verify-fraction 1`, the coordinator recomputes every gradient of two tabs, one on
-/// int8 and one on exact f32, for 200 rounds: wasm's gradients always match native ones.
+/// At `--verify-fraction 1`, the coordinator recomputes every gradient of two tabs for 200
+/// rounds: one in the page's compression (int2, confirmed as int4 for single gradients) in
+/// the build with relaxed SIMD, whose multiply-adds fuse on this
+/// CPU (it says so in its `Hello`, and is replayed fused), and one on exact f32 in the
+/// plain build (`?relaxed=0`, unfused): wasm's gradients always match native ones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn honest_tabs_are_never_flagged_at_verify_fraction_1() {
     let _heavy = heavy().await;
@@ -584,9 +587,21 @@ async fn honest_tabs_are_never_flagged_at_verify_fraction_1() {
         "200",
     ])
     .await;
-    let status = server.status.clone();
-    let _int8 = Browser::open(&page(server.addr));
-    let _exact = Browser::open(&format!("http://{}/?compression=none", server.addr));
+    let mut status = server.status.clone();
+    let _fused = Browser::open(&page(server.addr));
+    let _exact = Browser::open(&format!(
+        "http://{}/?compression=none&relaxed=0",
+        server.addr
+    ));
+    let s = wait_status(&mut status, "both tabs", |s| browsers(s) == 2).await;
+    let mut fused: Vec<(&str, bool)> = s
+        .worker_list
+        .iter()
+        .map(|w| (w.compression, w.fused))
+        .collect();
+    fused.sort();
+    // Chromium here has relaxed SIMD, and this CPU FMA (docs/TOOLCHAIN.md).
+    assert_eq!(fused, [("int4", true), ("none", false)], "{s:?}");
     let summary = guard("200 verified rounds", server.wait())
         .await
         .expect("ran");

@@ -2,7 +2,9 @@
 //! `cd worker-wasm && wasm-pack test --release --headless --chrome --test speed -- --nocapture`
 //! (one test: add its name after `--nocapture`, as `gpt_products_per_shape`)
 //! Native counterparts: `cargo run --release -p worker-core --example gradient_speed`, and for
-//! the GPT `target/release/gpt --preset gpt` (library and unfused orders).
+//! the GPT `target/release/gpt --preset gpt` (library, unfused and fused orders).
+//! The build with relaxed SIMD (what `web/pkg-relaxed` is): the same command run through
+//! `source scripts/setup.sh; with_relaxed_simd wasm-pack test ...`.
 
 #![cfg(target_arch = "wasm32")]
 
@@ -127,6 +129,56 @@ fn gpt_tokens_per_second_and_memory() {
     );
 }
 
+/// Relaxed SIMD's gain on a whole GPT step, in one process (a build with relaxed SIMD):
+/// the 0.8M GPT's forward and backward at batch 12 × 64 tokens in the tab's order (fused
+/// where this CPU's relaxed multiply-add fuses: matrixmultiply's kernel and the tile in
+/// `f32x4.relaxed_madd`) and in `Order::Unfused` (the plain build's tile, for every product,
+/// the attention's small ones too, which the plain build gives matrixmultiply's kernel: a
+/// few per cent of a step), ten turns of each in turn, then the medians.
+#[wasm_bindgen_test]
+fn gpt_tokens_fused_against_unfused() {
+    let batch = 12;
+    let (net, params, data) = fixture::gpt(GptSpec::cpu(65), batch);
+    let (x, labels) = data.batch(0..batch);
+    let step = || {
+        let (loss, _) = net
+            .loss_and_grad(&params, x.view(), &labels, batch_seed(0, 0))
+            .expect("ok");
+        assert!(loss.is_finite());
+    };
+    for _ in 0..4 {
+        step();
+        model::with_order(model::Order::Unfused, step);
+    }
+    let (mut tab, mut unfused) = (Vec::new(), Vec::new());
+    for turn in 0..10 {
+        for which in [turn % 2, 1 - turn % 2] {
+            let iters = 3;
+            let start = now_ms();
+            for _ in 0..iters {
+                if which == 0 {
+                    step();
+                } else {
+                    model::with_order(model::Order::Unfused, step);
+                }
+            }
+            let rate = (iters * batch * 64) as f64 / ((now_ms() - start) / 1000.0);
+            if which == 0 { &mut tab } else { &mut unfused }.push(rate);
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (v[4] + v[5]) / 2.0
+    };
+    let (a, b) = (median(&mut tab), median(&mut unfused));
+    console_log!(
+        "wasm gpt 0.8M, batch 12 x 64, relaxed SIMD {} (fuses here: {}): the tab's order {a:.0} tokens/s, unfused {b:.0}: {:.3}x",
+        cfg!(target_feature = "relaxed-simd"),
+        model::gemm::relaxed_fuses(),
+        a / b
+    );
+}
+
 /// A GPT's gradient on the tab's GPU (`Gpu::open(true)`: SwiftShader where there is no
 /// real adapter), batch 12: the first batch (pipelines compiled, buffers made), then
 /// tokens/s over the next ones, and where a batch's time goes, kernel by kernel. The 0.8M
@@ -209,11 +261,12 @@ async fn gpt_on_the_gpu_tokens_per_second() {
 }
 
 /// The GPTs' matrix products, one by one: GFLOP/s of what the tab computes (`model::gemm`,
-/// which takes the unfused tile for large products and matrixmultiply's kernel for small
-/// ones) against matrixmultiply's kernel alone, best of three. Built with
-/// `-C target-feature=+simd128,+relaxed-simd`, matrixmultiply's column is its fused kernel
-/// (`f32x4.relaxed_madd`), for the gain of relaxed SIMD per shape (and the tab's column is
-/// that kernel too: such a build never takes the tile).
+/// which takes the tile for large products and matrixmultiply's kernel for small ones), of
+/// the unfused tile alone (`Order::Unfused`) and of matrixmultiply's kernel alone, best of
+/// five, the three in turn. Built with `-C target-feature=+simd128,+relaxed-simd`, the tab's
+/// column and matrixmultiply's multiply and add in `f32x4.relaxed_madd` (fused where this CPU
+/// fuses it, which the first line says), and the unfused tile's column is the plain build's
+/// tile in the same process: relaxed SIMD's gain per shape, side by side.
 #[wasm_bindgen_test]
 fn gpt_products_per_shape() {
     use ndarray::linalg::general_mat_mul;
@@ -232,6 +285,11 @@ fn gpt_products_per_shape() {
         ("10.7M attention q·kᵀ", 256, 64, 256, false, true),
         ("10.7M qkv", 3072, 384, 1152, false, false),
     ];
+    console_log!(
+        "relaxed SIMD: {}, its multiply-add fuses here: {}",
+        cfg!(target_feature = "relaxed-simd"),
+        model::gemm::relaxed_fuses()
+    );
     for (what, m, k, n, a_t, b_t) in shapes {
         let fill = |rows: usize, cols: usize| {
             Array2::from_shape_fn((rows, cols), |(i, j)| ((i * 7 + j * 3) % 13) as f32 * 0.1)
@@ -244,15 +302,15 @@ fn gpt_products_per_shape() {
         );
         let mut c = Array2::<f32>::zeros((m, n));
         let iters = (50_000_000 / (m * k * n)).max(2);
-        let mut best = [f64::MAX; 2];
-        for _ in 0..3 {
+        let mut best = [f64::MAX; 3];
+        for _ in 0..5 {
             for (i, best) in best.iter_mut().enumerate() {
-                let mut product = || {
-                    if i == 0 {
-                        model::gemm::gemm(1.0, &a, &b, 0.0, &mut c.view_mut());
-                    } else {
-                        general_mat_mul(1.0, &a, &b, 0.0, &mut c);
-                    }
+                let mut product = || match i {
+                    0 => model::gemm::gemm(1.0, &a, &b, 0.0, &mut c.view_mut()),
+                    1 => model::with_order(model::Order::Unfused, || {
+                        model::gemm::gemm(1.0, &a, &b, 0.0, &mut c.view_mut())
+                    }),
+                    _ => general_mat_mul(1.0, &a, &b, 0.0, &mut c),
                 };
                 product();
                 let start = now_ms();
@@ -264,9 +322,10 @@ fn gpt_products_per_shape() {
         }
         let gflops = |ms: f64| 2.0 * (m * k * n) as f64 / ms / 1e6;
         console_log!(
-            "wasm product {what} {m}x{k}x{n}: the tab {:.1} GFLOP/s, matrixmultiply {:.1}",
+            "wasm product {what} {m}x{k}x{n}: the tab {:.1} GFLOP/s, the unfused tile {:.1}, matrixmultiply {:.1}",
             gflops(best[0]),
-            gflops(best[1])
+            gflops(best[1]),
+            gflops(best[2])
         );
     }
 }

@@ -17,10 +17,28 @@ wasm_bindgen_test_configure!(run_in_browser);
 
 static NATIVE_MLP: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/native_gradient_mlp.bin"));
 static NATIVE_CNN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/native_gradient_cnn.bin"));
-static UNFUSED_MLP: &[u8] =
-    include_bytes!(concat!(env!("OUT_DIR"), "/native_gradient_mlp_unfused.bin"));
-static UNFUSED_CNN: &[u8] =
-    include_bytes!(concat!(env!("OUT_DIR"), "/native_gradient_cnn_unfused.bin"));
+
+/// The native reference `NAME` in the order this tab computes in: `NAME_unfused.bin`, or
+/// `NAME_fused.bin` in a build with relaxed SIMD on a CPU whose multiply-add fuses
+/// (`model::gemm::relaxed_fuses`, what the tab's `Hello` says). `build.rs` writes both.
+macro_rules! in_tab_order {
+    ($name:literal) => {
+        if model::gemm::relaxed_fuses() {
+            &include_bytes!(concat!(env!("OUT_DIR"), "/", $name, "_fused.bin"))[..]
+        } else {
+            &include_bytes!(concat!(env!("OUT_DIR"), "/", $name, "_unfused.bin"))[..]
+        }
+    };
+}
+
+/// The tab's order, for messages.
+fn tab_order() -> &'static str {
+    if model::gemm::relaxed_fuses() {
+        "fused (relaxed SIMD)"
+    } else {
+        "unfused"
+    }
+}
 static NATIVE_WORKER_FRAMES: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/native_worker_frames.bin"));
 static NATIVE_COORDINATOR_FRAMES: &[u8] =
@@ -28,21 +46,17 @@ static NATIVE_COORDINATOR_FRAMES: &[u8] =
 static NATIVE_COMPRESSED_ANSWERS: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/native_compressed_answers.bin"));
 
-static PARTS_MLP: &[u8] = include_bytes!(concat!(
-    env!("OUT_DIR"),
-    "/native_gradient_mlp_parts_unfused.bin"
-));
-static PARTS_CNN: &[u8] = include_bytes!(concat!(
-    env!("OUT_DIR"),
-    "/native_gradient_cnn_parts_unfused.bin"
-));
-
 /// A tab on three cores: each part computed by its own `PartWorker` (what each helper Web
 /// Worker runs), added in order as the training Web Worker adds them, equals the native
-/// gradient in three parts computed unfused, bit for bit: the coordinator replays it exactly.
+/// gradient in three parts computed in the tab's order, bit for bit: the coordinator replays
+/// it exactly.
 #[wasm_bindgen_test]
 fn parts_computed_by_part_workers_equal_the_native_parts_bit_for_bit() {
-    for (preset, native) in [("mlp", PARTS_MLP), ("cnn", PARTS_CNN)] {
+    let parts = [
+        ("mlp", in_tab_order!("native_gradient_mlp_parts")),
+        ("cnn", in_tab_order!("native_gradient_cnn_parts")),
+    ];
+    for (preset, native) in parts {
         let (net, params, data) = fixture::inputs(preset);
         let (x, labels) = data.batch(0..fixture::BATCH);
         let spec = net.spec().to_string();
@@ -86,21 +100,19 @@ fn parts_computed_by_part_workers_equal_the_native_parts_bit_for_bit() {
             "{preset}: {off} from the whole batch's"
         );
         console_log!(
-            "{preset}: {} parts from part workers == native parts unfused: BITWISE identical; \
+            "{preset}: {} parts from part workers == native parts {}: BITWISE identical; \
              largest difference from the batch at once {off:e}",
-            fixture::PARTS
+            fixture::PARTS,
+            tab_order()
         );
     }
 }
 
-static UNFUSED_PRODUCTS: &[u8] =
-    include_bytes!(concat!(env!("OUT_DIR"), "/native_products_unfused.bin"));
-
-/// A tab's matrix products equal the native ones computed unfused, bit for bit, whichever
-/// kernel a tab takes for the shape: the unfused tile for large products, matrixmultiply's
+/// A tab's matrix products equal the native ones computed in its order, bit for bit,
+/// whichever kernel a tab takes for the shape: the tile for large products, matrixmultiply's
 /// for small ones (`model::gemm::tab_takes_tile`).
 #[wasm_bindgen_test]
-fn wasm_products_equal_the_native_unfused_bit_for_bit_in_both_kernels() {
+fn wasm_products_equal_the_native_in_the_tabs_order_bit_for_bit_in_both_kernels() {
     let tiled = fixture::PRODUCTS
         .iter()
         .filter(|(m, k, n, ..)| model::gemm::tab_takes_tile(*m, *k, *n))
@@ -111,39 +123,42 @@ fn wasm_products_equal_the_native_unfused_bit_for_bit_in_both_kernels() {
         fixture::PRODUCTS.len()
     );
     let wasm = fixture::gradient_bytes(0.0, &fixture::products());
-    assert_eq!(wasm.len(), UNFUSED_PRODUCTS.len(), "same shapes");
+    let native = in_tab_order!("native_products");
+    assert_eq!(wasm.len(), native.len(), "same shapes");
     assert_eq!(
-        differing(&wasm, UNFUSED_PRODUCTS),
+        differing(&wasm, native),
         0,
-        "product values differing from the native unfused ones"
+        "product values differing from the native ones, {}",
+        tab_order()
     );
     console_log!(
-        "{} products ({tiled} on the tile), {} values: BITWISE identical to native unfused",
+        "{} products ({tiled} on the tile), {} values: BITWISE identical to native {}",
         fixture::PRODUCTS.len(),
-        wasm.len() / 4 - 1
+        wasm.len() / 4 - 1,
+        tab_order()
     );
 }
 
-static UNFUSED_GPT: &[u8] =
-    include_bytes!(concat!(env!("OUT_DIR"), "/native_gradient_gpt_unfused.bin"));
-
-/// A GPT's gradient in wasm equals the native one computed unfused, bit for bit: the
+/// A GPT's gradient in wasm equals the native one computed in the tab's order, bit for bit: the
 /// embeddings, LayerNorm's square root, the causal softmax's `exp`, GELU's `tanh` and the
 /// cross-entropy are the same portable functions on both sides, so the coordinator replays a
 /// tab's GPT exactly.
 #[wasm_bindgen_test]
-fn wasm_gpt_gradient_equals_the_native_unfused_bit_for_bit() {
+fn wasm_gpt_gradient_equals_the_native_in_the_tabs_order_bit_for_bit() {
     let (loss, grads) = fixture::gpt_gradient();
     let wasm = fixture::gradient_bytes(loss, &grads);
-    assert_eq!(wasm.len(), UNFUSED_GPT.len(), "same parameter count");
+    let native = in_tab_order!("native_gradient_gpt");
+    assert_eq!(wasm.len(), native.len(), "same parameter count");
     assert_eq!(
-        differing(&wasm, UNFUSED_GPT),
+        differing(&wasm, native),
         0,
-        "gpt: values differing from the native unfused gradient"
+        "gpt: values differing from the native gradient, {}",
+        tab_order()
     );
     console_log!(
-        "gpt: {} gradient values and the loss {loss}: BITWISE identical to native unfused",
-        grads.len()
+        "gpt: {} gradient values and the loss {loss}: BITWISE identical to native {}",
+        grads.len(),
+        tab_order()
     );
 }
 
@@ -165,26 +180,30 @@ fn floats(bytes: &[u8]) -> Vec<f32> {
 
 #[wasm_bindgen_test]
 fn wasm_gradient_equals_the_native_gradient_mlp() {
-    compare_with_native("mlp", NATIVE_MLP, UNFUSED_MLP);
+    compare_with_native("mlp", NATIVE_MLP, in_tab_order!("native_gradient_mlp"));
 }
 
 #[wasm_bindgen_test]
 fn wasm_gradient_equals_the_native_gradient_cnn() {
-    compare_with_native("cnn", NATIVE_CNN, UNFUSED_CNN);
+    compare_with_native("cnn", NATIVE_CNN, in_tab_order!("native_gradient_cnn"));
 }
 
-/// Bit for bit against the native gradient in wasm's order (`model::Order::Unfused`, what
-/// the coordinator replays a tab's work in when its own order does not match); within
-/// rounding of the native library's order.
-fn compare_with_native(preset: &str, native: &[u8], unfused: &[u8]) {
+/// Bit for bit against the native gradient in the tab's order (`model::Order::Unfused`, or
+/// `Fused` where its relaxed SIMD fuses: what the coordinator replays a tab's work in);
+/// within rounding of the native library's order.
+fn compare_with_native(preset: &str, native: &[u8], tab: &[u8]) {
     let (loss, grads) = fixture::gradient(preset);
     let wasm = fixture::gradient_bytes(loss, &grads);
     assert_eq!(wasm.len(), native.len(), "same parameter count");
     assert!(
-        wasm == unfused,
-        "{preset}: the wasm gradient must equal the native one computed unfused, bit for bit"
+        wasm == tab,
+        "{preset}: the wasm gradient must equal the native one computed {}, bit for bit",
+        tab_order()
     );
-    console_log!("{preset}: wasm gradient == native gradient unfused: BITWISE identical");
+    console_log!(
+        "{preset}: wasm gradient == native gradient {}: BITWISE identical",
+        tab_order()
+    );
     if wasm == native {
         console_log!(
             "{preset}: wasm gradient == native gradient: BITWISE identical ({} values)",
@@ -215,37 +234,28 @@ static NATIVE_PHASES: [&[u8]; 3] = [
     include_bytes!(concat!(env!("OUT_DIR"), "/native_phase_mlp_adam.bin")),
     include_bytes!(concat!(env!("OUT_DIR"), "/native_phase_cnn_sgd.bin")),
 ];
-static UNFUSED_PHASES: [&[u8]; 3] = [
-    include_bytes!(concat!(
-        env!("OUT_DIR"),
-        "/native_phase_mlp_sgd_unfused.bin"
-    )),
-    include_bytes!(concat!(
-        env!("OUT_DIR"),
-        "/native_phase_mlp_adam_unfused.bin"
-    )),
-    include_bytes!(concat!(
-        env!("OUT_DIR"),
-        "/native_phase_cnn_sgd_unfused.bin"
-    )),
-];
 
 /// A local phase of 16 steps in the browser against the same phase computed natively:
-/// bitwise equal to the native phase computed unfused; against the FMA order, how far the
-/// rounding drifts after 16 steps, and within the coordinator's recomputation tolerance
+/// bitwise equal to the native phase computed in the tab's order; against the library's
+/// order (FMA), how far the rounding drifts after 16 steps, and within the coordinator's recomputation tolerance
 /// (1e-6 + 1e-4·|value| per value, up to 0.5 % of the values outside it as long as their
 /// excess is at most 5 % of the norm: `coordinator-core`'s `checks/verify.rs`).
 #[wasm_bindgen_test]
 fn a_local_phase_in_wasm_is_the_native_phase_within_the_verification_tolerance() {
-    let references = NATIVE_PHASES.into_iter().zip(UNFUSED_PHASES);
-    for ((preset, name, optimizer), (native, unfused)) in
-        fixture::phases().into_iter().zip(references)
+    let in_tab_order = [
+        in_tab_order!("native_phase_mlp_sgd"),
+        in_tab_order!("native_phase_mlp_adam"),
+        in_tab_order!("native_phase_cnn_sgd"),
+    ];
+    let references = NATIVE_PHASES.into_iter().zip(in_tab_order);
+    for ((preset, name, optimizer), (native, tab)) in fixture::phases().into_iter().zip(references)
     {
         let wasm = fixture::gradient_bytes(0.0, &fixture::local_phase(preset, optimizer));
         assert_eq!(wasm.len(), native.len());
         assert!(
-            wasm == unfused,
-            "{preset} {name}: the wasm phase must equal the native one computed unfused, bit for bit"
+            wasm == tab,
+            "{preset} {name}: the wasm phase must equal the native one computed {}, bit for bit",
+            tab_order()
         );
         if wasm == native {
             console_log!("{preset} {name}: a 16-step phase in wasm == native: BITWISE identical");

@@ -37,7 +37,14 @@ impl WebSource {
     pub fn announce(&self) {
         match self {
             Self::Embedded if embedded::PKG_BUILT => {
-                info!(files = embedded::ASSETS.len(), "serving the page built into the binary");
+                info!(
+                    files = embedded::ASSETS.len(),
+                    relaxed_simd = embedded::RELAXED_BUILT,
+                    "serving the page built into the binary"
+                );
+                if !embedded::RELAXED_BUILT {
+                    info!("no build with relaxed SIMD (web/pkg-relaxed): every tab computes unfused; scripts/run.sh builds both");
+                }
             }
             Self::Embedded => warn!(
                 "this coordinator was built before the wasm worker: browsers get the page but cannot train. Build it with {BUILD_COMMAND}, then rebuild the coordinator"
