@@ -25,10 +25,12 @@
 //!
 //! A tab is `--tab-share` of one native core of this machine (measured side by side in
 //! headless Chromium: 0.54-0.59 for the 0.8M GPT at stop 58, 0.46-0.47 on stop 65's
-//! machine, 0.36-0.47 on stop 66's, docs/BENCHMARKS.md "A tab against a native core"); the
-//! native step is measured here (the median of 30). The coordinator replays a
-//! sampled phase in a tab's float order (`model::Order::Unfused`), measured here too: a
-//! replayed step takes that long on one of its `--verify-cores`. `--mixed` makes a mixed
+//! machine, 0.36-0.47 on stop 66's, and 0.52-0.60 at stop 68 in the build with relaxed SIMD,
+//! whose multiply-adds fuse on this CPU; docs/BENCHMARKS.md "A tab against a native core");
+//! the native step is measured here (the median of 30). The coordinator replays a sampled
+//! phase in a tab's float order, here a fused tab's (`model::Order::Fused`, what a tab of
+//! the relaxed build on a CPU with FMA computes), measured here too: a replayed step takes
+//! that long on one of its `--verify-cores`. `--mixed` makes a mixed
 //! crowd: every third volunteer behind 150 ms and 5 Mbit/s, every fourth at half speed, and
 //! every fifth leaving a third of the way into `--max-time` while a newcomer joins.
 
@@ -55,8 +57,9 @@ struct Cli {
     link: String,
     /// A tab's speed as a share of one native core here (the 0.8M GPT's step, measured side
     /// by side in headless Chromium: 0.54-0.59 on 2026-11-29, 0.46-0.47 on 2026-11-30's
-    /// machine, 0.36-0.47 and a median of 0.40 on 2026-12-01's; docs/BENCHMARKS.md).
-    #[arg(long, default_value_t = 0.40)]
+    /// machine, 0.36-0.47 and a median of 0.40 on 2026-12-01's, and in the build with relaxed
+    /// SIMD 0.52-0.60, a median of 0.58, on 2026-12-02's; docs/BENCHMARKS.md).
+    #[arg(long, default_value_t = 0.58)]
     tab_share: f64,
     /// The time a tab takes a step, instead of the native step measured here over
     /// `--tab-share`: to hold runs of different flags to one speed.
@@ -189,7 +192,7 @@ fn main() -> anyhow::Result<()> {
         .unwrap_or_else(|| native.div_f64(cli.tab_share));
     let replay = match cli.replay_step {
         Some(replay) => replay,
-        None => model::with_order(model::Order::Unfused, || {
+        None => model::with_order(model::Order::Fused, || {
             sim::measured_step(&net, &split.train, batch)
         })?,
     };
@@ -251,7 +254,7 @@ fn main() -> anyhow::Result<()> {
             // Drawn after every crowd size of the first seed, the one the plot shows: a sweep
             // cut short still leaves its curves.
             if let Some(path) = cli.svg.as_ref().filter(|_| seed == first_seed) {
-                std::fs::write(path, svg::svg(&runs, &cli))
+                std::fs::write(path, svg::svg(&runs, &cli, step))
                     .with_context(|| format!("writing {}", path.display()))?;
             }
         }

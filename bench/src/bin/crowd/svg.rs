@@ -1,12 +1,15 @@
 //! The plot: validation loss against virtual time, one curve per run.
 
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use crate::{Cli, Run};
 
 /// Validation loss against virtual time, one curve per crowd (ideal runs dashed), at the
 /// first seed (every seed's curves together would be unreadable; the table has their medians).
-pub fn svg(runs: &[Run], cli: &Cli) -> String {
+/// `step`: a tab's step, which the title states (as its share of a core, where `--tab-share`
+/// set it).
+pub fn svg(runs: &[Run], cli: &Cli, step: Duration) -> String {
     let seed = cli.seeds[0];
     let runs: Vec<&Run> = runs.iter().filter(|r| r.seed == seed).collect();
     let (w, h, pad) = (720.0, 420.0, 50.0);
@@ -92,12 +95,19 @@ pub fn svg(runs: &[Run], cli: &Cli) -> String {
             );
         }
     }
+    let speed = match cli.tab_step {
+        Some(_) => format!("tabs at {:.1} ms a step", step.as_secs_f64() * 1e3),
+        None => format!(
+            "tabs at {:.0} % of a core ({:.1} ms a step)",
+            cli.tab_share * 100.0,
+            step.as_secs_f64() * 1e3
+        ),
+    };
     let _ = writeln!(
         out,
-        "<text x=\"{pad}\" y=\"20\">{} behind {}, tabs at {:.0} % of a core, seed {seed}; dashed: ideal data parallelism</text>\n</svg>",
+        "<text x=\"{pad}\" y=\"20\">{} behind {}, {speed}, seed {seed}; dashed: ideal data parallelism</text>\n</svg>",
         cli.coordinator,
         cli.link,
-        cli.tab_share * 100.0
     );
     out
 }
