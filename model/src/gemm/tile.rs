@@ -35,18 +35,27 @@ pub(super) trait Madd: Copy {
     /// One tile's sums over a packed block: `a` holds `MR` values per step of `k`, `b` `NR`.
     #[inline(always)]
     fn tile<T: Scalar, const MR: usize, const NR: usize>(a: &[T], b: &[T]) -> [[T; NR]; MR] {
-        let mut sums = [[T::zero(); NR]; MR];
-        for (a, b) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
-            let a: &[T; MR] = a.try_into().expect("MR values");
-            let b: &[T; NR] = b.try_into().expect("NR values");
-            for (row, &a_r) in sums.iter_mut().zip(a) {
-                for (s, &b_j) in row.iter_mut().zip(b) {
-                    *s = Self::madd(a_r, b_j, *s);
-                }
+        loop_tile::<Self, T, MR, NR>(a, b)
+    }
+}
+
+/// [`Madd::tile`] as plain loops, which LLVM vectorises (each value's sum in its own lane).
+#[inline(always)]
+fn loop_tile<M: Madd, T: Scalar, const MR: usize, const NR: usize>(
+    a: &[T],
+    b: &[T],
+) -> [[T; NR]; MR] {
+    let mut sums = [[T::zero(); NR]; MR];
+    for (a, b) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
+        let a: &[T; MR] = a.try_into().expect("MR values");
+        let b: &[T; NR] = b.try_into().expect("NR values");
+        for (row, &a_r) in sums.iter_mut().zip(a) {
+            for (s, &b_j) in row.iter_mut().zip(b) {
+                *s = M::madd(a_r, b_j, *s);
             }
         }
-        sums
     }
+    sums
 }
 
 /// A rounded multiply, then a rounded add: [`super::Order::Unfused`].
@@ -98,16 +107,8 @@ impl Madd for Relaxed {
     fn tile<T: Scalar, const MR: usize, const NR: usize>(a: &[T], b: &[T]) -> [[T; NR]; MR] {
         use core::arch::wasm32::*;
         if std::mem::size_of::<T>() != 4 || MR != 4 || NR != 8 {
-            // f64 (never a tab's) or another tile: the generic loop, one value a lane.
-            let mut sums = [[T::zero(); NR]; MR];
-            for (a, b) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
-                for (row, &a_r) in sums.iter_mut().zip(a) {
-                    for (s, &b_j) in row.iter_mut().zip(b) {
-                        *s = Self::madd(a_r, b_j, *s);
-                    }
-                }
-            }
-            return sums;
+            // f64 (never a tab's) or another tile: the loops, one relaxed madd a value.
+            return loop_tile::<Self, T, MR, NR>(a, b);
         }
         assert!(a.len() / 4 == b.len() / 8, "one tile's packed block");
         let zero = f32x4_splat(0.0);
