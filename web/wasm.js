@@ -37,8 +37,10 @@ export async function loadWasm(search) {
       const wasm = await import("./pkg-relaxed/worker_wasm.js");
       await wasm.default();
       return { wasm, relaxed: true };
-    } catch {
-      // Not built on this coordinator (it serves the plain build alone): the plain one.
+    } catch (err) {
+      // Not built on this coordinator (it serves the plain build alone): the plain one,
+      // said in the console, so that a relaxed build that fails to load is not silent.
+      console.warn(`the relaxed-SIMD build did not load (${err}); loading the plain one`);
     }
   }
   const wasm = await import("./pkg/worker_wasm.js");
