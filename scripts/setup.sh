@@ -5,6 +5,10 @@
 
 WASM_PACK_VERSION=0.15.1
 
+# The checkout's root, absolute, found once when this file is sourced (BASH_SOURCE may be a
+# relative path, which a function called after a `cd` could not follow).
+CROWDTRAIN_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
 setup_rust() {
@@ -98,9 +102,7 @@ build_web_pkg() {
 # Runs a command with the wasm build's relaxed SIMD on (`f32x4.relaxed_madd`, which the
 # tab's products take: model/src/gemm.rs), in target/relaxed.
 with_relaxed_simd() {
-    local root
-    root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-    CARGO_TARGET_DIR="$root/target/relaxed" \
+    CARGO_TARGET_DIR="$CROWDTRAIN_ROOT/target/relaxed" \
         CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+simd128,+relaxed-simd" \
         "$@"
 }
