@@ -19,9 +19,10 @@
 //! measured one tab 2.5 times apart between two seeds at the same speeds).
 //! The command behind `docs/BENCHMARKS.md`'s newest crowd table and its plot:
 //!
-//! `crowd --workers 1,2,4,8,16 --torch PYTHON --tab-share 0.40 --svg docs/crowd-gpt-packed.svg`,
-//! and its three seeds at those speeds: `crowd --workers 1,16 --seed 42,43,44 --tab-step
-//! 110652037ns --replay-step 58002336ns --svg docs/crowd-gpt-seeds.svg`.
+//! `crowd --workers 1,2,4,8,16 --torch PYTHON --svg docs/crowd-gpt-fused.svg` (tabs of the
+//! build with relaxed SIMD, stop 68); stop 67's three seeds at stop 66's speeds: `crowd
+//! --workers 1,16 --seed 42,43,44 --tab-step 110652037ns --replay-step 58002336ns --svg
+//! docs/crowd-gpt-seeds.svg`.
 //!
 //! A tab is `--tab-share` of one native core of this machine (measured side by side in
 //! headless Chromium: 0.54-0.59 for the 0.8M GPT at stop 58, 0.46-0.47 on stop 65's
