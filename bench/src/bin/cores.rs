@@ -4,6 +4,9 @@
 //!
 //! `cargo run --release -p bench --bin cores -- --worker tab --worker native --cores 1,2`
 //!
+//! `cores --preset gpt --cores 1 --batch-size 3,6`: a crowd's tab against a native core at
+//! the batches a crowd's tab takes, side by side.
+//!
 //! The coordinator runs local phases (`--local-steps`, 16 by default) so that a worker
 //! computes rather than waits, and no verification or probation (it would share the
 //! machine's cores with the worker). The rate is the coordinator's count of samples
@@ -39,6 +42,11 @@ struct Cli {
     cores: Vec<usize>,
     #[arg(long, default_value_t = 16)]
     local_steps: u32,
+    /// Samples a step (the coordinator's `--batch-size`), each measured in turn: a crowd's
+    /// tab takes fewer than the coordinator's default of 32, and a step's fixed costs weigh
+    /// more in a smaller one.
+    #[arg(long, value_delimiter = ',', default_value = "32", value_parser = clap::value_parser!(u32).range(1..))]
+    batch_size: Vec<u32>,
     /// Seconds measured, after the first answer and the warm-up.
     #[arg(long, default_value_t = 15.0)]
     seconds: f64,
@@ -64,28 +72,37 @@ impl Cli {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     for preset in &cli.preset {
-        for kind in &cli.worker {
-            for &k in &cli.cores {
-                let (rate, tokens, on_gpu) = measure(&cli, preset, kind, k).await?;
-                println!(
-                    "{}",
-                    serde_json::json!({
-                        "tokens_per_s": tokens.map(|t| (rate * t as f64).round()),
-                        "preset": preset,
-                        "worker": kind,
-                        "cores": k,
-                        "local_steps": steps_for(&cli, preset),
-                        "pinned": cli.pin && kind == "tab",
-                        "gpu": if kind == "tab" { cli.gpu.as_str() } else { "off" },
-                        // Whether its answers were the GPU's (unordered), not the CPU's
-                        // (a tab gives a failing or slower GPU up).
-                        "answers_from_gpu": on_gpu,
-                        "samples_per_s": rate.round(),
-                    })
-                );
+        for &batch in &cli.batch_size {
+            for kind in &cli.worker {
+                for &k in &cli.cores {
+                    report(&cli, preset, batch, kind, k).await?;
+                }
             }
         }
     }
+    Ok(())
+}
+
+/// Measures one (preset, batch, worker, k) and prints its line.
+async fn report(cli: &Cli, preset: &str, batch: u32, kind: &str, k: usize) -> anyhow::Result<()> {
+    let (rate, tokens, on_gpu) = measure(cli, preset, batch, kind, k).await?;
+    println!(
+        "{}",
+        serde_json::json!({
+            "tokens_per_s": tokens.map(|t| (rate * t as f64).round()),
+            "preset": preset,
+            "worker": kind,
+            "cores": k,
+            "local_steps": steps_for(cli, preset),
+            "batch_size": batch,
+            "pinned": cli.pin && kind == "tab",
+            "gpu": if kind == "tab" { cli.gpu.as_str() } else { "off" },
+            // Whether its answers were the GPU's (unordered), not the CPU's
+            // (a tab gives a failing or slower GPU up).
+            "answers_from_gpu": on_gpu,
+            "samples_per_s": rate.round(),
+        })
+    );
     Ok(())
 }
 
@@ -104,10 +121,12 @@ fn steps_for(cli: &Cli, preset: &str) -> u32 {
 async fn measure(
     cli: &Cli,
     preset: &str,
+    batch: u32,
     kind: &str,
     k: usize,
 ) -> anyhow::Result<(f64, Option<usize>, bool)> {
     let steps = steps_for(cli, preset).to_string();
+    let batch = batch.to_string();
     let mut args = vec![
         "coordinator",
         "--exit-when-finished",
@@ -123,7 +142,7 @@ async fn measure(
         "--eval-interval",
         "1000000",
     ];
-    args.extend(["--local-steps", &steps]);
+    args.extend(["--local-steps", &steps, "--batch-size", &batch]);
     let config = server::Config::from_args(args.into_iter().map(String::from))
         .map_err(anyhow::Error::msg)?;
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
