@@ -19,8 +19,11 @@
 //! measured one tab 2.5 times apart between two seeds at the same speeds).
 //! The command behind `docs/BENCHMARKS.md`'s newest crowd table and its plot:
 //!
-//! `crowd --workers 1,2,4,8,16 --torch PYTHON --svg docs/crowd-gpt-fused.svg` (tabs of the
-//! build with relaxed SIMD, stop 68); stop 67's three seeds at stop 66's speeds: `crowd
+//! `crowd --workers 1,4,16 --seed 42,43,44 --torch PYTHON --tab-step 31250000ns
+//! --replay-step 15910000ns --svg docs/crowd-gpt-b3.svg` (stop 71: tabs at 3 windows and
+//! phases of at least 32 steps, at the step Chromium measured); stop 68's: `crowd --workers
+//! 1,2,4,8,16 --torch PYTHON --svg docs/crowd-gpt-fused.svg` (tabs of the build with
+//! relaxed SIMD); stop 67's three seeds at stop 66's speeds: `crowd
 //! --workers 1,16 --seed 42,43,44 --tab-step 110652037ns --replay-step 58002336ns --svg
 //! docs/crowd-gpt-seeds.svg`.
 //!
@@ -59,8 +62,10 @@ struct Cli {
     /// A tab's speed as a share of one native core here (the 0.8M GPT's step, measured side
     /// by side in headless Chromium: 0.54-0.59 on 2026-11-29, 0.46-0.47 on 2026-11-30's
     /// machine, 0.36-0.47 and a median of 0.40 on 2026-12-01's, and in the build with relaxed
-    /// SIMD 0.52-0.60, a median of 0.58, on 2026-12-02's; docs/BENCHMARKS.md).
-    #[arg(long, default_value_t = 0.58)]
+    /// SIMD 0.52-0.60, a median of 0.58, on 2026-12-02's, at 32 windows a step; at the
+    /// crowd's 3 windows 0.54 on 2026-12-03's, where 32 gave 0.60: `cores --preset gpt
+    /// --cores 1 --batch-size 3,6,32`; docs/BENCHMARKS.md).
+    #[arg(long, default_value_t = 0.54)]
     tab_share: f64,
     /// The time a tab takes a step, instead of the native step measured here over
     /// `--tab-share`: to hold runs of different flags to one speed.
@@ -74,12 +79,14 @@ struct Cli {
     #[arg(long, default_value_t = 2.0)]
     target_loss: f64,
     /// The coordinator's flags for the crowd (model, batch, exchange), as one string. A
-    /// tab's batch is 6 windows, half PyTorch's: the crowd's rounds are set by a phase's
-    /// steps, and at 6 one, four and sixteen tabs reached 2.0 1.12-1.21 times sooner than at
-    /// 12 (docs/BENCHMARKS.md, "Half the batch, twice the steps").
+    /// tab's batch is 3 windows, a quarter of PyTorch's, and its phases under `auto` at
+    /// least 32 steps: the crowd's rounds are set by a phase's steps more than by its
+    /// samples. At 3 windows and 32 steps one, four and sixteen tabs reached 2.0 sooner than
+    /// at 6 windows and 16 steps, at as many bytes a token (docs/BENCHMARKS.md, "Three
+    /// windows and phases of 32 steps"); 6 had beaten 12 the same way ("Half the batch").
     #[arg(
         long,
-        default_value = "--model gpt --batch-size 6 --eval-interval 1",
+        default_value = "--model gpt --batch-size 3 --eval-interval 1 --min-local-steps 32",
         allow_hyphen_values = true
     )]
     coordinator: String,
