@@ -36,7 +36,10 @@
 //! the relaxed build on a CPU with FMA computes), measured here too: a replayed step takes
 //! that long on one of its `--verify-cores`. `--mixed` makes a mixed
 //! crowd: every third volunteer behind 150 ms and 5 Mbit/s, every fourth at half speed, and
-//! every fifth leaving a third of the way into `--max-time` while a newcomer joins.
+//! every fifth leaving without warning while a newcomer joins, the first at `--churn-every`,
+//! the next at twice that, and so on: early enough to fall before the target (stop 72's
+//! mixed crowds, whose one leaver left a third of the way into `--max-time`, reached the
+//! target before anyone left).
 
 mod svg;
 mod table;
@@ -106,6 +109,10 @@ struct Cli {
     /// A mixed crowd (see above) instead of a uniform one.
     #[arg(long)]
     mixed: bool,
+    /// In a mixed crowd, when the first leaver goes (and its newcomer joins), then the next
+    /// at twice this, and so on.
+    #[arg(long, default_value = "20s", value_parser = server::config::parse_duration)]
+    churn_every: Duration,
     /// Virtual time a run may take at most.
     #[arg(long, default_value = "2h", value_parser = server::config::parse_duration)]
     max_time: Duration,
@@ -360,7 +367,7 @@ fn without(flags: &str, names: &[&str]) -> String {
 /// crowd as the module says.
 fn volunteers(n: usize, link: Link, step: Duration, cli: &Cli) -> Vec<WorkerSpec> {
     let far = Link::symmetric(Duration::from_millis(150), 5.0);
-    let leave = cli.max_time / 3;
+    let mut leavers = 0;
     let mut crowd = Vec::with_capacity(n);
     for i in 0..n {
         let mut v = WorkerSpec::new(link, step).with_compression(cli.compression);
@@ -372,6 +379,8 @@ fn volunteers(n: usize, link: Link, step: Duration, cli: &Cli) -> Vec<WorkerSpec
                 v.step = step * 2;
             }
             if i % 5 == 4 {
+                leavers += 1;
+                let leave = cli.churn_every * leavers;
                 v = v.with_churn(leave, Churn::Leave);
                 let newcomer = WorkerSpec::new(v.link, v.step)
                     .with_compression(cli.compression)
@@ -529,15 +538,18 @@ mod tests {
             .iter()
             .all(|v| v.link == home && v.step == step && v.churn.is_empty()));
         let mixed = volunteers(10, home, step, &cli(&["--mixed", "--max-time", "30m"]));
-        // Two leave a third of the way in (at 10 minutes), and two newcomers join then.
+        // Two leave, at 20 and 40 seconds whatever `--max-time`, and a newcomer joins at each.
         assert_eq!(mixed.len(), 12);
-        let leave = Duration::from_secs(600);
-        let left = mixed
-            .iter()
-            .filter(|v| v.churn == [(leave, Churn::Leave)])
-            .count();
-        let joined = mixed.iter().filter(|v| v.joins_at == leave).count();
-        assert_eq!((left, joined), (2, 2));
+        for leave in [20, 40].map(Duration::from_secs) {
+            let left = mixed
+                .iter()
+                .filter(|v| v.churn == [(leave, Churn::Leave)])
+                .count();
+            let joined = mixed.iter().filter(|v| v.joins_at == leave).count();
+            assert_eq!((left, joined), (1, 1), "at {leave:?}");
+        }
+        let sooner = volunteers(10, home, step, &cli(&["--mixed", "--churn-every", "5s"]));
+        assert!(sooner.iter().any(|v| v.joins_at == Duration::from_secs(10)));
         assert_eq!(mixed.iter().filter(|v| v.link != home).count(), 3);
         assert!(mixed.iter().any(|v| v.step == step * 2));
     }
