@@ -26,6 +26,18 @@
 //!   the residual carried into the next answer. The bytes count each kept value's level and
 //!   its index in the chunk, and a 2-byte scale a chunk.
 //!
+//! - `--eager own|mixed`: one-round-delayed overlap with eager updates (Kale, Douillard and
+//!   Donchev, arXiv 2502.12996), as a parameter server would run it. A worker answers and at
+//!   once starts its next phase, before the round's aggregate exists: from the outer step
+//!   the coordinator will take on the weights this phase started near, with a stand-in for
+//!   the aggregate (`own`: the worker's own answer; `mixed`: the paper's, the last
+//!   aggregate with the worker's own share of it replaced by its fresh answer). The
+//!   coordinator applies every round's mean answer to the weights of that round, with no
+//!   delay; what the overlap costs is that each phase started from a guess of them. The
+//!   start is a function of what the coordinator holds (every version, its optimizer, each
+//!   answer as decoded), so a phase stays replayable. A round is then the phase alone
+//!   where the link is shorter than it.
+//!
 //! It prints one JSON line a round (the validation loss, and the megabytes both ways at
 //! those levels) and a last one with the rounds to `--target-loss`; time is the caller's to
 //! put on them: rounds × (phase, or phase + link).
@@ -84,8 +96,46 @@ struct Cli {
     /// Values per chunk that share a scale, both ways.
     #[arg(long, default_value_t = 64)]
     chunk: usize,
+    /// One-round-delayed overlap with eager updates (see above); `off` waits for the link.
+    #[arg(long, value_enum, default_value_t = Eager::Off)]
+    eager: Eager,
     #[arg(long, default_value_t = 42)]
     seed: u64,
+}
+
+/// What stands in for the round's aggregate when a worker starts its next phase early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Eager {
+    /// No overlap: the next phase starts from the newest weights.
+    Off,
+    /// The worker's own answer.
+    Own,
+    /// The last aggregate, the worker's share of it replaced by its fresh answer (the
+    /// paper's `Δ_i/M + Σ_{j≠i} Δ_j^{late}/M`).
+    Mixed,
+}
+
+/// The stand-in for the aggregate that worker `fresh` starts its next phase from: its
+/// answer, or the last mean with its own share of it (`last_own`) replaced by `fresh`.
+fn stand_in(
+    eager: Eager,
+    fresh: &[f32],
+    last_mean: &[f32],
+    last_own: &[f32],
+    m: usize,
+) -> Vec<f32> {
+    match eager {
+        Eager::Off | Eager::Own => fresh.to_vec(),
+        Eager::Mixed => {
+            let m = m as f32;
+            fresh
+                .iter()
+                .zip(last_mean)
+                .zip(last_own)
+                .map(|((f, l), o)| l + (f - o) / m)
+                .collect()
+        }
+    }
 }
 
 /// `values` rounded to `levels` steps each side of zero of their chunk's largest (half away
@@ -169,6 +219,9 @@ struct Worker {
     end: Option<Vec<f32>>,
     /// What its sparse answers have not sent yet (error feedback).
     residual: Vec<f32>,
+    /// Under `--eager`: where its next phase starts, and its last answer.
+    start: Option<Vec<f32>>,
+    last_answer: Vec<f32>,
 }
 
 impl Worker {
@@ -179,6 +232,8 @@ impl Worker {
             batch: 0,
             end: None,
             residual: Vec::new(),
+            start: None,
+            last_answer: Vec::new(),
         }
     }
 
@@ -281,12 +336,18 @@ fn main() -> anyhow::Result<()> {
         json!({"workers": cli.workers, "steps": steps, "tau": overlap.tau, "alpha": overlap.alpha,
                "from": format!("{:?}", overlap.from), "inner": format!("{:?}", recipe.inner),
                "outer": format!("{:?}", config.training.optimizer), "batch": recipe.batch,
-               "up_levels": cli.up_levels, "down_levels": cli.down_levels, "up_keep": cli.up_keep})
+               "up_levels": cli.up_levels, "down_levels": cli.down_levels, "up_keep": cli.up_keep,
+               "eager": format!("{:?}", cli.eager)})
     );
     let mut reached = None;
     // What the workers hold, where the weights go as deltas.
     let mut held: Option<Vec<f32>> = None;
     let mut bytes = 0.0f64;
+    // The last round's mean answer, where `--eager mixed` takes the others' share.
+    let mut last_mean: Option<Vec<f32>> = None;
+    if cli.eager != Eager::Off && (overlap.tau > 0 || cli.down_levels > 0 || cli.up_keep > 0) {
+        anyhow::bail!("--eager: with exact weights down and dense answers, and no --tau");
+    }
     // Bytes a value each way, the same every round.
     let down_bytes = bits_a_value(cli.down_levels) / 8.0;
     let up_bytes = if cli.up_keep > 0 {
@@ -314,8 +375,17 @@ fn main() -> anyhow::Result<()> {
             let handles: Vec<_> = workers
                 .iter_mut()
                 .map(|w| {
-                    let (net, theta, before) = (&net, start, before.as_deref());
-                    s.spawn(move || w.phase(net, recipe, theta, before, overlap))
+                    let (net, before) = (&net, before.as_deref());
+                    let own = w.start.take();
+                    s.spawn(move || {
+                        w.phase(
+                            net,
+                            recipe,
+                            own.as_deref().unwrap_or(start),
+                            before,
+                            overlap,
+                        )
+                    })
                 })
                 .collect();
             handles
@@ -353,8 +423,35 @@ fn main() -> anyhow::Result<()> {
                 *m += v / answers.len() as f32;
             }
         }
+        if cli.eager != Eager::Off {
+            // Each worker's next start: the outer step on this round's weights with its
+            // stand-in for the mean, on a copy of the coordinator's optimizer.
+            let state = outer.state();
+            let zeros = vec![0.0f32; theta.len()];
+            let last_mean = last_mean.as_deref().unwrap_or(&zeros);
+            let m = workers.len();
+            for (w, answer) in workers.iter_mut().zip(&answers) {
+                let last_own = if w.last_answer.is_empty() {
+                    &zeros
+                } else {
+                    &w.last_answer
+                };
+                let proxy = stand_in(cli.eager, answer, last_mean, last_own, m);
+                let mut peek = config
+                    .training
+                    .optimizer
+                    .build_masked(theta.len(), net.decayed());
+                peek.restore(state.clone())
+                    .map_err(|e| anyhow::anyhow!("the outer optimizer's state: {e}"))?;
+                let mut next = theta.clone();
+                peek.step(&mut next, &proxy);
+                w.start = Some(next);
+                w.last_answer.clone_from(answer);
+            }
+        }
         before = Some(theta.clone());
         outer.step(&mut theta, &mean);
+        last_mean = Some(mean);
         let loss = model::evaluate(&net, &theta, &split.test)?.loss;
         println!(
             "{}",
@@ -427,6 +524,25 @@ mod tests {
     }
 
     /// The bytes counted are the protocol's: int4 in 4 bits, int2 in 2, int8 in 8, f32 in 32.
+    /// The paper's stand-in swaps the worker's late share of the mean for its fresh answer;
+    /// alone, a worker's mean is its own answer, so it is that answer.
+    #[test]
+    fn the_mixed_stand_in_replaces_the_workers_share_of_the_last_mean() {
+        let (a_late, b_late) = ([1.0f32, -2.0], [3.0f32, 4.0]);
+        let last_mean = [2.0f32, 1.0];
+        let fresh = [5.0f32, 0.0];
+        let got = stand_in(Eager::Mixed, &fresh, &last_mean, &a_late, 2);
+        // (fresh + b's late answer) / 2
+        let want: Vec<f32> = fresh
+            .iter()
+            .zip(&b_late)
+            .map(|(f, b)| (f + b) / 2.0)
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(stand_in(Eager::Own, &fresh, &last_mean, &a_late, 2), fresh);
+        assert_eq!(stand_in(Eager::Mixed, &fresh, &a_late, &a_late, 1), fresh);
+    }
+
     #[test]
     fn a_values_bits_are_the_encodings() {
         let bits: Vec<f64> = [7, 1, 127, 0].into_iter().map(bits_a_value).collect();
