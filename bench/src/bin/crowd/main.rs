@@ -19,9 +19,11 @@
 //! measured one tab 2.5 times apart between two seeds at the same speeds).
 //! The command behind `docs/BENCHMARKS.md`'s newest crowd table and its plot:
 //!
-//! `crowd --workers 1,4,16 --seed 42,43,44 --torch PYTHON --tab-step 31250000ns
-//! --replay-step 15910000ns --svg docs/crowd-gpt-b3.svg` (stop 71: tabs at 3 windows and
-//! phases of at least 32 steps, at the step Chromium measured); stop 68's: `crowd --workers
+//! `crowd --workers 1,2,4,8,16,32 --max-time 600s --torch PYTHON --svg
+//! docs/crowd-gpt-b3-all.svg` (stop 73: every size at the defaults, beside ideal data
+//! parallelism); stop 71's: `crowd --workers 1,4,16 --seed 42,43,44 --torch PYTHON
+//! --tab-step 31250000ns --replay-step 15910000ns --svg docs/crowd-gpt-b3.svg` (tabs at 3
+//! windows and phases of at least 32 steps, at the step Chromium measured); stop 68's: `crowd --workers
 //! 1,2,4,8,16 --torch PYTHON --svg docs/crowd-gpt-fused.svg` (tabs of the build with
 //! relaxed SIMD); stop 67's three seeds at stop 66's speeds: `crowd
 //! --workers 1,16 --seed 42,43,44 --tab-step 110652037ns --replay-step 58002336ns --svg
