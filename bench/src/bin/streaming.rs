@@ -99,6 +99,10 @@ struct Cli {
     /// One-round-delayed overlap with eager updates (see above); `off` waits for the link.
     #[arg(long, value_enum, default_value_t = Eager::Off)]
     eager: Eager,
+    /// Under `--eager own`, the share of its answer that stands in for the aggregate: below
+    /// 1 the start is less noisy and lags the weights by the rest of the outer step.
+    #[arg(long, default_value_t = 1.0)]
+    eager_share: f32,
     #[arg(long, default_value_t = 42)]
     seed: u64,
 }
@@ -115,17 +119,18 @@ enum Eager {
     Mixed,
 }
 
-/// The stand-in for the aggregate that worker `fresh` starts its next phase from: its
-/// answer, or the last mean with its own share of it (`last_own`) replaced by `fresh`.
+/// The stand-in for the aggregate that worker `fresh` starts its next phase from: `share`
+/// of its answer, or the last mean with its own share of it (`last_own`) replaced by `fresh`.
 fn stand_in(
     eager: Eager,
+    share: f32,
     fresh: &[f32],
     last_mean: &[f32],
     last_own: &[f32],
     m: usize,
 ) -> Vec<f32> {
     match eager {
-        Eager::Off | Eager::Own => fresh.to_vec(),
+        Eager::Off | Eager::Own => fresh.iter().map(|f| share * f).collect(),
         Eager::Mixed => {
             let m = m as f32;
             fresh
@@ -337,7 +342,7 @@ fn main() -> anyhow::Result<()> {
                "from": format!("{:?}", overlap.from), "inner": format!("{:?}", recipe.inner),
                "outer": format!("{:?}", config.training.optimizer), "batch": recipe.batch,
                "up_levels": cli.up_levels, "down_levels": cli.down_levels, "up_keep": cli.up_keep,
-               "eager": format!("{:?}", cli.eager)})
+               "eager": format!("{:?}", cli.eager), "eager_share": cli.eager_share})
     );
     let mut reached = None;
     // What the workers hold, where the weights go as deltas.
@@ -436,7 +441,7 @@ fn main() -> anyhow::Result<()> {
                 } else {
                     &w.last_answer
                 };
-                let proxy = stand_in(cli.eager, answer, last_mean, last_own, m);
+                let proxy = stand_in(cli.eager, cli.eager_share, answer, last_mean, last_own, m);
                 let mut peek = config
                     .training
                     .optimizer
@@ -531,7 +536,7 @@ mod tests {
         let (a_late, b_late) = ([1.0f32, -2.0], [3.0f32, 4.0]);
         let last_mean = [2.0f32, 1.0];
         let fresh = [5.0f32, 0.0];
-        let got = stand_in(Eager::Mixed, &fresh, &last_mean, &a_late, 2);
+        let got = stand_in(Eager::Mixed, 1.0, &fresh, &last_mean, &a_late, 2);
         // (fresh + b's late answer) / 2
         let want: Vec<f32> = fresh
             .iter()
@@ -539,8 +544,18 @@ mod tests {
             .map(|(f, b)| (f + b) / 2.0)
             .collect();
         assert_eq!(got, want);
-        assert_eq!(stand_in(Eager::Own, &fresh, &last_mean, &a_late, 2), fresh);
-        assert_eq!(stand_in(Eager::Mixed, &fresh, &a_late, &a_late, 1), fresh);
+        assert_eq!(
+            stand_in(Eager::Own, 1.0, &fresh, &last_mean, &a_late, 2),
+            fresh
+        );
+        assert_eq!(
+            stand_in(Eager::Own, 0.5, &fresh, &last_mean, &a_late, 2),
+            [2.5, 0.0]
+        );
+        assert_eq!(
+            stand_in(Eager::Mixed, 1.0, &fresh, &a_late, &a_late, 1),
+            fresh
+        );
     }
 
     #[test]
