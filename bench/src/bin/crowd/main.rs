@@ -226,6 +226,7 @@ fn main() -> anyhow::Result<()> {
             "coordinator": cli.coordinator,
             "target_loss": cli.target_loss,
             "mixed": cli.mixed,
+            "churn_every_s": cli.mixed.then_some(cli.churn_every.as_secs_f64()),
             "compression": cli.compression.name(),
             "train_samples": split.train.len(),
             "seeds": cli.seeds,
