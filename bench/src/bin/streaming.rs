@@ -314,6 +314,9 @@ fn main() -> anyhow::Result<()> {
             overlap.tau
         );
     }
+    if cli.eager != Eager::Off && (overlap.tau > 0 || cli.down_levels > 0 || cli.up_keep > 0) {
+        anyhow::bail!("--eager: with exact weights down and dense answers, and no --tau");
+    }
     let split = config.load_data(cli.seed)?;
     let net = split.network(&config.model)?;
     if !net.frozen().is_empty() {
@@ -350,9 +353,6 @@ fn main() -> anyhow::Result<()> {
     let mut bytes = 0.0f64;
     // The last round's mean answer, where `--eager mixed` takes the others' share.
     let mut last_mean: Option<Vec<f32>> = None;
-    if cli.eager != Eager::Off && (overlap.tau > 0 || cli.down_levels > 0 || cli.up_keep > 0) {
-        anyhow::bail!("--eager: with exact weights down and dense answers, and no --tau");
-    }
     // Bytes a value each way, the same every round.
     let down_bytes = bits_a_value(cli.down_levels) / 8.0;
     let up_bytes = if cli.up_keep > 0 {
@@ -435,6 +435,10 @@ fn main() -> anyhow::Result<()> {
             let zeros = vec![0.0f32; theta.len()];
             let last_mean = last_mean.as_deref().unwrap_or(&zeros);
             let m = workers.len();
+            let mut peek = config
+                .training
+                .optimizer
+                .build_masked(theta.len(), net.decayed());
             for (w, answer) in workers.iter_mut().zip(&answers) {
                 let last_own = if w.last_answer.is_empty() {
                     &zeros
@@ -442,10 +446,6 @@ fn main() -> anyhow::Result<()> {
                     &w.last_answer
                 };
                 let proxy = stand_in(cli.eager, cli.eager_share, answer, last_mean, last_own, m);
-                let mut peek = config
-                    .training
-                    .optimizer
-                    .build_masked(theta.len(), net.decayed());
                 peek.restore(state.clone())
                     .map_err(|e| anyhow::anyhow!("the outer optimizer's state: {e}"))?;
                 let mut next = theta.clone();
@@ -528,7 +528,6 @@ mod tests {
         }
     }
 
-    /// The bytes counted are the protocol's: int4 in 4 bits, int2 in 2, int8 in 8, f32 in 32.
     /// The paper's stand-in swaps the worker's late share of the mean for its fresh answer;
     /// alone, a worker's mean is its own answer, so it is that answer.
     #[test]
@@ -558,6 +557,7 @@ mod tests {
         );
     }
 
+    /// The bytes counted are the protocol's: int4 in 4 bits, int2 in 2, int8 in 8, f32 in 32.
     #[test]
     fn a_values_bits_are_the_encodings() {
         let bits: Vec<f64> = [7, 1, 127, 0].into_iter().map(bits_a_value).collect();
