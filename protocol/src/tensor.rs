@@ -20,9 +20,19 @@ pub const INT8_CHUNK: usize = 256;
 /// of a seventh of it. 36 bytes a chunk, 0.5625 a value.
 pub const INT4_CHUNK: usize = 64;
 
-/// Values per int2 chunk: 12 bytes a chunk and a bit for each of its nonzero values, 20 at
-/// most (0.19-0.31 bytes a value).
+/// Values per int2 chunk: 10 bytes a chunk and a bit for each of its nonzero values, 18 at
+/// most (0.16-0.28 bytes a value).
 pub const INT2_CHUNK: usize = 64;
+
+/// Bytes of an int2 chunk's scale: a bfloat16 (protocol 15; an `f32` before, 4 bytes of a
+/// typical chunk's 14). Its rounding, at most 2⁻⁸ of the largest value, is
+/// [`INT2_SCALE_ROUNDING`].
+const INT2_SCALE: usize = 2;
+
+/// How far an int2 chunk's scale may lie from its largest `|value|`, relative: bfloat16's
+/// half unit in the last place (8 significant bits: 2⁻⁸ of the value at most), rounded to
+/// nearest, ties to even.
+pub const INT2_SCALE_ROUNDING: f32 = 1.0 / 256.0;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Compression {
@@ -40,12 +50,13 @@ pub enum Compression {
     /// (a weight rounded to a seventh of its chunk's largest would not train).
     Int4,
     /// `round(x / scale)` in -1..=1 with `scale = max|x|` per chunk of [`INT2_CHUNK`]: a value
-    /// at least half its chunk's largest goes as its sign times the largest, the rest as 0.
-    /// Packed by its zeros (protocol 13): a chunk of `n` values is its scale, a bit for each
+    /// at least half its chunk's largest goes as its sign times the largest (rounded to a
+    /// bfloat16 since protocol 15: [`INT2_SCALE_ROUNDING`]), the rest as 0. Packed by its
+    /// zeros (protocol 13): a chunk of `n` values is its scale (2 bytes), a bit for each
     /// value (`⌈n/8⌉` bytes, the first value in the lowest bit of the first byte: set if it
     /// is not 0), then a bit for each value that is not, in order (`⌈nonzero/8⌉` bytes: set
     /// if it is -1), every unused bit 0. A pseudo-gradient's chunk is about four fifths
-    /// zeros: 14 bytes against 20 at most (0.22 bytes a value against 0.3125). For answers
+    /// zeros: 12 bytes against 18 at most (0.19 bytes a value against 0.28). For answers
     /// and deltas only, as `int4`.
     Int2,
 }
@@ -147,6 +158,15 @@ impl Compression {
         matches!(self, Self::Int4 | Self::Int2)
     }
 
+    /// How far a chunk's scale may lie from its largest `|value|`, relative: int2's bfloat16
+    /// ([`INT2_SCALE_ROUNDING`]); 0 for the others, whose scales travel as `f32`.
+    pub fn scale_rounding(self) -> f32 {
+        match self {
+            Self::Int2 => INT2_SCALE_ROUNDING,
+            _ => 0.0,
+        }
+    }
+
     /// The largest level of a scaled encoding (`scale = max|x| / levels`); 0 for the others.
     pub fn levels(self) -> u8 {
         match self {
@@ -200,8 +220,10 @@ pub fn encode_payload(out: &mut Vec<u8>, values: &[f32], c: Compression) {
         Compression::Int2 => {
             out.reserve(c.payload_len(values.len()).unwrap_or(0));
             for chunk in values.chunks(INT2_CHUNK) {
+                // The levels are chosen against the exact largest; only its magnitude
+                // travels rounded, as a bfloat16 (protocol 15).
                 let scale = abs_max(chunk);
-                out.extend_from_slice(&scale.to_le_bytes());
+                out.extend_from_slice(&half::bf16::from_f32(scale).to_le_bytes());
                 let inv = if scale > 0.0 && scale.is_finite() {
                     1.0 / scale
                 } else {
@@ -301,10 +323,16 @@ fn quantize(x: f32, inv: f32, levels: u8) -> u8 {
     }
 }
 
+/// The magnitude an `int2` chunk whose largest `|value|` is `scale` decodes its ±1 levels
+/// to: `scale` through a bfloat16 (protocol 15).
+pub fn int2_scale(scale: f32) -> f32 {
+    half::bf16::from_f32(scale).to_f32()
+}
+
 /// The bytes of an `int2` chunk of `n` values of which `nonzero` are not 0: its scale, a
 /// bit a value, a sign bit a nonzero one.
 fn int2_chunk_len(n: usize, nonzero: usize) -> usize {
-    4 + n.div_ceil(8) + nonzero.div_ceil(8)
+    INT2_SCALE + n.div_ceil(8) + nonzero.div_ceil(8)
 }
 
 /// The bytes of the `int2` payload that decodes to `values` (as a receiver decoded them:
@@ -326,13 +354,13 @@ pub fn int2_len(raw: &[u8], count: usize) -> Option<usize> {
     while left > 0 {
         let n = left.min(INT2_CHUNK);
         left -= n;
-        let mask_bytes = raw.get(pos + 4..pos + 4 + n.div_ceil(8))?;
+        let mask_bytes = raw.get(pos + INT2_SCALE..pos + INT2_SCALE + n.div_ceil(8))?;
         let mask = bits(mask_bytes);
         if mask >> (n - 1) >> 1 != 0 {
             return None;
         }
         let nonzero = mask.count_ones() as usize;
-        pos += 4 + mask_bytes.len();
+        pos += INT2_SCALE + mask_bytes.len();
         let signs = raw.get(pos..pos + nonzero.div_ceil(8))?;
         if nonzero > 0 && bits(signs) >> (nonzero - 1) >> 1 != 0 {
             return None;
@@ -400,10 +428,10 @@ fn decode_int2(raw: &[u8], count: usize, out: &mut Vec<f32>) {
     while left > 0 {
         let n = left.min(INT2_CHUNK);
         left -= n;
-        let scale = f32::from_le_bytes([raw[pos], raw[pos + 1], raw[pos + 2], raw[pos + 3]]);
+        let scale = half::bf16::from_le_bytes([raw[pos], raw[pos + 1]]).to_f32();
         let mask_len = n.div_ceil(8);
-        let mask = bits(&raw[pos + 4..pos + 4 + mask_len]);
-        pos += 4 + mask_len;
+        let mask = bits(&raw[pos + INT2_SCALE..pos + INT2_SCALE + mask_len]);
+        pos += INT2_SCALE + mask_len;
         let nonzero = mask.count_ones() as usize;
         let mut signs = bits(&raw[pos..pos + nonzero.div_ceil(8)]);
         pos += nonzero.div_ceil(8);
@@ -703,7 +731,10 @@ mod tests {
         let mut out = Vec::new();
         for chunk in values.chunks(INT2_CHUNK) {
             let scale = chunk.iter().fold(0.0f32, |m, x| m.max(x.abs()));
-            out.extend_from_slice(&scale.to_le_bytes());
+            // bfloat16: the top half of the f32, rounded to nearest, ties to even.
+            let bits = scale.to_bits();
+            let rounded = (bits + 0x7fff + (bits >> 16 & 1)) >> 16;
+            out.extend_from_slice(&(rounded as u16).to_le_bytes());
             let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
             let levels: Vec<f32> = chunk
                 .iter()
@@ -753,17 +784,21 @@ mod tests {
             for (chunk, back) in values.chunks(INT2_CHUNK).zip(back.chunks(INT2_CHUNK)) {
                 let step = chunk.iter().fold(0.0f32, |m, x| m.max(x.abs()));
                 for (a, b) in chunk.iter().zip(back) {
-                    assert!((a - b).abs() <= step / 2.0 * 1.0001, "{a} vs {b} ({step})");
+                    let rounded = step * (1.0 + INT2_SCALE_ROUNDING);
+                    assert!((a - b).abs() <= rounded / 2.0, "{a} vs {b} ({step})");
                     if a.abs() == step {
-                        assert_eq!(a, b, "the largest travels exactly");
+                        assert!(
+                            (a - b).abs() <= step * INT2_SCALE_ROUNDING && a.signum() == b.signum(),
+                            "the largest travels within its bfloat16: {a} vs {b}"
+                        );
                     }
                 }
             }
         }
     }
 
-    /// A chunk of zeros is its scale and its empty bits (12 bytes), one of signs at every
-    /// value the most (20); a pseudo-gradient's four-fifths zeros about 14.
+    /// A chunk of zeros is its scale and its empty bits (10 bytes), one of signs at every
+    /// value the most (18); a pseudo-gradient's four-fifths zeros about 12.
     #[test]
     fn int2_is_packed_by_its_zeros() {
         let len = |values: &[f32]| {
@@ -771,14 +806,14 @@ mod tests {
             encode_payload(&mut raw, values, Compression::Int2);
             raw.len()
         };
-        assert_eq!(len(&[0.0; 64]), 12);
-        assert_eq!(len(&[-1.0; 64]), 20);
-        assert_eq!(Compression::Int2.payload_len(64), Some(20));
+        assert_eq!(len(&[0.0; 64]), 10);
+        assert_eq!(len(&[-1.0; 64]), 18);
+        assert_eq!(Compression::Int2.payload_len(64), Some(18));
         let sparse: Vec<f32> = (0..64)
             .map(|i| if i % 5 == 0 { 1.0 } else { 0.1 })
             .collect();
-        assert_eq!(len(&sparse), 12 + 2, "13 values past half the largest");
-        assert_eq!(len(&[1.0, 0.0, 0.0]), 4 + 1 + 1);
+        assert_eq!(len(&sparse), 10 + 2, "13 values past half the largest");
+        assert_eq!(len(&[1.0, 0.0, 0.0]), 2 + 1 + 1);
     }
 
     fn round_trip_int2(values: &[f32]) -> Vec<f32> {
@@ -792,10 +827,10 @@ mod tests {
     fn int2_sizes_levels_names_and_non_finite() {
         let c = Compression::Int2;
         assert_eq!(c.payload_len(0), Some(0));
-        assert_eq!(c.payload_len(1), Some(6));
-        assert_eq!(c.payload_len(9), Some(8));
-        assert_eq!(c.payload_len(64), Some(20));
-        assert_eq!(c.payload_len(129), Some(2 * 20 + 6));
+        assert_eq!(c.payload_len(1), Some(4));
+        assert_eq!(c.payload_len(9), Some(6));
+        assert_eq!(c.payload_len(64), Some(18));
+        assert_eq!(c.payload_len(129), Some(2 * 18 + 4));
         assert!(!c.is_sized() && Compression::ALL.iter().filter(|c| !c.is_sized()).count() == 1);
         assert_eq!(Compression::from_u8(4), Some(c));
         assert_eq!(c.for_weights(), Compression::Int8);
@@ -824,7 +859,7 @@ mod tests {
     /// is still only -1, 0 or 1 times its scale.
     #[test]
     fn int2_payloads_that_are_not_whole_and_canonical_are_not_read() {
-        let scale = 1f32.to_le_bytes();
+        let scale = half::bf16::ONE.to_le_bytes();
         // 10 values: two bytes of bits; values 0 and 9 set, one sign byte (value 9 negative).
         let good = [&scale[..], &[0b0000_0001, 0b0000_0010], &[0b0000_0010]].concat();
         assert_eq!(int2_len(&good, 10), Some(good.len()));
@@ -850,7 +885,12 @@ mod tests {
             } else {
                 vec![0xffu8 >> (8 - n)]
             };
-            let raw = [&2f32.to_le_bytes()[..], &[mask], &signs].concat();
+            let raw = [
+                &half::bf16::from_f32(2.0).to_le_bytes()[..],
+                &[mask],
+                &signs,
+            ]
+            .concat();
             assert_eq!(int2_len(&raw, 8), Some(raw.len()));
             let back = decode_payload(&raw, 8, Compression::Int2);
             assert!(

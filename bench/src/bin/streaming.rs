@@ -144,14 +144,21 @@ fn stand_in(
 }
 
 /// `values` rounded to `levels` steps each side of zero of their chunk's largest (half away
-/// from zero): the protocol's `int4` at 7 over 64, `int8` at 127 over 256.
+/// from zero): the protocol's `int4` at 7 over 64, `int2` at 1 over 64 (its scale through a
+/// bfloat16), `int8` at 127 over 256.
 fn rounded(values: &[f32], levels: u8, chunk: usize) -> Vec<f32> {
     let mut out = Vec::with_capacity(values.len());
     for c in values.chunks(chunk) {
         let scale = c.iter().fold(0.0f32, |m, x| m.max(x.abs())) / f32::from(levels);
         let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
         let l = f32::from(levels);
-        out.extend(c.iter().map(|x| (x * inv).round().clamp(-l, l) * scale));
+        // int2's ±1 carry its scale through a bfloat16 (protocol 15); the others an f32.
+        let magnitude = if levels == 1 {
+            protocol::tensor::int2_scale(scale)
+        } else {
+            scale
+        };
+        out.extend(c.iter().map(|x| (x * inv).round().clamp(-l, l) * magnitude));
     }
     out
 }
@@ -590,10 +597,11 @@ mod tests {
         let two = sparse(&values, 4, 1, 64);
         for (src, out) in kept.chunks(64).zip(two.chunks(64)) {
             let top = src.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+            let top = protocol::tensor::int2_scale(top);
             for (s, o) in src.iter().zip(out) {
                 assert!(
                     *o == 0.0 || o.abs() == top,
-                    "three levels of the kept ones' largest"
+                    "three levels of the kept ones' largest (through a bfloat16)"
                 );
                 assert!(*s != 0.0 || *o == 0.0, "only kept values go up");
             }

@@ -435,10 +435,10 @@ fn int2_gradient_chunks_are_read_whole_and_canonical_or_refused() {
     let mut longer = with_len(want.len() as u32 + 1);
     longer.push(0);
     assert_eq!(field(&longer), "int2 payload");
-    // The first chunk is 14 bytes (its scale, 8 of bits, 2 of its 11 signs); the last has
+    // The first chunk is 12 bytes (its scale, 8 of bits, 2 of its 11 signs); the last has
     // 36 values: a bit for a 37th, in the fifth byte of its bits.
     let mut past = frame.clone();
-    let last_mask = at + 4 + 14 + 4 + 4;
+    let last_mask = at + 4 + 12 + 2 + 4;
     past[last_mask] |= 1 << 4;
     assert_eq!(field(&past), "int2 payload");
     for cut in 0..frame.len() {

@@ -468,6 +468,8 @@ fn run(
             "steps_a_phase": report.steps_a_phase(),
             "evaluations": report.curve.iter().map(|p| (p.round, p.seconds)).collect::<Vec<_>>(),
             "real_seconds": real_seconds,
+            "bytes_up": report.workers.iter().map(|w| w.bytes_up).sum::<u64>(),
+            "bytes_down": report.workers.iter().map(|w| w.bytes_down).sum::<u64>(),
         })
     );
     Ok(Run {
