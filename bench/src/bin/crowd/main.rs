@@ -32,7 +32,8 @@
 //! A tab is `--tab-share` of one native core of this machine (measured side by side in
 //! headless Chromium: 0.54-0.59 for the 0.8M GPT at stop 58, 0.46-0.47 on stop 65's
 //! machine, 0.36-0.47 on stop 66's, and 0.52-0.60 at stop 68 in the build with relaxed SIMD,
-//! whose multiply-adds fuse on this CPU; docs/BENCHMARKS.md "A tab against a native core");
+//! whose multiply-adds fuse on this CPU; 0.53 at the crowd's 3 windows at stops 73 and 74;
+//! docs/BENCHMARKS.md "A tab against a native core");
 //! the native step is measured here (the median of 30). The coordinator replays a sampled
 //! phase in a tab's float order, here a fused tab's (`model::Order::Fused`, what a tab of
 //! the relaxed build on a CPU with FMA computes), measured here too: a replayed step takes
@@ -69,8 +70,10 @@ struct Cli {
     /// machine, 0.36-0.47 and a median of 0.40 on 2026-12-01's, and in the build with relaxed
     /// SIMD 0.52-0.60, a median of 0.58, on 2026-12-02's, at 32 windows a step; at the
     /// crowd's 3 windows 0.54 on 2026-12-03's, where 32 gave 0.60: `cores --preset gpt
-    /// --cores 1 --batch-size 3,6,32`; docs/BENCHMARKS.md).
-    #[arg(long, default_value_t = 0.54)]
+    /// --cores 1 --batch-size 3,6,32`; at 3 windows 0.53 three times in a row and then
+    /// 0.51-0.54, a median of 0.53, on 2026-12-04's: `cores --preset gpt --worker tab,native
+    /// --cores 1 --batch-size 3`; docs/BENCHMARKS.md).
+    #[arg(long, default_value_t = 0.53)]
     tab_share: f64,
     /// The time a tab takes a step, instead of the native step measured here over
     /// `--tab-share`: to hold runs of different flags to one speed.
